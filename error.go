@@ -1,0 +1,65 @@
+package orderly
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes are stable strings: they are the last path segment of the problem `type`
+// URI returned over HTTP (RFC 9457) and are safe to match on in client code. The HTTP
+// status for each lives in one table in package httpapi.
+const (
+	EINVALID        = "invalid-input"          // the request is malformed or breaks a rule (422)
+	ENOTFOUND       = "not-found"              // the named order, payment, SKU or coupon does not exist (404)
+	EOUTOFSTOCK     = "out-of-stock"           // not enough available stock to reserve (409)
+	ECOUPONUNAVAIL  = "coupon-unavailable"     // the coupon is not the user's, not available, expired or too large (409)
+	EIDEMPOTENCY    = "idempotency-key-reused" // same Idempotency-Key, different request body (409)
+	EILLEGAL        = "illegal-transition"     // the flow has no transition for this state and event (409)
+	ENOTPAYABLE     = "order-not-payable"      // the order is not pending payment, or its deadline passed (409)
+	ECONFLICT       = "conflict"               // the row changed concurrently; retry (409)
+	EUNAUTHORIZED   = "unauthorized"           // missing or invalid credentials or signature (401)
+	EAMOUNTMISMATCH = "amount-mismatch"        // a callback's amount or currency differs from the attempt's (422)
+	EINTERNAL       = "internal"               // anything else; details are logged, never shown (500)
+)
+
+// Error is the domain error: a stable Code from the list above and a Message that is safe
+// to show to the caller. Adapters translate driver errors into *Error or wrap them as
+// internal errors.
+type Error struct {
+	Code    string
+	Message string
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	return fmt.Sprintf("orderly error: code=%s message=%s", e.Code, e.Message)
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code string, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, "" for nil and EINTERNAL
+// for any other error.
+func ErrorCode(err error) string {
+	var e *Error
+	if err == nil {
+		return ""
+	} else if errors.As(err, &e) {
+		return e.Code
+	}
+	return EINTERNAL
+}
+
+// ErrorMessage returns the message of the first *Error in err's chain, "" for nil and a
+// generic text for any other error (whose details must not leak to users).
+func ErrorMessage(err error) string {
+	var e *Error
+	if err == nil {
+		return ""
+	} else if errors.As(err, &e) {
+		return e.Message
+	}
+	return "Internal error."
+}

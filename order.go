@@ -1,0 +1,129 @@
+package orderly
+
+import "time"
+
+// State is the lifecycle state of an order. Which states exist and which transitions join
+// them is defined by the order's Flow; the values below are the union over the built-in
+// flows. The store keeps a CHECK constraint with the same list.
+type State string
+
+// Order states.
+const (
+	StatePendingPayment State = "pending_payment" // created, stock reserved, waiting for payment
+	StatePaid           State = "paid"            // payment applied, stock committed, coupon used
+	StateShipped        State = "shipped"         // handed to the carrier
+	StateCompleted      State = "completed"       // received by the buyer (terminal)
+	StateClosed         State = "closed"          // closed unpaid: timeout or buyer cancel (terminal)
+	StateRefunding      State = "refunding"       // a refund of the captured payment is under way
+	StateRefunded       State = "refunded"        // the captured payment was refunded (terminal)
+)
+
+// PayStatus is the status of an order's payment, kept next to State because the close path
+// must not close an order whose payment is in flight (DESIGN.md §4 step 4).
+type PayStatus string
+
+// Pay statuses.
+const (
+	PayUnpaid   PayStatus = "unpaid"   // no attempt started
+	PayPaying   PayStatus = "paying"   // the current attempt was started and has no outcome yet
+	PayPaid     PayStatus = "paid"     // a payment succeeded and was applied to this order
+	PayFailed   PayStatus = "failed"   // the current attempt failed or expired; another may start
+	PayRefunded PayStatus = "refunded" // the applied payment was refunded
+)
+
+// CloseReason says why an order was closed.
+type CloseReason string
+
+// Close reasons.
+const (
+	CloseReasonPaymentTimeout CloseReason = "payment_timeout" // close_at passed without payment
+	CloseReasonBuyerCancelled CloseReason = "buyer_cancelled" // the buyer cancelled before paying
+)
+
+// Item is one line of an order: Quantity units of SKU at UnitPrice minor currency units each.
+type Item struct {
+	SKU       string `json:"sku"`
+	Quantity  int64  `json:"quantity"`
+	UnitPrice int64  `json:"unit_price"`
+}
+
+// Order is an order as stored. Times are UTC with millisecond precision; Amount is in minor
+// units of Currency and is the items' total minus the coupon's amount off.
+type Order struct {
+	ID               string      `json:"id"`
+	UserID           string      `json:"user_id"`
+	Flow             string      `json:"flow"`
+	State            State       `json:"state"`
+	PayStatus        PayStatus   `json:"pay_status"`
+	Items            []Item      `json:"items"`
+	Amount           int64       `json:"amount"`
+	Currency         string      `json:"currency"`
+	CouponID         string      `json:"coupon_id,omitempty"`
+	CurrentPaymentID string      `json:"current_payment_id,omitempty"`
+	CreatedAt        time.Time   `json:"created_at"`
+	ExpiresAt        time.Time   `json:"expires_at"` // payment deadline
+	CloseAt          time.Time   `json:"close_at"`   // ExpiresAt + grace period: closed for timeout at or after this
+	ClosedAt         *time.Time  `json:"closed_at,omitempty"`
+	CloseReason      CloseReason `json:"close_reason,omitempty"`
+	PaidAt           *time.Time  `json:"paid_at,omitempty"`
+	Version          int64       `json:"version"` // incremented by every change of state or pay status
+}
+
+// Transition is one row of an order's audit trail (I6): a change from one state to another,
+// caused by Event, recorded in the same transaction as the change.
+type Transition struct {
+	ID      int64     `json:"id"`
+	OrderID string    `json:"order_id"`
+	From    State     `json:"from"`
+	To      State     `json:"to"`
+	Event   Event     `json:"event"`
+	Cause   string    `json:"cause,omitempty"` // free text: close reason, payment id, …
+	Actor   string    `json:"actor"`           // who caused it: "buyer", "timer", "sweep", "payment", "admin", …
+	At      time.Time `json:"at"`
+	TraceID string    `json:"trace_id,omitempty"`
+}
+
+// Coupon states.
+const (
+	CouponAvailable = "available"
+	CouponFrozen    = "frozen"
+	CouponUsed      = "used"
+	CouponExpired   = "expired"
+)
+
+// Coupon is a fixed amount off an order, owned by one user, frozen by at most one order at
+// a time (I3). AmountOff is in minor units of Currency.
+type Coupon struct {
+	ID        string     `json:"id"`
+	UserID    string     `json:"user_id"`
+	AmountOff int64      `json:"amount_off"`
+	Currency  string     `json:"currency"`
+	State     string     `json:"state"`
+	OrderID   string     `json:"order_id,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// Stock is the inventory of one SKU, in units. Conservation (I4): the total ever set equals
+// Available + Held + Sold, and none is negative.
+type Stock struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	Held      int64  `json:"held"`
+	Sold      int64  `json:"sold"`
+}
+
+// Reservation states.
+const (
+	ReservationHeld      = "held"
+	ReservationReleased  = "released"
+	ReservationCommitted = "committed"
+)
+
+// Reservation is stock held for one order and SKU; it is released or committed at most once.
+type Reservation struct {
+	OrderID  string `json:"order_id"`
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+	State    string `json:"state"`
+}

@@ -1,0 +1,97 @@
+package orderly
+
+import (
+	"context"
+	"time"
+)
+
+// PaymentState is the state of one payment attempt. The store keeps a CHECK constraint
+// with the same list.
+type PaymentState string
+
+// Payment states. A success for an order that is no longer pending payment (closed, or paid
+// by another attempt) goes succeeded → refund_pending → refunded (I2).
+const (
+	PaymentInitiated     PaymentState = "initiated"      // started at the gateway, no outcome yet
+	PaymentSucceeded     PaymentState = "succeeded"      // captured and applied to the order
+	PaymentFailed        PaymentState = "failed"         // failed, expired or cancelled at the gateway
+	PaymentRefundPending PaymentState = "refund_pending" // captured, refund requested through the outbox
+	PaymentRefunded      PaymentState = "refunded"       // refund confirmed by the gateway
+)
+
+// Payment is one payment attempt for an order. Amount is in minor units of Currency.
+type Payment struct {
+	ID           string       `json:"payment_id"`
+	OrderID      string       `json:"order_id"`
+	Attempt      int64        `json:"attempt"` // 1, 2, … per order
+	Channel      string       `json:"channel"`
+	ChannelTxnID string       `json:"channel_txn_id,omitempty"` // the gateway's transaction id, unique
+	Amount       int64        `json:"amount"`
+	Currency     string       `json:"currency"`
+	State        PaymentState `json:"state"`
+	FailReason   string       `json:"fail_reason,omitempty"`
+	CreatedAt    time.Time    `json:"created_at"`
+	SucceededAt  *time.Time   `json:"succeeded_at,omitempty"`
+	RefundedAt   *time.Time   `json:"refunded_at,omitempty"`
+}
+
+// Callback statuses.
+const (
+	CallbackSucceeded = "succeeded"
+	CallbackFailed    = "failed"
+	CallbackExpired   = "expired"
+)
+
+// Callback is a payment gateway's notification of an attempt's outcome, after its signature
+// was verified. Amount is in minor units of Currency.
+type Callback struct {
+	PaymentID    string    `json:"payment_id"`
+	OrderID      string    `json:"order_id"`
+	ChannelTxnID string    `json:"channel_txn_id"`
+	Amount       int64     `json:"amount"`
+	Currency     string    `json:"currency"`
+	Status       string    `json:"status"` // CallbackSucceeded, CallbackFailed or CallbackExpired
+	OccurredAt   time.Time `json:"occurred_at"`
+}
+
+// CallbackResult says what a callback did.
+type CallbackResult struct {
+	// Applied is false for a duplicate: the callback was acknowledged and changed nothing.
+	Applied bool `json:"applied"`
+	// Refund is true when the payment succeeded for an order that no longer takes it
+	// (closed, or paid by another attempt) and a refund was requested.
+	Refund  bool     `json:"refund"`
+	Payment *Payment `json:"payment"`
+}
+
+// GatewayStatus is what a gateway says of an attempt when asked (payment inspection).
+type GatewayStatus string
+
+// Gateway statuses.
+const (
+	GatewayPending   GatewayStatus = "pending"   // no outcome yet
+	GatewaySucceeded GatewayStatus = "succeeded" // captured
+	GatewayFailed    GatewayStatus = "failed"    // failed, expired or cancelled
+	GatewayUnknown   GatewayStatus = "unknown"   // the gateway could not tell (yet)
+)
+
+// GatewayPayment is a gateway's view of one attempt.
+type GatewayPayment struct {
+	Status       GatewayStatus
+	ChannelTxnID string // set when Status is GatewaySucceeded
+	Amount       int64  // minor units, set when Status is GatewaySucceeded
+}
+
+// Gateway is a payment provider. Every method is idempotent per payment id, so the outbox
+// may call it again after a crash. Errors are transient unless they are *Error.
+type Gateway interface {
+	// Create starts an attempt for amount minor units of currency.
+	Create(ctx context.Context, p *Payment) error
+	// Query returns the gateway's view of an attempt (active payment inspection).
+	Query(ctx context.Context, paymentID string) (*GatewayPayment, error)
+	// Cancel stops an attempt that has no outcome. It returns the gateway's view after the
+	// cancel: GatewaySucceeded when the payment was captured before it could be cancelled.
+	Cancel(ctx context.Context, paymentID string) (*GatewayPayment, error)
+	// Refund returns a captured payment's amount to the payer.
+	Refund(ctx context.Context, paymentID string, amount int64) error
+}

@@ -1,0 +1,86 @@
+package orderly
+
+import (
+	"context"
+	"time"
+)
+
+// CreateOrderParams is the input of OrderService.CreateOrder.
+type CreateOrderParams struct {
+	UserID   string `json:"user_id"`
+	Items    []Item `json:"items"`
+	Currency string `json:"currency"`
+	CouponID string `json:"coupon_id,omitempty"`
+	// PaymentTimeoutSeconds is the time the buyer has to pay, in seconds; 0 means the
+	// configured default (30 min). The payment deadline is created_at + this.
+	PaymentTimeoutSeconds int64  `json:"payment_timeout_seconds,omitempty"`
+	Flow                  string `json:"flow,omitempty"` // "" means FlowStandard
+	// IdempotencyKey, when set, makes the call idempotent per user: the same key with the
+	// same parameters returns the first order; with different parameters EIDEMPOTENCY.
+	IdempotencyKey string `json:"-"`
+	Actor          string `json:"-"`
+	TraceID        string `json:"-"`
+}
+
+// OrderService creates orders and moves them through their flow.
+type OrderService interface {
+	// CreateOrder validates params, reserves stock, freezes the coupon and writes the order
+	// in one transaction. It returns created=false when an earlier call with the same
+	// idempotency key made the order. Errors: EINVALID, EOUTOFSTOCK, ECOUPONUNAVAIL,
+	// EIDEMPOTENCY; nothing is written on error.
+	CreateOrder(ctx context.Context, params *CreateOrderParams) (order *Order, created bool, err error)
+	// Order returns one order. Errors: ENOTFOUND.
+	Order(ctx context.Context, id string) (*Order, error)
+	// OrderHistory returns an order's audit trail, oldest first. Errors: ENOTFOUND.
+	OrderHistory(ctx context.Context, id string) ([]*Transition, error)
+	// CancelOrder closes an unpaid order for the buyer (reason buyer_cancelled) and releases
+	// its stock and coupon through the outbox. Errors: ENOTFOUND, EILLEGAL (not pending).
+	CancelOrder(ctx context.Context, id, actor, traceID string) (*Order, error)
+	// ApplyEvent applies a merchant event (ship, complete, refund) to an order.
+	// Errors: ENOTFOUND, EINVALID (event not allowed from outside), EILLEGAL.
+	ApplyEvent(ctx context.Context, id string, event Event, actor, traceID string) (*Order, error)
+}
+
+// StartPaymentParams is the input of PaymentService.StartPayment.
+type StartPaymentParams struct {
+	OrderID string `json:"-"`
+	Channel string `json:"channel,omitempty"` // "" means the default gateway's channel
+	TraceID string `json:"-"`
+}
+
+// PaymentService starts payment attempts and applies gateways' callbacks.
+type PaymentService interface {
+	// StartPayment creates an attempt for the order's amount and sets pay_status=paying.
+	// Errors: ENOTFOUND, ENOTPAYABLE (not pending payment or past its deadline).
+	StartPayment(ctx context.Context, params *StartPaymentParams) (*Payment, error)
+	// HandleCallback applies a verified callback at most once (I3); duplicates return
+	// Applied=false and no error. A success for an order that no longer takes it is
+	// recorded and refunded (I2). Errors: ENOTFOUND (unknown payment or order mismatch),
+	// EINVALID, EAMOUNTMISMATCH.
+	HandleCallback(ctx context.Context, cb *Callback) (*CallbackResult, error)
+	// Payment returns one attempt. Errors: ENOTFOUND.
+	Payment(ctx context.Context, id string) (*Payment, error)
+	// OrderPayments returns an order's attempts, oldest first. Errors: ENOTFOUND.
+	OrderPayments(ctx context.Context, orderID string) ([]*Payment, error)
+}
+
+// CreateCouponParams is the input of CatalogService.CreateCoupon.
+type CreateCouponParams struct {
+	UserID    string     `json:"user_id"`
+	AmountOff int64      `json:"amount_off"` // minor units, > 0
+	Currency  string     `json:"currency"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// CatalogService manages stock and coupons.
+type CatalogService interface {
+	// SetStock sets a SKU's available units (creating the SKU); held and sold are kept.
+	// Errors: EINVALID (negative).
+	SetStock(ctx context.Context, sku string, available int64) (*Stock, error)
+	// Stock returns a SKU's stock. Errors: ENOTFOUND.
+	Stock(ctx context.Context, sku string) (*Stock, error)
+	// CreateCoupon issues a coupon. Errors: EINVALID.
+	CreateCoupon(ctx context.Context, params *CreateCouponParams) (*Coupon, error)
+	// Coupon returns one coupon. Errors: ENOTFOUND.
+	Coupon(ctx context.Context, id string) (*Coupon, error)
+}

@@ -1,0 +1,269 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+)
+
+const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
+	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version`
+
+// OrderInsert implements store.Tx.
+func (t *tx) OrderInsert(ctx context.Context, p *store.OrderInsertParams) error {
+	o := p.Order
+	items, err := json.Marshal(o.Items)
+	if err != nil {
+		return fmt.Errorf("insert order %s: %w", o.ID, err)
+	}
+	_, err = t.exec(ctx, "order "+o.ID, `INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
+		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, version,
+		idempotency_key, request_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		o.ID, o.UserID, o.Flow, o.State, o.PayStatus, string(items), o.Amount, o.Currency,
+		nullString(o.CouponID), nullString(o.CurrentPaymentID), ms(o.CreatedAt), ms(o.ExpiresAt),
+		ms(o.CloseAt), ms(o.CloseAt), o.Version, nullString(p.IdempotencyKey), nullString(p.RequestHash))
+	return err
+}
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanOrder(r rowScanner) (*orderly.Order, error) {
+	var (
+		o                             orderly.Order
+		items                         string
+		couponID, paymentID, reason   sql.NullString
+		createdAt, expiresAt, closeAt int64
+		closedAt, paidAt              sql.NullInt64
+	)
+	if err := r.Scan(&o.ID, &o.UserID, &o.Flow, &o.State, &o.PayStatus, &items, &o.Amount, &o.Currency,
+		&couponID, &paymentID, &createdAt, &expiresAt, &closeAt, &closedAt, &reason, &paidAt, &o.Version); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(items), &o.Items); err != nil {
+		return nil, fmt.Errorf("order %s items: %w", o.ID, err)
+	}
+	o.CouponID, o.CurrentPaymentID, o.CloseReason = couponID.String, paymentID.String, orderly.CloseReason(reason.String)
+	o.CreatedAt, o.ExpiresAt, o.CloseAt = fromMS(createdAt), fromMS(expiresAt), fromMS(closeAt)
+	o.ClosedAt, o.PaidAt = timePtr(closedAt), timePtr(paidAt)
+	return &o, nil
+}
+
+// OrderGet implements store.Tx.
+func (t *tx) OrderGet(ctx context.Context, id string) (*orderly.Order, error) {
+	o, err := scanOrder(t.q.QueryRowContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ?`, id))
+	return o, translate(err, "order "+id)
+}
+
+// OrderGetByIdempotencyKey implements store.Tx.
+func (t *tx) OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (*orderly.Order, string, error) {
+	var id, hash string
+	err := t.q.QueryRowContext(ctx, `SELECT id, request_hash FROM orders WHERE user_id = ? AND idempotency_key = ?`,
+		userID, key).Scan(&id, &hash)
+	if err != nil {
+		return nil, "", translate(err, "order with idempotency key "+key)
+	}
+	o, err := t.OrderGet(ctx, id)
+	return o, hash, err
+}
+
+// OrdersTransition implements store.Tx.
+func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionParams) ([]string, error) {
+	if len(p.IDs) == 0 {
+		return nil, nil
+	}
+	var (
+		set   = []string{"state = ?", "version = version + 1"}
+		args  = []any{p.To}
+		where = []string{"id IN (" + placeholders(len(p.IDs)) + ")", "state = ?"}
+	)
+	if p.SetPayStatus != "" {
+		set = append(set, "pay_status = ?")
+		args = append(args, p.SetPayStatus)
+	}
+	if p.CloseReason != "" {
+		set = append(set, "close_reason = ?", "closed_at = ?")
+		args = append(args, p.CloseReason, ms(p.Now))
+	}
+	if p.SetPaidAt {
+		set = append(set, "paid_at = ?")
+		args = append(args, ms(p.Now))
+	}
+	args = append(args, anys(p.IDs)...)
+	args = append(args, p.From)
+	if len(p.PayStatusIn) > 0 {
+		where = append(where, "pay_status IN ("+placeholders(len(p.PayStatusIn))+")")
+		args = append(args, anys(p.PayStatusIn)...)
+	}
+	if p.CloseAtBy != nil {
+		where = append(where, "close_at <= ?")
+		args = append(args, ms(*p.CloseAtBy))
+	}
+	rows, err := t.q.QueryContext(ctx, "UPDATE orders SET "+strings.Join(set, ", ")+
+		" WHERE "+strings.Join(where, " AND ")+" RETURNING id", args...)
+	if err != nil {
+		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
+	}
+	changed, err := scanStrings(rows)
+	if err != nil {
+		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
+	}
+	if err := t.insertTransitions(ctx, changed, p); err != nil {
+		return nil, err
+	}
+	return changed, nil
+}
+
+// insertTransitions writes one audit row per changed order, in chunks.
+func (t *tx) insertTransitions(ctx context.Context, ids []string, p *store.OrdersTransitionParams) error {
+	const chunk = 500
+	for len(ids) > 0 {
+		n := min(chunk, len(ids))
+		args := make([]any, 0, n*8)
+		for _, id := range ids[:n] {
+			args = append(args, id, p.From, p.To, p.Event, p.Cause, p.Actor, ms(p.Now), p.TraceID)
+		}
+		_, err := t.exec(ctx, "audit rows", `INSERT INTO order_transitions
+			(order_id, from_state, to_state, event, cause, actor, at, trace_id) VALUES `+
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", "), args...)
+		if err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+func scanStrings(rows *sql.Rows) ([]string, error) {
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// OrderSetPayStatus implements store.Tx.
+func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusParams) (bool, error) {
+	set, args := "pay_status = ?, version = version + 1", []any{p.To}
+	if p.SetPaymentID != "" {
+		set += ", current_payment_id = ?"
+		args = append(args, p.SetPaymentID)
+	}
+	where := "id = ? AND state = ? AND pay_status IN (" + placeholders(len(p.From)) + ")"
+	args = append(args, p.ID, p.State)
+	args = append(args, anys(p.From)...)
+	if p.IfPaymentID != "" {
+		where += " AND current_payment_id = ?"
+		args = append(args, p.IfPaymentID)
+	}
+	n, err := t.exec(ctx, "set pay status of order "+p.ID, "UPDATE orders SET "+set+" WHERE "+where, args...)
+	return n == 1, err
+}
+
+// OrdersDue implements store.Tx. SQLite has one writer, so a plain SELECT inside the write
+// transaction is a claim; dialects with row locks add FOR UPDATE SKIP LOCKED.
+func (t *tx) OrdersDue(ctx context.Context, p *store.OrdersDueParams) ([]*store.DueOrder, error) {
+	rows, err := t.q.QueryContext(ctx, `SELECT id, flow, pay_status, current_payment_id, coupon_id, close_at
+		FROM orders WHERE state = 'pending_payment' AND wake_at <= ? ORDER BY wake_at LIMIT ?`, ms(p.Now), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("due orders: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.DueOrder
+	for rows.Next() {
+		var (
+			d                   store.DueOrder
+			paymentID, couponID sql.NullString
+			closeAt             int64
+		)
+		if err := rows.Scan(&d.ID, &d.Flow, &d.PayStatus, &paymentID, &couponID, &closeAt); err != nil {
+			return nil, fmt.Errorf("due orders: %w", err)
+		}
+		d.CurrentPaymentID, d.CouponID, d.CloseAt = paymentID.String, couponID.String, fromMS(closeAt)
+		out = append(out, &d)
+	}
+	return out, rows.Err()
+}
+
+// OrdersSetWakeAt implements store.Tx.
+func (t *tx) OrdersSetWakeAt(ctx context.Context, ids []string, wakeAt time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := t.exec(ctx, "set wake_at", `UPDATE orders SET wake_at = ? WHERE state = 'pending_payment' AND id IN (`+
+		placeholders(len(ids))+`)`, append([]any{ms(wakeAt)}, anys(ids)...)...)
+	return err
+}
+
+// OrderNextWakeAt implements store.Tx.
+func (t *tx) OrderNextWakeAt(ctx context.Context) (time.Time, bool, error) {
+	var v sql.NullInt64
+	if err := t.q.QueryRowContext(ctx, `SELECT MIN(wake_at) FROM orders WHERE state = 'pending_payment'`).Scan(&v); err != nil {
+		return time.Time{}, false, fmt.Errorf("next wake_at: %w", err)
+	}
+	if !v.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMS(v.Int64), true, nil
+}
+
+// OrdersOverdueCount implements store.Tx.
+func (t *tx) OrdersOverdueCount(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := t.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ?`,
+		ms(before)).Scan(&n)
+	return n, translate(err, "overdue orders")
+}
+
+// OrderList implements store.Tx.
+func (t *tx) OrderList(ctx context.Context, p *store.ListParams) ([]*orderly.Order, error) {
+	rows, err := t.q.QueryContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id > ? ORDER BY id LIMIT ?`,
+		p.AfterID, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list orders: %w", err)
+	}
+	defer rows.Close()
+	var out []*orderly.Order
+	for rows.Next() {
+		o, err := scanOrder(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list orders: %w", err)
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// TransitionList implements store.Tx.
+func (t *tx) TransitionList(ctx context.Context, orderID string) ([]*orderly.Transition, error) {
+	rows, err := t.q.QueryContext(ctx, `SELECT id, order_id, from_state, to_state, event, cause, actor, at, trace_id
+		FROM order_transitions WHERE order_id = ? ORDER BY id`, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("audit trail of %s: %w", orderID, err)
+	}
+	defer rows.Close()
+	var out []*orderly.Transition
+	for rows.Next() {
+		var (
+			tr orderly.Transition
+			at int64
+		)
+		if err := rows.Scan(&tr.ID, &tr.OrderID, &tr.From, &tr.To, &tr.Event, &tr.Cause, &tr.Actor, &at, &tr.TraceID); err != nil {
+			return nil, fmt.Errorf("audit trail of %s: %w", orderID, err)
+		}
+		tr.At = fromMS(at)
+		out = append(out, &tr)
+	}
+	return out, rows.Err()
+}

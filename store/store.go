@@ -1,0 +1,240 @@
+// Package store defines the storage seam of orderly: a Store that runs transactions and a
+// Tx with one method per query, shaped (ctx, params) → (result, error). Implementations
+// live in subpackages, one per SQL dialect family (see package sqlstore), and are checked
+// by the conformance suite in package storetest.
+//
+// Every state change is a guarded UPDATE (… WHERE state = expected); methods that perform
+// one report whether a row changed, so callers can tell a duplicate or a lost race from a
+// success. Times are UTC and stored with millisecond precision. "Now" always comes from the
+// database clock through Tx.Now (or from an injected clock in tests).
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+)
+
+// Store runs transactions against one database.
+type Store interface {
+	// InTx runs fn in a read-write transaction and commits when fn returns nil; any error or
+	// panic rolls back. Write transactions may be serialized (SQLite has one writer).
+	InTx(ctx context.Context, fn func(tx Tx) error) error
+	// Read runs fn in a read-only transaction; fn must not write. Reads may run concurrently
+	// with each other and with a write transaction.
+	Read(ctx context.Context, fn func(tx Tx) error) error
+	// Dialect names the database: "sqlite", "postgres" or "mysql".
+	Dialect() string
+	// Close closes the database handles.
+	Close() error
+}
+
+// Tx is one transaction. Methods return an *orderly.Error with code ENOTFOUND for a missing
+// row and ECONFLICT for a unique-key violation; other errors are driver errors, wrapped.
+type Tx interface {
+	// Now returns the database's clock, truncated to the millisecond (never rounded up, so a
+	// due check with it can never be early). Within one transaction it may be constant.
+	Now(ctx context.Context) (time.Time, error)
+
+	OrderInsert(ctx context.Context, params *OrderInsertParams) error
+	// OrderGet returns an order; ENOTFOUND if there is none.
+	OrderGet(ctx context.Context, id string) (*orderly.Order, error)
+	// OrderGetByIdempotencyKey returns the order a user created with key and the hash of
+	// that request; ENOTFOUND if there is none.
+	OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (*orderly.Order, string, error)
+	// OrdersTransition is the one guarded state change of orders: it moves every order in
+	// IDs that matches all guards from From to To, bumps version, writes one audit row per
+	// changed order and returns the ids that changed (the others were changed concurrently).
+	OrdersTransition(ctx context.Context, params *OrdersTransitionParams) ([]string, error)
+	// OrderSetPayStatus changes pay_status (and optionally current_payment_id) without a
+	// change of state, guarded like OrdersTransition. It reports whether the row changed.
+	OrderSetPayStatus(ctx context.Context, params *OrderSetPayStatusParams) (bool, error)
+	// OrdersDue claims up to Limit open orders whose wake_at <= Now, oldest wake_at first,
+	// locking them where the dialect can (FOR UPDATE SKIP LOCKED).
+	OrdersDue(ctx context.Context, params *OrdersDueParams) ([]*DueOrder, error)
+	// OrdersSetWakeAt moves the wake_at of open orders (used to back off payment inspection).
+	OrdersSetWakeAt(ctx context.Context, ids []string, wakeAt time.Time) error
+	// OrderNextWakeAt returns the earliest wake_at among open orders; ok=false if none.
+	OrderNextWakeAt(ctx context.Context) (wakeAt time.Time, ok bool, err error)
+	// OrdersOverdueCount counts open orders whose close_at < before.
+	OrdersOverdueCount(ctx context.Context, before time.Time) (int64, error)
+	// OrderList returns up to Limit orders with id > AfterID, by id (keyset pagination).
+	OrderList(ctx context.Context, params *ListParams) ([]*orderly.Order, error)
+	// TransitionList returns an order's audit trail, oldest first.
+	TransitionList(ctx context.Context, orderID string) ([]*orderly.Transition, error)
+
+	// StockSet sets a SKU's available units, creating the SKU with held=sold=0.
+	StockSet(ctx context.Context, sku string, available int64) (*orderly.Stock, error)
+	// StockGet returns a SKU's stock; ENOTFOUND if there is none.
+	StockGet(ctx context.Context, sku string) (*orderly.Stock, error)
+	// StockList returns every SKU's stock, by SKU.
+	StockList(ctx context.Context) ([]*orderly.Stock, error)
+	// StockReserve moves Quantity units of SKU from available to held and records a held
+	// reservation for the order; ok=false (nothing changed) when there are not enough.
+	StockReserve(ctx context.Context, params *StockReserveParams) (ok bool, err error)
+	// ReservationsRelease moves the order's held reservations to released and their units
+	// back to available; it returns the reservations it changed (none on a repeat call).
+	ReservationsRelease(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
+	// ReservationsCommit moves the order's held reservations to committed and their units
+	// from held to sold; it returns the reservations it changed.
+	ReservationsCommit(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
+	// ReservationList returns the reservations of one order ("" for all), by order and SKU.
+	ReservationList(ctx context.Context, orderID string) ([]*orderly.Reservation, error)
+
+	CouponInsert(ctx context.Context, c *orderly.Coupon) error
+	// CouponGet returns a coupon; ENOTFOUND if there is none.
+	CouponGet(ctx context.Context, id string) (*orderly.Coupon, error)
+	// CouponList returns every coupon, by id.
+	CouponList(ctx context.Context) ([]*orderly.Coupon, error)
+	// CouponFreeze freezes an available, unexpired coupon of UserID in Currency for OrderID.
+	CouponFreeze(ctx context.Context, params *CouponFreezeParams) (bool, error)
+	// CouponRelease makes a coupon frozen by orderID available again (expired if its expiry
+	// passed); it changes nothing when another order froze it.
+	CouponRelease(ctx context.Context, id, orderID string, now time.Time) (bool, error)
+	// CouponUse marks a coupon frozen by orderID used.
+	CouponUse(ctx context.Context, id, orderID string) (bool, error)
+
+	PaymentInsert(ctx context.Context, p *orderly.Payment) error
+	// PaymentGet returns a payment; ENOTFOUND if there is none.
+	PaymentGet(ctx context.Context, id string) (*orderly.Payment, error)
+	// PaymentList returns the payments of one order ("" for all), oldest first.
+	PaymentList(ctx context.Context, orderID string) ([]*orderly.Payment, error)
+	// PaymentSetState is the guarded state change of a payment.
+	PaymentSetState(ctx context.Context, params *PaymentSetStateParams) (bool, error)
+
+	// OutboxInsert writes messages in the caller's transaction (the transactional outbox).
+	OutboxInsert(ctx context.Context, msgs []*OutboxInsertParams) error
+	// OutboxClaim leases up to Limit pending messages whose next_attempt_at <= Now: it sets
+	// their next_attempt_at to LeaseUntil and increments attempts, so a crashed relay's
+	// messages become due again when the lease ends.
+	OutboxClaim(ctx context.Context, params *OutboxClaimParams) ([]*orderly.Message, error)
+	// OutboxMarkDelivered marks pending messages delivered.
+	OutboxMarkDelivered(ctx context.Context, ids []int64, now time.Time) error
+	// OutboxMarkFailed records a failed attempt: pending again at NextAttemptAt, or dead.
+	OutboxMarkFailed(ctx context.Context, params *OutboxMarkFailedParams) error
+	// OutboxList returns up to Limit messages in a state, oldest first.
+	OutboxList(ctx context.Context, state string, limit int) ([]*orderly.Message, error)
+	// OutboxCounts returns the number of messages per state.
+	OutboxCounts(ctx context.Context) (map[string]int64, error)
+	// OutboxRedrive makes a dead message pending again with attempts=0, due at now.
+	OutboxRedrive(ctx context.Context, id int64, now time.Time) (bool, error)
+	// OutboxDeleteDelivered deletes up to limit messages delivered before the given time.
+	OutboxDeleteDelivered(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+// OrderInsertParams is the input of Tx.OrderInsert.
+type OrderInsertParams struct {
+	Order          *orderly.Order
+	IdempotencyKey string // "" for none
+	RequestHash    string // hash of the request that created the order, for EIDEMPOTENCY
+}
+
+// OrdersTransitionParams is the input of Tx.OrdersTransition. Zero-valued optional guards
+// and settings are not applied.
+type OrdersTransitionParams struct {
+	IDs   []string
+	From  orderly.State
+	To    orderly.State
+	Event orderly.Event
+	// PayStatusIn, when set, is a guard: only orders whose pay_status is in the list change.
+	PayStatusIn []orderly.PayStatus
+	// CloseAtBy, when set, is a guard: only orders with close_at <= CloseAtBy change. The
+	// close path passes the database's now here, which is what makes I1 hold.
+	CloseAtBy *time.Time
+	Now       time.Time // written to the audit row, closed_at and paid_at
+	// SetPayStatus, when set, is the new pay_status.
+	SetPayStatus orderly.PayStatus
+	// CloseReason, when set, sets close_reason and closed_at = Now.
+	CloseReason orderly.CloseReason
+	// SetPaidAt sets paid_at = Now.
+	SetPaidAt bool
+	Cause     string
+	Actor     string
+	TraceID   string
+}
+
+// OrderSetPayStatusParams is the input of Tx.OrderSetPayStatus.
+type OrderSetPayStatusParams struct {
+	ID          string
+	State       orderly.State       // guard: the order's state
+	From        []orderly.PayStatus // guard: the order's pay_status is one of these
+	To          orderly.PayStatus
+	IfPaymentID string // guard, when set: current_payment_id = IfPaymentID
+	// SetPaymentID, when set, becomes current_payment_id.
+	SetPaymentID string
+}
+
+// OrdersDueParams is the input of Tx.OrdersDue.
+type OrdersDueParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// DueOrder is an open order whose wake_at passed.
+type DueOrder struct {
+	ID               string
+	Flow             string
+	PayStatus        orderly.PayStatus
+	CurrentPaymentID string
+	CouponID         string
+	CloseAt          time.Time
+}
+
+// ListParams is a keyset page request.
+type ListParams struct {
+	AfterID string
+	Limit   int
+}
+
+// StockReserveParams is the input of Tx.StockReserve.
+type StockReserveParams struct {
+	OrderID  string
+	SKU      string
+	Quantity int64
+	Now      time.Time
+}
+
+// CouponFreezeParams is the input of Tx.CouponFreeze.
+type CouponFreezeParams struct {
+	ID       string
+	UserID   string
+	OrderID  string
+	Currency string
+	Now      time.Time // the coupon must not be expired at Now
+}
+
+// PaymentSetStateParams is the input of Tx.PaymentSetState; optional fields left zero are
+// not written.
+type PaymentSetStateParams struct {
+	ID           string
+	From         []orderly.PaymentState // guard
+	To           orderly.PaymentState
+	ChannelTxnID string
+	FailReason   string
+	SucceededAt  *time.Time
+	RefundedAt   *time.Time
+}
+
+// OutboxInsertParams is one message to write.
+type OutboxInsertParams struct {
+	Topic   string
+	Key     string
+	Payload []byte // JSON
+	Now     time.Time
+}
+
+// OutboxClaimParams is the input of Tx.OutboxClaim.
+type OutboxClaimParams struct {
+	Now        time.Time
+	LeaseUntil time.Time
+	Limit      int
+}
+
+// OutboxMarkFailedParams is the input of Tx.OutboxMarkFailed.
+type OutboxMarkFailedParams struct {
+	ID            int64
+	LastError     string
+	Dead          bool
+	NextAttemptAt time.Time // when not Dead
+}
