@@ -1,0 +1,76 @@
+package payment
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+)
+
+// SignatureHeader is the HTTP header that carries a callback's signature.
+const SignatureHeader = "Orderly-Signature"
+
+// DefaultSignatureTolerance is how far a signature's timestamp may be from now, either way
+// (DESIGN.md §5): 5 minutes.
+const DefaultSignatureTolerance = 5 * time.Minute
+
+// Sign returns the Orderly-Signature header value for body signed at t:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<unix seconds>." + body)>".
+func Sign(secret []byte, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+}
+
+func mac(secret []byte, ts string, body []byte) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(ts))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// Verify checks an Orderly-Signature header value against body: the timestamp must be
+// within tolerance of now (either way) and one v1 signature must match, compared in constant
+// time. Several v1 entries are allowed (secret rotation). It returns an *orderly.Error with
+// code EUNAUTHORIZED saying what is wrong, or nil.
+func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	if header == "" {
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "missing %s header", SignatureHeader)
+	}
+	var (
+		ts   string
+		sigs [][]byte
+	)
+	for _, part := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			if b, err := hex.DecodeString(v); err == nil {
+				sigs = append(sigs, b)
+			}
+		}
+	}
+	secs, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s has no valid timestamp", SignatureHeader)
+	}
+	if d := now.Sub(time.Unix(secs, 0)); d > tolerance || d < -tolerance {
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s timestamp is outside the %s tolerance", SignatureHeader, tolerance)
+	}
+	want := mac(secret, ts, body)
+	for _, s := range sigs {
+		if hmac.Equal(s, want) {
+			return nil
+		}
+	}
+	return orderly.Errorf(orderly.EUNAUTHORIZED, "%s does not match the body", SignatureHeader)
+}
