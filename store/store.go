@@ -33,6 +33,10 @@ type Store interface {
 // Tx is one transaction. Methods return an *orderly.Error with code ENOTFOUND for a missing
 // row and ECONFLICT for a unique-key violation; other errors are driver errors, wrapped.
 type Tx interface {
+	// Savepoint runs fn inside a savepoint of this transaction: when fn returns an error,
+	// only fn's changes are rolled back and the error is returned; the transaction goes on.
+	Savepoint(ctx context.Context, fn func() error) error
+
 	// Now returns the database's clock, truncated to the millisecond (never rounded up, so a
 	// due check with it can never be early). Within one transaction it may be constant.
 	Now(ctx context.Context) (time.Time, error)

@@ -39,6 +39,26 @@ func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	return fromMS(v), nil
 }
 
+// Savepoint implements store.Tx.
+func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
+	if _, err := t.q.ExecContext(ctx, "SAVEPOINT sp"); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	if ferr := fn(); ferr != nil {
+		if _, err := t.q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT sp"); err != nil {
+			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: %w", err))
+		}
+		if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT sp"); err != nil {
+			return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
+		}
+		return ferr
+	}
+	if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT sp"); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
+}
+
 // ms converts a time to unix milliseconds, the stored form.
 func ms(t time.Time) int64 { return t.UnixMilli() }
 

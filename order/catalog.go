@@ -1,0 +1,77 @@
+package order
+
+import (
+	"context"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// SetStock implements orderly.CatalogService.
+func (s *Service) SetStock(ctx context.Context, sku string, available int64) (st *orderly.Stock, err error) {
+	if sku == "" || len(sku) > MaxIDLength {
+		return nil, orderly.Errorf(orderly.EINVALID, "sku must be 1–%d characters", MaxIDLength)
+	} else if available < 0 {
+		return nil, orderly.Errorf(orderly.EINVALID, "available must not be negative")
+	}
+	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		st, err = tx.StockSet(ctx, sku, available)
+		return err
+	})
+	return st, err
+}
+
+// Stock implements orderly.CatalogService.
+func (s *Service) Stock(ctx context.Context, sku string) (st *orderly.Stock, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		st, err = tx.StockGet(ctx, sku)
+		return err
+	})
+	return st, err
+}
+
+// CreateCoupon implements orderly.CatalogService.
+func (s *Service) CreateCoupon(ctx context.Context, p *orderly.CreateCouponParams) (*orderly.Coupon, error) {
+	switch {
+	case p.UserID == "" || len(p.UserID) > MaxIDLength:
+		return nil, orderly.Errorf(orderly.EINVALID, "user_id must be 1–%d characters", MaxIDLength)
+	case p.AmountOff <= 0:
+		return nil, orderly.Errorf(orderly.EINVALID, "amount_off must be positive (minor units)")
+	case !currencyRE.MatchString(p.Currency):
+		return nil, orderly.Errorf(orderly.EINVALID, "currency must be an ISO 4217 code such as USD")
+	}
+	id, err := NewID()
+	if err != nil {
+		return nil, err
+	}
+	c := &orderly.Coupon{ID: id, UserID: p.UserID, AmountOff: p.AmountOff, Currency: p.Currency, State: orderly.CouponAvailable}
+	if p.ExpiresAt != nil {
+		t := p.ExpiresAt.UTC().Truncate(time.Millisecond)
+		c.ExpiresAt = &t
+	}
+	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		if c.ExpiresAt != nil && !c.ExpiresAt.After(now) {
+			return orderly.Errorf(orderly.EINVALID, "expires_at must be in the future")
+		}
+		c.CreatedAt = now
+		return tx.CouponInsert(ctx, c)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Coupon implements orderly.CatalogService.
+func (s *Service) Coupon(ctx context.Context, id string) (c *orderly.Coupon, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		c, err = tx.CouponGet(ctx, id)
+		return err
+	})
+	return c, err
+}

@@ -1,0 +1,380 @@
+// Package order creates orders, moves them through their flow and releases what a closed
+// order held. It implements orderly.OrderService and orderly.CatalogService on a store.Store.
+package order
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// Limits on order input. They bound the work and the size of one order.
+const (
+	MaxItems              = 100
+	MaxQuantity           = 1_000_000
+	MaxIDLength           = 128
+	MaxPaymentTimeout     = 7 * 24 * time.Hour
+	DefaultPaymentTimeout = 30 * time.Minute
+)
+
+var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+
+// Config configures a Service. Zero values mean the documented defaults.
+type Config struct {
+	Store store.Store
+	Flows orderly.Flows // nil → orderly.DefaultFlows()
+	// DefaultPaymentTimeout is the buyer's time to pay when an order names none; 30 min.
+	DefaultPaymentTimeout time.Duration
+	// GracePeriod is added to the payment deadline to get close_at, for callbacks in
+	// flight; 0 by default.
+	GracePeriod time.Duration
+	// ArmTimer, when set, is called after an order commits with its close_at, so the
+	// precise timer can re-arm for an earlier deadline.
+	ArmTimer func(closeAt time.Time)
+	// WakeRelay, when set, is called after a commit that wrote outbox messages.
+	WakeRelay func()
+	Logger    *slog.Logger
+}
+
+// Service implements orderly.OrderService and orderly.CatalogService.
+type Service struct {
+	cfg Config
+}
+
+var (
+	_ orderly.OrderService   = (*Service)(nil)
+	_ orderly.CatalogService = (*Service)(nil)
+)
+
+// NewService returns a Service; it returns an error when cfg has no Store or a negative duration.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("order: Config.Store is required")
+	}
+	if cfg.DefaultPaymentTimeout < 0 || cfg.GracePeriod < 0 {
+		return nil, errors.New("order: durations must not be negative")
+	}
+	if cfg.Flows == nil {
+		cfg.Flows = orderly.DefaultFlows()
+	}
+	cfg.DefaultPaymentTimeout = cmp.Or(cfg.DefaultPaymentTimeout, DefaultPaymentTimeout)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.ArmTimer == nil {
+		cfg.ArmTimer = func(time.Time) {}
+	}
+	if cfg.WakeRelay == nil {
+		cfg.WakeRelay = func() {}
+	}
+	return &Service{cfg: cfg}, nil
+}
+
+// NewID returns a new time-ordered unique id (UUIDv7).
+func NewID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new id: %w", err)
+	}
+	return id.String(), nil
+}
+
+// validate checks p and returns the items' total in minor units. Errors: EINVALID.
+func validate(p *orderly.CreateOrderParams) (int64, error) {
+	switch {
+	case p.UserID == "" || len(p.UserID) > MaxIDLength:
+		return 0, orderly.Errorf(orderly.EINVALID, "user_id must be 1–%d characters", MaxIDLength)
+	case !currencyRE.MatchString(p.Currency):
+		return 0, orderly.Errorf(orderly.EINVALID, "currency must be an ISO 4217 code such as USD")
+	case len(p.Items) == 0 || len(p.Items) > MaxItems:
+		return 0, orderly.Errorf(orderly.EINVALID, "items must hold 1–%d lines", MaxItems)
+	case p.PaymentTimeoutSeconds < 0 || p.PaymentTimeoutSeconds > int64(MaxPaymentTimeout/time.Second):
+		return 0, orderly.Errorf(orderly.EINVALID, "payment_timeout_seconds must be 0 (default) to %d", int64(MaxPaymentTimeout/time.Second))
+	case len(p.CouponID) > MaxIDLength:
+		return 0, orderly.Errorf(orderly.EINVALID, "coupon_id is longer than %d characters", MaxIDLength)
+	}
+	var total int64
+	seen := make(map[string]bool, len(p.Items))
+	for i, it := range p.Items {
+		switch {
+		case it.SKU == "" || len(it.SKU) > MaxIDLength:
+			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].sku must be 1–%d characters", i, MaxIDLength)
+		case seen[it.SKU]:
+			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].sku %q appears twice; merge the lines", i, it.SKU)
+		case it.Quantity <= 0 || it.Quantity > MaxQuantity:
+			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].quantity must be 1–%d", i, MaxQuantity)
+		case it.UnitPrice < 0:
+			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].unit_price must not be negative", i)
+		case it.UnitPrice > 0 && it.Quantity > (math.MaxInt64-total)/it.UnitPrice:
+			return 0, orderly.Errorf(orderly.EINVALID, "items total overflows int64 minor units")
+		}
+		seen[it.SKU] = true
+		total += it.Quantity * it.UnitPrice
+	}
+	return total, nil
+}
+
+// requestHash fingerprints the parts of a create request that define the order.
+func requestHash(p *orderly.CreateOrderParams) string {
+	b, _ := json.Marshal(p) // json tags exclude the idempotency key, actor and trace id
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// CreateOrder implements orderly.OrderService.
+func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams) (*orderly.Order, bool, error) {
+	total, err := validate(p)
+	if err != nil {
+		return nil, false, err
+	}
+	flow, err := s.cfg.Flows.Get(cmp.Or(p.Flow, orderly.FlowStandard))
+	if err != nil {
+		return nil, false, err
+	}
+	if len(p.IdempotencyKey) > 255 {
+		return nil, false, orderly.Errorf(orderly.EINVALID, "Idempotency-Key is longer than 255 characters")
+	}
+	id, err := NewID()
+	if err != nil {
+		return nil, false, err
+	}
+	hash := requestHash(p)
+	timeout := s.cfg.DefaultPaymentTimeout
+	if p.PaymentTimeoutSeconds > 0 {
+		timeout = time.Duration(p.PaymentTimeoutSeconds) * time.Second
+	}
+
+	var (
+		o       *orderly.Order
+		created bool
+	)
+	// Two attempts: a concurrent create with the same idempotency key can win the unique
+	// index between our lookup and our insert; the second attempt then finds its order.
+	for attempt := 0; attempt < 2; attempt++ {
+		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			if p.IdempotencyKey != "" {
+				prev, prevHash, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
+				if err == nil {
+					if prevHash != hash {
+						return orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey)
+					}
+					o, created = prev, false
+					return nil
+				} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+					return err
+				}
+			}
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			amount := total
+			if p.CouponID != "" {
+				c, err := tx.CouponGet(ctx, p.CouponID)
+				if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+					return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s does not exist", p.CouponID)
+				} else if err != nil {
+					return err
+				}
+				if c.AmountOff >= total {
+					return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s takes %d off an order of %d; it must be less than the total", c.ID, c.AmountOff, total)
+				}
+				amount -= c.AmountOff
+			}
+			expiresAt := now.Add(timeout)
+			o = &orderly.Order{
+				ID: id, UserID: p.UserID, Flow: flow.Name, State: flow.Initial, PayStatus: orderly.PayUnpaid,
+				Items: p.Items, Amount: amount, Currency: p.Currency, CouponID: p.CouponID,
+				CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
+			}
+			if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash}); err != nil {
+				return err
+			}
+			for _, it := range p.Items {
+				ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: id, SKU: it.SKU, Quantity: it.Quantity, Now: now})
+				if err != nil {
+					return err
+				} else if !ok {
+					return orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", it.SKU, it.Quantity)
+				}
+			}
+			if p.CouponID != "" {
+				ok, err := tx.CouponFreeze(ctx, &store.CouponFreezeParams{ID: p.CouponID, UserID: p.UserID, OrderID: id, Currency: p.Currency, Now: now})
+				if err != nil {
+					return err
+				} else if !ok {
+					return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s is not available to user %s in %s (used, frozen, expired or someone else's)", p.CouponID, p.UserID, p.Currency)
+				}
+			}
+			created = true
+			return nil
+		})
+		if !(p.IdempotencyKey != "" && orderly.ErrorCode(err) == orderly.ECONFLICT) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if created {
+		s.cfg.ArmTimer(o.CloseAt)
+	}
+	return o, created, nil
+}
+
+// Order implements orderly.OrderService.
+func (s *Service) Order(ctx context.Context, id string) (o *orderly.Order, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		o, err = tx.OrderGet(ctx, id)
+		return err
+	})
+	return o, err
+}
+
+// OrderHistory implements orderly.OrderService.
+func (s *Service) OrderHistory(ctx context.Context, id string) (trail []*orderly.Transition, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		if _, err := tx.OrderGet(ctx, id); err != nil {
+			return err
+		}
+		trail, err = tx.TransitionList(ctx, id)
+		return err
+	})
+	return trail, err
+}
+
+// CancelOrder implements orderly.OrderService. The buyer may cancel while a payment attempt
+// is in flight; a success that arrives afterwards is refunded (I2).
+func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*orderly.Order, error) {
+	var o *orderly.Order
+	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		cur, err := tx.OrderGet(ctx, id)
+		if err != nil {
+			return err
+		}
+		flow, err := s.cfg.Flows.Get(cur.Flow)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		changed, err := Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+			IDs: []string{id}, From: cur.State, Event: orderly.EventCancel,
+			PayStatusIn: []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
+			Now:         now, CloseReason: orderly.CloseReasonBuyerCancelled,
+			Cause: string(orderly.CloseReasonBuyerCancelled), Actor: cmp.Or(actor, "buyer"), TraceID: traceID,
+		})
+		if err != nil {
+			return err
+		} else if len(changed) == 0 {
+			return orderly.Errorf(orderly.EILLEGAL, "order %s is %s (pay status %s) and cannot be cancelled", id, cur.State, cur.PayStatus)
+		}
+		msgs, err := CloseMessages([]Closed{{ID: id, CouponID: cur.CouponID}}, orderly.CloseReasonBuyerCancelled, now)
+		if err != nil {
+			return err
+		}
+		if err := tx.OutboxInsert(ctx, msgs); err != nil {
+			return err
+		}
+		o, err = tx.OrderGet(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.WakeRelay()
+	return o, nil
+}
+
+// ApplyEvent implements orderly.OrderService. Only merchant events are accepted: ship,
+// complete and refund. A refund moves the order to refunding and asks the gateway, through
+// the outbox, to refund the order's captured payment; the order becomes refunded when the
+// gateway confirms.
+func (s *Service) ApplyEvent(ctx context.Context, id string, event orderly.Event, actor, traceID string) (*orderly.Order, error) {
+	switch event {
+	case orderly.EventShip, orderly.EventComplete, orderly.EventRefund:
+	default:
+		return nil, orderly.Errorf(orderly.EINVALID, "event must be ship, complete or refund")
+	}
+	var o *orderly.Order
+	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		cur, err := tx.OrderGet(ctx, id)
+		if err != nil {
+			return err
+		}
+		flow, err := s.cfg.Flows.Get(cur.Flow)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		changed, err := Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+			IDs: []string{id}, From: cur.State, Event: event, Now: now,
+			Cause: string(event), Actor: cmp.Or(actor, "merchant"), TraceID: traceID,
+		})
+		if err != nil {
+			return err
+		} else if len(changed) == 0 {
+			return orderly.Errorf(orderly.ECONFLICT, "order %s changed concurrently; retry", id)
+		}
+		if event == orderly.EventRefund {
+			if err := requestRefund(ctx, tx, cur, now); err != nil {
+				return err
+			}
+		}
+		o, err = tx.OrderGet(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if event == orderly.EventRefund {
+		s.cfg.WakeRelay()
+	}
+	return o, nil
+}
+
+// requestRefund moves the order's succeeded payment to refund_pending and writes the
+// payment.refund message.
+func requestRefund(ctx context.Context, tx store.Tx, o *orderly.Order, now time.Time) error {
+	payments, err := tx.PaymentList(ctx, o.ID)
+	if err != nil {
+		return err
+	}
+	for _, p := range payments {
+		if p.State != orderly.PaymentSucceeded {
+			continue
+		}
+		ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
+			ID: p.ID, From: []orderly.PaymentState{orderly.PaymentSucceeded}, To: orderly.PaymentRefundPending,
+		})
+		if err != nil {
+			return err
+		} else if !ok {
+			return orderly.Errorf(orderly.ECONFLICT, "payment %s changed concurrently; retry", p.ID)
+		}
+		m, err := outbox.NewMessage(orderly.TopicPaymentRefund, p.ID,
+			orderly.PaymentRef{PaymentID: p.ID, OrderID: o.ID, Amount: p.Amount}, now)
+		if err != nil {
+			return err
+		}
+		return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m})
+	}
+	return fmt.Errorf("refund order %s: no succeeded payment", o.ID)
+}

@@ -1,0 +1,311 @@
+// Package outbox is the relay of the transactional outbox (local message table): messages
+// written in the same transaction as a state change are claimed in batches, delivered to
+// the handler of their topic, retried with capped exponential backoff and jitter, and moved
+// to dead with their last error after MaxAttempts, where an admin can re-drive them (I7).
+// A failing message never blocks the others: each message's local effects run in their own
+// savepoint of the batch transaction.
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
+)
+
+// Config configures a Relay. Zero values mean the documented defaults.
+type Config struct {
+	Store store.Store
+	// Handlers maps topics to their handler.
+	Handlers map[string]Handler
+	// Default handles topics without a handler (events for other services); when nil, such
+	// messages fail and end dead, visible to an admin.
+	Default *Handler
+	// BatchSize is the number of messages claimed per transaction; 200.
+	BatchSize int
+	// PollInterval is how often the relay looks for due messages when nobody woke it; 250 ms.
+	PollInterval time.Duration
+	// MaxAttempts is the number of attempts before a message is dead; 10.
+	MaxAttempts int64
+	// MinBackoff and MaxBackoff bound the delay before a retry, which doubles per attempt
+	// with ±50 % jitter; 1 s and 5 min.
+	MinBackoff, MaxBackoff time.Duration
+	// Lease is how long a claimed message is hidden from other relays; a crashed relay's
+	// messages are retried after it. 30 s.
+	Lease time.Duration
+	// CallTimeout bounds one Handler.Call; 10 s.
+	CallTimeout time.Duration
+	// Retention is how long delivered messages are kept; 7 days. RetentionInterval is how
+	// often they are deleted; 1 min.
+	Retention, RetentionInterval time.Duration
+	Logger                       *slog.Logger
+	Metrics                      *telemetry.Metrics
+}
+
+// Relay delivers outbox messages. Start it once; Stop is idempotent.
+type Relay struct {
+	cfg    Config
+	wake   chan struct{}
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewRelay returns a relay; it returns an error when cfg has no Store or a negative value.
+func NewRelay(cfg Config) (*Relay, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("outbox: Config.Store is required")
+	}
+	if cfg.BatchSize < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 ||
+		cfg.Lease < 0 || cfg.CallTimeout < 0 || cfg.Retention < 0 || cfg.RetentionInterval < 0 {
+		return nil, errors.New("outbox: Config values must not be negative")
+	}
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 200)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 250*time.Millisecond)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, time.Second)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 5*time.Minute)
+	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
+	cfg.Retention = cmp.Or(cfg.Retention, 7*24*time.Hour)
+	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, time.Minute)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		return nil, errors.New("outbox: MaxBackoff is below MinBackoff")
+	}
+	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+}
+
+// Notify wakes the relay after a commit that wrote messages. It never blocks.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the relay in the background until ctx ends or Stop is called. It returns an
+// error when the relay is already running.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		return errors.New("outbox: relay already started")
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go r.run(ctx)
+	return nil
+}
+
+// Stop stops the relay and waits for the batch in progress to finish. Safe to call twice.
+func (r *Relay) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (r *Relay) run(ctx context.Context) {
+	defer close(r.done)
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	lastRetention := time.Now()
+	for {
+		if _, err := r.Drain(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("outbox relay pass failed", "error", err)
+		}
+		if time.Since(lastRetention) >= r.cfg.RetentionInterval {
+			lastRetention = time.Now()
+			if n, err := r.DeleteDelivered(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Error("outbox retention failed", "error", err)
+			} else if n > 0 {
+				r.cfg.Logger.Debug("outbox retention", "deleted", n)
+			}
+		}
+		poll.Reset(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// Drain delivers batches until one comes back short and returns the number of messages
+// handled (delivered, retried or dead).
+func (r *Relay) Drain(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := r.RunOnce(ctx)
+		total += n
+		if err != nil || n < r.cfg.BatchSize {
+			return total, err
+		}
+	}
+}
+
+// outcome is what happened to one message in a batch.
+type outcome struct {
+	msg *orderly.Message
+	err error
+}
+
+// RunOnce claims one batch of due messages and delivers it: Call outside any transaction,
+// then, in one transaction, each message's Apply in its own savepoint, then delivered or
+// failed marks. It returns the number of messages claimed.
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	var msgs []*orderly.Message
+	err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		msgs, err = tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(r.cfg.Lease), Limit: r.cfg.BatchSize})
+		return err
+	})
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+
+	results := make([]outcome, len(msgs))
+	for i, m := range msgs {
+		results[i].msg = m
+		h, ok := r.handler(m.Topic)
+		if !ok {
+			results[i].err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
+		} else if h.Call != nil {
+			results[i].err = r.call(ctx, h, m)
+		}
+	}
+
+	err = r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		var delivered []int64
+		for i := range results {
+			res := &results[i]
+			if res.err == nil {
+				if h, _ := r.handler(res.msg.Topic); h.Apply != nil {
+					res.err = tx.Savepoint(ctx, func() error { return h.Apply(ctx, tx, res.msg) })
+				}
+			}
+			if res.err == nil {
+				delivered = append(delivered, res.msg.ID)
+				continue
+			}
+			dead := IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts
+			if err := tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{
+				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: dead,
+				NextAttemptAt: now.Add(r.backoff(res.msg.Attempts)),
+			}); err != nil {
+				return err
+			}
+		}
+		return tx.OutboxMarkDelivered(ctx, delivered, now)
+	})
+	if err != nil {
+		return len(msgs), fmt.Errorf("outbox batch of %d: %w", len(msgs), err)
+	}
+	for _, res := range results {
+		switch {
+		case res.err == nil:
+			r.cfg.Metrics.OutboxDelivered.WithLabelValues(res.msg.Topic).Inc()
+		case IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts:
+			r.cfg.Metrics.OutboxDead.WithLabelValues(res.msg.Topic).Inc()
+			r.cfg.Logger.Error("outbox message dead", "message_id", res.msg.ID, "topic", res.msg.Topic,
+				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
+		default:
+			r.cfg.Metrics.OutboxRetried.WithLabelValues(res.msg.Topic).Inc()
+			r.cfg.Logger.Warn("outbox delivery failed; will retry", "message_id", res.msg.ID, "topic", res.msg.Topic,
+				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
+		}
+	}
+	return len(msgs), nil
+}
+
+func (r *Relay) handler(topic string) (Handler, bool) {
+	if h, ok := r.cfg.Handlers[topic]; ok {
+		return h, true
+	}
+	if r.cfg.Default != nil {
+		return *r.cfg.Default, true
+	}
+	return Handler{}, false
+}
+
+// call runs h.Call with the call timeout, turning a panic into an error so that one bad
+// message cannot stop the relay.
+func (r *Relay) call(ctx context.Context, h Handler, m *orderly.Message) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return h.Call(ctx, m)
+}
+
+// backoff returns the delay before the retry that follows attempt number attempts (1-based):
+// MinBackoff doubled per attempt, capped at MaxBackoff, with ±50 % jitter.
+func (r *Relay) backoff(attempts int64) time.Duration {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     r.cfg.MinBackoff,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         r.cfg.MaxBackoff,
+	}
+	b.Reset()
+	d := b.NextBackOff()
+	for i := int64(1); i < attempts && i < 64; i++ {
+		d = b.NextBackOff()
+	}
+	return d
+}
+
+// DeleteDelivered deletes delivered messages older than the retention, in batches, and
+// returns how many it deleted.
+func (r *Relay) DeleteDelivered(ctx context.Context) (int64, error) {
+	const batch = 1000
+	var total int64
+	for {
+		var n int64
+		err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			n, err = tx.OutboxDeleteDelivered(ctx, now.Add(-r.cfg.Retention), batch)
+			return err
+		})
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,90 @@
+// Package telemetry holds orderly's Prometheus metrics. Every component takes a *Metrics;
+// a nil one is replaced by a private, unexported set, so tests need not build one.
+package telemetry
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the engine's Prometheus collectors, registered on Registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// OrdersCreated counts created orders.
+	OrdersCreated prometheus.Counter
+	// OrdersClosed counts orders closed, by reason and by trigger (timer, sweep, deep_check,
+	// inspection, buyer).
+	OrdersClosed *prometheus.CounterVec
+	// CloseLateness observes closed_at − close_at of orders closed for payment timeout, in
+	// seconds (the lateness of I5).
+	CloseLateness prometheus.Histogram
+	// OverdueOrders counts orders the deep check found overdue by more than its tolerance:
+	// each one means the timer and the sweep both missed it.
+	OverdueOrders prometheus.Counter
+	// CloserPasses counts claim-and-close passes by trigger.
+	CloserPasses *prometheus.CounterVec
+	// PaymentInspections counts inspections of in-flight payments by outcome.
+	PaymentInspections *prometheus.CounterVec
+	// Callbacks counts payment callbacks by status and result (applied, duplicate, refund).
+	Callbacks *prometheus.CounterVec
+	// OutboxDelivered, OutboxRetried and OutboxDead count relay outcomes by topic.
+	OutboxDelivered *prometheus.CounterVec
+	OutboxRetried   *prometheus.CounterVec
+	OutboxDead      *prometheus.CounterVec
+}
+
+// NewMetrics returns a fresh set of collectors on a new registry that also holds the Go
+// runtime and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		OrdersCreated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderly_orders_created_total", Help: "Orders created.",
+		}),
+		OrdersClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_orders_closed_total", Help: "Orders closed, by close reason and trigger.",
+		}, []string{"reason", "trigger"}),
+		CloseLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orderly_close_lateness_seconds",
+			Help:    "closed_at - close_at of orders closed for payment timeout.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 15, 30, 60, 300},
+		}),
+		OverdueOrders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderly_overdue_orders_total", Help: "Open orders the deep check found overdue beyond its tolerance.",
+		}),
+		CloserPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_closer_passes_total", Help: "Claim-and-close passes, by trigger.",
+		}, []string{"trigger"}),
+		PaymentInspections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_payment_inspections_total", Help: "Inspections of in-flight payments at close time, by outcome.",
+		}, []string{"outcome"}),
+		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_payment_callbacks_total", Help: "Payment callbacks handled, by status and result.",
+		}, []string{"status", "result"}),
+		OutboxDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_outbox_delivered_total", Help: "Outbox messages delivered, by topic.",
+		}, []string{"topic"}),
+		OutboxRetried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_outbox_retried_total", Help: "Failed outbox delivery attempts scheduled for retry, by topic.",
+		}, []string{"topic"}),
+		OutboxDead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_outbox_dead_total", Help: "Outbox messages moved to dead, by topic.",
+		}, []string{"topic"}),
+	}
+	m.Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.OverdueOrders, m.CloserPasses,
+		m.PaymentInspections, m.Callbacks, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+	)
+	return m
+}
+
+// OrDefault returns m, or a fresh set when m is nil.
+func OrDefault(m *Metrics) *Metrics {
+	if m == nil {
+		return NewMetrics()
+	}
+	return m
+}
