@@ -1,0 +1,121 @@
+package payment
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// InspectPayment is active payment inspection (DESIGN.md §4 step 4), called by the close
+// path for an order that is due while its attempt paymentID is in flight. It asks the
+// gateway and settles the attempt:
+//   - captured → the payment is applied (the order becomes paid): GatewaySucceeded;
+//   - failed, or still pending and cancelled at the gateway → the attempt is marked failed
+//     and the order's pay_status failed, so the order may close: GatewayFailed;
+//   - the gateway cannot tell, or errs → nothing changes: GatewayUnknown (with the error).
+func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error) {
+	p, err := s.Payment(ctx, paymentID)
+	if err != nil {
+		return orderly.GatewayUnknown, err
+	} else if p.OrderID != orderID {
+		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: it belongs to order %s, not %s", paymentID, p.OrderID, orderID)
+	}
+	switch p.State {
+	case orderly.PaymentInitiated:
+	case orderly.PaymentFailed:
+		return orderly.GatewayFailed, nil
+	default:
+		return orderly.GatewaySucceeded, nil
+	}
+	gp, err := s.cfg.Gateway.Query(ctx, paymentID)
+	if err != nil {
+		s.cfg.Metrics.PaymentInspections.WithLabelValues("error").Inc()
+		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: query: %w", paymentID, err)
+	}
+	if gp.Status == orderly.GatewayPending {
+		if gp, err = s.cfg.Gateway.Cancel(ctx, paymentID); err != nil {
+			s.cfg.Metrics.PaymentInspections.WithLabelValues("error").Inc()
+			return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: cancel: %w", paymentID, err)
+		}
+	}
+	s.cfg.Metrics.PaymentInspections.WithLabelValues(string(gp.Status)).Inc()
+	switch gp.Status {
+	case orderly.GatewaySucceeded:
+		var res *orderly.CallbackResult
+		err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			res, err = s.applySuccess(ctx, tx, p, gp.ChannelTxnID, "inspection")
+			return err
+		})
+		if err != nil {
+			return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: apply success: %w", paymentID, err)
+		}
+		if res.Applied {
+			s.cfg.WakeRelay()
+		}
+		return orderly.GatewaySucceeded, nil
+	case orderly.GatewayFailed:
+		if _, err := s.fail(ctx, p, "cancelled at close"); err != nil {
+			return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: mark failed: %w", paymentID, err)
+		}
+		return orderly.GatewayFailed, nil
+	}
+	return orderly.GatewayUnknown, nil
+}
+
+// RefundHandler returns the outbox handler of payment.refund: Call asks the gateway to
+// refund (idempotent per payment id), Apply marks the payment refunded (guarded
+// refund_pending → refunded), completes a merchant refund of the order when it is
+// refunding, and writes the payment.refunded event.
+func (s *Service) RefundHandler() outbox.Handler {
+	return outbox.Handler{
+		Call: func(ctx context.Context, m *orderly.Message) error {
+			var ref orderly.PaymentRef
+			if err := outbox.Decode(m, &ref); err != nil {
+				return err
+			}
+			return s.cfg.Gateway.Refund(ctx, ref.PaymentID, ref.Amount)
+		},
+		Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
+			var ref orderly.PaymentRef
+			if err := outbox.Decode(m, &ref); err != nil {
+				return err
+			}
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
+				ID: ref.PaymentID, From: []orderly.PaymentState{orderly.PaymentRefundPending},
+				To: orderly.PaymentRefunded, RefundedAt: &now,
+			})
+			if err != nil || !ok {
+				return err
+			}
+			o, err := tx.OrderGet(ctx, ref.OrderID)
+			if err != nil {
+				return err
+			}
+			if o.State == orderly.StateRefunding {
+				flow, err := s.cfg.Flows.Get(o.Flow)
+				if err != nil {
+					return err
+				}
+				if _, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+					IDs: []string{o.ID}, From: orderly.StateRefunding, Event: orderly.EventRefundComplete,
+					SetPayStatus: orderly.PayRefunded, Now: now, Cause: "payment " + ref.PaymentID, Actor: "gateway",
+				}); err != nil {
+					return err
+				}
+			}
+			ev, err := outbox.NewMessage(orderly.TopicPaymentRefunded, ref.PaymentID, ref, now)
+			if err != nil {
+				return err
+			}
+			return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
+		},
+	}
+}

@@ -1,0 +1,279 @@
+// Package timeout closes orders whose payment deadline passed, with double insurance
+// (DESIGN.md §4): a precise timer that sleeps until the earliest wake_at among open
+// orders, an independent periodic sweep, and a deep check that counts and closes orders
+// the other two missed. All three run the same claim-and-close operation, whose guarded
+// update evaluates "due" with the database clock, so no trigger can close early (I1).
+package timeout
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
+)
+
+// Triggers of a claim-and-close pass, used in audit rows (actor) and metrics.
+const (
+	TriggerTimer     = "timer"
+	TriggerSweep     = "sweep"
+	TriggerDeepCheck = "deep_check"
+)
+
+// Inspector settles the in-flight payment of a due order (package payment implements it):
+// GatewaySucceeded when the payment was applied, GatewayFailed when the attempt was marked
+// failed (the order may close), GatewayUnknown otherwise.
+type Inspector interface {
+	InspectPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error)
+}
+
+// Config configures a Closer. Zero values mean the documented defaults.
+type Config struct {
+	Store store.Store
+	Flows orderly.Flows // nil → orderly.DefaultFlows()
+	// Inspector settles paying orders at close time; nil means they wait for InspectionHold.
+	Inspector Inspector
+	// BatchSize is the number of orders claimed and closed per transaction; 1000.
+	BatchSize int
+	// SweepInterval is the period of the sweep; 15 s.
+	SweepInterval time.Duration
+	// DeepCheckInterval is the period of the deep check; 5 min.
+	DeepCheckInterval time.Duration
+	// DeepCheckTolerance is how overdue an open order may be before the deep check counts it
+	// as missed by the timer; 5 s.
+	DeepCheckTolerance time.Duration
+	// InspectionBackoff is how long a paying order waits between inspections; 2 s.
+	InspectionBackoff time.Duration
+	// InspectionHold is how long after close_at a paying order whose payment stays unknown is
+	// kept open; after it the order closes and a later success is refunded. 1 min.
+	InspectionHold time.Duration
+	// InspectionTimeout bounds one inspection; 5 s.
+	InspectionTimeout time.Duration
+	// PassTimeout bounds one claim-and-close pass; 30 s.
+	PassTimeout time.Duration
+	// WakeRelay, when set, is called after a pass that wrote outbox messages.
+	WakeRelay func()
+	Logger    *slog.Logger
+	Metrics   *telemetry.Metrics
+}
+
+// Closer runs the close path. CloseDue may be called directly (tests, tools); Start runs
+// the timer, the sweep and the deep check in the background.
+type Closer struct {
+	cfg Config
+
+	armMu sync.Mutex
+	armed time.Time // the wake_at the timer sleeps until; zero when it sleeps without one
+	arm   chan struct{}
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewCloser returns a Closer; it returns an error when cfg has no Store or a negative value.
+func NewCloser(cfg Config) (*Closer, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("timeout: Config.Store is required")
+	}
+	if cfg.BatchSize < 0 || cfg.SweepInterval < 0 || cfg.DeepCheckInterval < 0 || cfg.DeepCheckTolerance < 0 ||
+		cfg.InspectionBackoff < 0 || cfg.InspectionHold < 0 || cfg.InspectionTimeout < 0 || cfg.PassTimeout < 0 {
+		return nil, errors.New("timeout: Config values must not be negative")
+	}
+	if cfg.Flows == nil {
+		cfg.Flows = orderly.DefaultFlows()
+	}
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, 15*time.Second)
+	cfg.DeepCheckInterval = cmp.Or(cfg.DeepCheckInterval, 5*time.Minute)
+	cfg.DeepCheckTolerance = cmp.Or(cfg.DeepCheckTolerance, 5*time.Second)
+	cfg.InspectionBackoff = cmp.Or(cfg.InspectionBackoff, 2*time.Second)
+	cfg.InspectionHold = cmp.Or(cfg.InspectionHold, time.Minute)
+	cfg.InspectionTimeout = cmp.Or(cfg.InspectionTimeout, 5*time.Second)
+	cfg.PassTimeout = cmp.Or(cfg.PassTimeout, 30*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
+	if cfg.WakeRelay == nil {
+		cfg.WakeRelay = func() {}
+	}
+	return &Closer{cfg: cfg, arm: make(chan struct{}, 1)}, nil
+}
+
+// PassResult is what one claim-and-close call did.
+type PassResult struct {
+	Claimed   int // due orders claimed
+	Closed    int // orders closed for payment timeout
+	Inspected int // paying orders whose payment was inspected
+}
+
+// CloseDue claims and closes due orders in batches until a batch comes back short
+// (DESIGN.md §4), inspecting the in-flight payments of paying orders between batches.
+// trigger names the caller in audit rows and metrics.
+func (c *Closer) CloseDue(ctx context.Context, trigger string) (PassResult, error) {
+	var total PassResult
+	for {
+		res, paying, err := c.closeBatch(ctx, trigger, nil)
+		total.Claimed += res.Claimed
+		total.Closed += res.Closed
+		if err != nil {
+			return total, err
+		}
+		if len(paying) > 0 {
+			closed, err := c.inspect(ctx, trigger, paying)
+			total.Inspected += len(paying)
+			total.Closed += closed
+			if err != nil {
+				return total, err
+			}
+		}
+		if res.Claimed < c.cfg.BatchSize {
+			c.cfg.Metrics.CloserPasses.WithLabelValues(trigger).Inc()
+			return total, nil
+		}
+	}
+}
+
+// closeBatch is one transaction of the close path: claim up to BatchSize due orders (or
+// only those in only, when set), close the unpaid and failed ones with the guarded update,
+// write their outbox messages and audit rows, and push back the wake_at of paying orders
+// that need inspection, which it returns.
+func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder) (PassResult, []*store.DueOrder, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.PassTimeout)
+	defer cancel()
+	var (
+		res    PassResult
+		paying []*store.DueOrder
+		closed []*store.DueOrder
+		now    time.Time
+	)
+	err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		res, paying, closed = PassResult{}, nil, nil
+		var err error
+		if now, err = tx.Now(ctx); err != nil {
+			return err
+		}
+		due := only
+		if due == nil {
+			if due, err = tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: c.cfg.BatchSize}); err != nil {
+				return err
+			}
+		}
+		res.Claimed = len(due)
+		// Group by flow and by whether the close may take a paying order (its hold expired).
+		type group struct {
+			flow   string
+			forced bool
+		}
+		groups := map[group][]*store.DueOrder{}
+		var inspect []string
+		for _, d := range due {
+			forced := false
+			if d.PayStatus == orderly.PayPaying {
+				if now.Before(d.CloseAt.Add(c.cfg.InspectionHold)) {
+					paying = append(paying, d)
+					inspect = append(inspect, d.ID)
+					continue
+				}
+				forced = true
+			}
+			g := group{d.Flow, forced}
+			groups[g] = append(groups[g], d)
+		}
+		for g, orders := range groups {
+			flow, err := c.cfg.Flows.Get(g.flow)
+			if err != nil {
+				return err
+			}
+			payIn := []orderly.PayStatus{orderly.PayUnpaid, orderly.PayFailed}
+			cause := string(orderly.CloseReasonPaymentTimeout)
+			if g.forced {
+				payIn = append(payIn, orderly.PayPaying)
+				cause += "; payment unknown after inspection hold"
+			}
+			ids := make([]string, len(orders))
+			byID := make(map[string]*store.DueOrder, len(orders))
+			for i, d := range orders {
+				ids[i], byID[d.ID] = d.ID, d
+			}
+			changed, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+				IDs: ids, From: orderly.StatePendingPayment, Event: orderly.EventTimeout,
+				PayStatusIn: payIn, CloseAtBy: &now, Now: now, CloseReason: orderly.CloseReasonPaymentTimeout,
+				Cause: cause, Actor: trigger,
+			})
+			if err != nil {
+				return err
+			}
+			rel := make([]order.Closed, len(changed))
+			for i, id := range changed {
+				rel[i] = order.Closed{ID: id, CouponID: byID[id].CouponID}
+				closed = append(closed, byID[id])
+			}
+			msgs, err := order.CloseMessages(rel, orderly.CloseReasonPaymentTimeout, now)
+			if err != nil {
+				return err
+			}
+			if err := tx.OutboxInsert(ctx, msgs); err != nil {
+				return err
+			}
+		}
+		return tx.OrdersSetWakeAt(ctx, inspect, now.Add(c.cfg.InspectionBackoff))
+	})
+	if err != nil {
+		return res, nil, fmt.Errorf("close due orders (%s): %w", trigger, err)
+	}
+	res.Closed = len(closed)
+	if len(closed) > 0 {
+		c.cfg.WakeRelay()
+		c.cfg.Metrics.OrdersClosed.WithLabelValues(string(orderly.CloseReasonPaymentTimeout), trigger).Add(float64(len(closed)))
+		for _, d := range closed {
+			c.cfg.Metrics.CloseLateness.Observe(now.Sub(d.CloseAt).Seconds())
+		}
+	}
+	return res, paying, nil
+}
+
+// inspect settles the payments of paying orders, a few at a time, and closes the orders
+// whose attempt turned out failed. It returns how many it closed.
+func (c *Closer) inspect(ctx context.Context, trigger string, paying []*store.DueOrder) (int, error) {
+	if c.cfg.Inspector == nil {
+		return 0, nil
+	}
+	const parallel = 8
+	var (
+		mu     sync.Mutex
+		failed []*store.DueOrder
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, parallel)
+	)
+	for _, d := range paying {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ictx, cancel := context.WithTimeout(ctx, c.cfg.InspectionTimeout)
+			defer cancel()
+			status, err := c.cfg.Inspector.InspectPayment(ictx, d.ID, d.CurrentPaymentID)
+			if err != nil {
+				c.cfg.Logger.Warn("payment inspection failed; will retry", "order_id", d.ID, "payment_id", d.CurrentPaymentID, "error", err)
+			}
+			if status == orderly.GatewayFailed {
+				mu.Lock()
+				failed = append(failed, &store.DueOrder{ID: d.ID, Flow: d.Flow, PayStatus: orderly.PayFailed, CouponID: d.CouponID, CloseAt: d.CloseAt})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) == 0 {
+		return 0, nil
+	}
+	res, _, err := c.closeBatch(ctx, trigger, failed)
+	return res.Closed, err
+}
