@@ -1,0 +1,197 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/telemetry"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+// ServerConfig is everything `orderly serve` takes. Zero values mean the defaults of the
+// packages it wires.
+type ServerConfig struct {
+	Addr           string // listen address; ":8080"; "127.0.0.1:0" picks a free port
+	DatabaseURL    string // "" → ./orderly.db
+	CallbackSecret []byte // required
+
+	PaymentTimeout    time.Duration // default time to pay; 30 min
+	GracePeriod       time.Duration // close_at = expires_at + this; 0
+	SweepInterval     time.Duration // 15 s
+	DeepCheckInterval time.Duration // 5 min
+	InspectionHold    time.Duration // 1 min
+	CloseBatchSize    int           // 1000
+
+	OutboxMaxAttempts  int64         // 10
+	OutboxPollInterval time.Duration // 250 ms
+	OutboxRetention    time.Duration // 7 days
+
+	Logger *slog.Logger
+}
+
+// Server is a running orderly: the store, the services, the background workers and the
+// HTTP API, wired together. OpenServer starts it; Close stops it in order.
+type Server struct {
+	cfg      ServerConfig
+	Store    *sqlstore.DB
+	Gateway  *payment.SimGateway
+	Orders   *order.Service
+	Payments *payment.Service
+	Closer   *timeout.Closer
+	Relay    *outbox.Relay
+	Metrics  *telemetry.Metrics
+
+	listener net.Listener
+	http     *http.Server
+	served   chan error
+	cancel   context.CancelFunc
+}
+
+// OpenServer opens the database (applying migrations), builds the services, starts the
+// timer, sweep, deep check and outbox relay, and starts serving HTTP on cfg.Addr. On error
+// everything started so far is stopped.
+func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
+	if len(cfg.CallbackSecret) == 0 {
+		return nil, errors.New("a callback secret is required")
+	}
+	cfg.Addr = cmp.Or(cfg.Addr, ":8080")
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	s := &Server{cfg: cfg, Gateway: payment.NewSimGateway(), Metrics: telemetry.NewMetrics()}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+
+	if s.Store, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL}); err != nil {
+		return nil, err
+	}
+	var (
+		closer *timeout.Closer
+		relay  *outbox.Relay
+	)
+	wakeRelay := func() { relay.Notify() }
+	if s.Orders, err = order.NewService(order.Config{
+		Store: s.Store, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
+		ArmTimer: func(t time.Time) { closer.Arm(t); s.Metrics.OrdersCreated.Inc() }, WakeRelay: wakeRelay, Logger: cfg.Logger,
+	}); err != nil {
+		return nil, err
+	}
+	if s.Payments, err = payment.NewService(payment.Config{
+		Store: s.Store, Gateway: s.Gateway, WakeRelay: wakeRelay, Logger: cfg.Logger, Metrics: s.Metrics,
+	}); err != nil {
+		return nil, err
+	}
+	handlers := order.ReleaseHandlers()
+	handlers[orderly.TopicPaymentRefund] = s.Payments.RefundHandler()
+	if relay, err = outbox.NewRelay(outbox.Config{
+		Store: s.Store, Handlers: handlers, Default: eventLog(cfg.Logger), MaxAttempts: cfg.OutboxMaxAttempts,
+		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: cfg.Logger, Metrics: s.Metrics,
+	}); err != nil {
+		return nil, err
+	}
+	if closer, err = timeout.NewCloser(timeout.Config{
+		Store: s.Store, Inspector: s.Payments, BatchSize: cfg.CloseBatchSize, SweepInterval: cfg.SweepInterval,
+		DeepCheckInterval: cfg.DeepCheckInterval, InspectionHold: cfg.InspectionHold, WakeRelay: wakeRelay,
+		Logger: cfg.Logger, Metrics: s.Metrics,
+	}); err != nil {
+		return nil, err
+	}
+	s.Closer, s.Relay = closer, relay
+
+	workers, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if err := relay.Start(workers); err != nil {
+		return nil, err
+	}
+	if err := closer.Start(workers); err != nil {
+		return nil, err
+	}
+
+	api := httpapi.New(httpapi.Config{
+		Orders: s.Orders, Payments: s.Payments, Catalog: s.Orders, CallbackSecret: cfg.CallbackSecret,
+		Logger: cfg.Logger, Metrics: promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}),
+		Ready: func(ctx context.Context) error {
+			return s.Store.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
+		},
+	})
+	if s.listener, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	s.http = &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	s.served = make(chan error, 1)
+	go func() { s.served <- s.http.Serve(s.listener) }()
+	return s, nil
+}
+
+// URL returns the base URL the server listens on, e.g. "http://127.0.0.1:8080".
+func (s *Server) URL() string {
+	addr := s.listener.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("http://%s", net.JoinHostPort(host, fmt.Sprint(addr.Port)))
+}
+
+// Close stops the server in order, each step bounded: stop taking HTTP requests (letting
+// those in flight finish, up to 10 s), stop the close path, stop the relay, close the
+// database. Safe to call on a half-opened server.
+func (s *Server) Close() error {
+	var errs []error
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		cancel()
+		if err := <-s.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	} else if s.listener != nil {
+		errs = append(errs, s.listener.Close())
+	}
+	if s.Closer != nil {
+		s.Closer.Stop()
+	}
+	if s.Relay != nil {
+		s.Relay.Stop()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.Store != nil {
+		errs = append(errs, s.Store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// eventLog is the default handler of event topics (order.closed, order.paid, …) while no
+// broker is configured: events are kept in the outbox table and logged at debug level.
+func eventLog(logger *slog.Logger) *outbox.Handler {
+	return &outbox.Handler{Call: func(ctx context.Context, m *orderly.Message) error {
+		logger.DebugContext(ctx, "event", "topic", m.Topic, "key", m.Key, "message_id", m.ID)
+		return nil
+	}}
+}

@@ -1,0 +1,186 @@
+// Package enginetest builds a small, fully wired engine on a fresh SQLite database for tests:
+// store with a controllable database clock, order and payment services, the simulated
+// gateway, the closer and the outbox relay (not started: tests drive them by calling
+// CloseDue and Drain, so nothing depends on sleeps).
+package enginetest
+
+import (
+	"cmp"
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+// Clock is a settable clock that stands in for the database's.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Set sets the clock.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t.UTC()
+	c.mu.Unlock()
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Env is a wired engine.
+type Env struct {
+	Clock    *Clock
+	Store    *sqlstore.DB
+	Gateway  *payment.SimGateway
+	Orders   *order.Service
+	Payments *payment.Service
+	Closer   *timeout.Closer
+	Relay    *outbox.Relay
+}
+
+// Options tunes New; zero values mean the engine's defaults.
+type Options struct {
+	CloseBatchSize int
+	OutboxBatch    int
+	MaxAttempts    int64
+	// Handlers are added to (and override) the engine's outbox handlers.
+	Handlers map[string]outbox.Handler
+}
+
+// Start is the clock's initial time: a fixed instant with a non-zero millisecond part.
+var Start = time.Date(2026, 11, 30, 8, 0, 0, 123_000_000, time.UTC)
+
+// New returns an Env on a fresh database in t.TempDir(), closed at the end of the test.
+func New(t testing.TB, opts Options) *Env {
+	t.Helper()
+	ctx := context.Background()
+	clock := &Clock{now: Start}
+	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "orderly.db"), Now: clock.Now})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	e := &Env{Clock: clock, Store: db, Gateway: payment.NewSimGateway()}
+	if e.Orders, err = order.NewService(order.Config{Store: db}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Payments, err = payment.NewService(payment.Config{Store: db, Gateway: e.Gateway}); err != nil {
+		t.Fatal(err)
+	}
+	handlers := order.ReleaseHandlers()
+	handlers[orderly.TopicPaymentRefund] = e.Payments.RefundHandler()
+	for k, h := range opts.Handlers {
+		handlers[k] = h
+	}
+	discard := &outbox.Handler{Call: func(context.Context, *orderly.Message) error { return nil }}
+	if e.Relay, err = outbox.NewRelay(outbox.Config{
+		Store: db, Handlers: handlers, Default: discard, BatchSize: opts.OutboxBatch, MaxAttempts: opts.MaxAttempts,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Closer, err = timeout.NewCloser(timeout.Config{Store: db, Inspector: e.Payments, BatchSize: opts.CloseBatchSize}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// StockOf returns a SKU's stock.
+func (e *Env) StockOf(t testing.TB, sku string) orderly.Stock {
+	t.Helper()
+	s, err := e.Orders.Stock(context.Background(), sku)
+	if err != nil {
+		t.Fatalf("stock %s: %v", sku, err)
+	}
+	return *s
+}
+
+// OrderOf returns an order.
+func (e *Env) OrderOf(t testing.TB, id string) *orderly.Order {
+	t.Helper()
+	o, err := e.Orders.Order(context.Background(), id)
+	if err != nil {
+		t.Fatalf("order %s: %v", id, err)
+	}
+	return o
+}
+
+// CreateOrderOpts are the options of CreateOrder; zero values mean one unit of "SKU-1" at
+// 1000 minor units, 60 s to pay, no coupon.
+type CreateOrderOpts struct {
+	UserID         string
+	SKU            string
+	Quantity       int64
+	UnitPrice      int64
+	CouponID       string
+	TimeoutSeconds int64
+}
+
+// CreateOrder creates an order, failing the test on error.
+func (e *Env) CreateOrder(t testing.TB, o CreateOrderOpts) *orderly.Order {
+	t.Helper()
+	p := &orderly.CreateOrderParams{
+		UserID: cmp.Or(o.UserID, "user-1"), Currency: "USD", CouponID: o.CouponID,
+		Items:                 []orderly.Item{{SKU: cmp.Or(o.SKU, "SKU-1"), Quantity: cmp.Or(o.Quantity, 1), UnitPrice: cmp.Or(o.UnitPrice, 1000)}},
+		PaymentTimeoutSeconds: cmp.Or(o.TimeoutSeconds, 60),
+	}
+	ord, _, err := e.Orders.CreateOrder(context.Background(), p)
+	if err != nil {
+		t.Fatalf("create order: %v", err)
+	}
+	return ord
+}
+
+// SetStock sets a SKU's available units.
+func (e *Env) SetStock(t testing.TB, sku string, available int64) {
+	t.Helper()
+	if _, err := e.Orders.SetStock(context.Background(), sku, available); err != nil {
+		t.Fatalf("set stock: %v", err)
+	}
+}
+
+// Drain delivers every due outbox message.
+func (e *Env) Drain(t testing.TB) {
+	t.Helper()
+	if _, err := e.Relay.Drain(context.Background()); err != nil {
+		t.Fatalf("drain outbox: %v", err)
+	}
+}
+
+// Trail returns an order's audit trail.
+func (e *Env) Trail(t testing.TB, id string) []*orderly.Transition {
+	t.Helper()
+	trail, err := e.Orders.OrderHistory(context.Background(), id)
+	if err != nil {
+		t.Fatalf("history %s: %v", id, err)
+	}
+	return trail
+}
+
+// Read runs fn in a read transaction, failing the test on error.
+func (e *Env) Read(t testing.TB, fn func(tx store.Tx) error) {
+	t.Helper()
+	if err := e.Store.Read(context.Background(), fn); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,271 @@
+package timeout_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestNeverEarly creates orders with deadlines at random milliseconds and shows that a
+// database clock 1–5 ms before an order's close_at closes nothing, and that the clock at
+// exactly close_at closes it (I1).
+func TestNeverEarly(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	ctx := context.Background()
+	e.SetStock(t, "SKU-1", 1000)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var orders []*orderly.Order
+	for range 40 {
+		e.Clock.Advance(time.Duration(rng.IntN(997)+1) * time.Millisecond)
+		orders = append(orders, e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: int64(rng.IntN(5) + 1)}))
+	}
+	slices.SortFunc(orders, func(a, b *orderly.Order) int { return a.CloseAt.Compare(b.CloseAt) })
+	for i, o := range orders {
+		if i > 0 && orders[i-1].CloseAt.Equal(o.CloseAt) {
+			continue // closed with its twin at the same millisecond
+		}
+		early := time.Duration(rng.IntN(5)+1) * time.Millisecond
+		e.Clock.Set(o.CloseAt.Add(-early))
+		if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.OrderOf(t, o.ID); got.State != orderly.StatePendingPayment {
+			t.Fatalf("order closed %s before its close_at %s", early, o.CloseAt)
+		}
+		e.Clock.Set(o.CloseAt)
+		if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+			t.Fatal(err)
+		}
+		got := e.OrderOf(t, o.ID)
+		if got.State != orderly.StateClosed || got.CloseReason != orderly.CloseReasonPaymentTimeout {
+			t.Fatalf("order at its close_at: state %s reason %q, want closed/payment_timeout", got.State, got.CloseReason)
+		}
+		if got.ClosedAt == nil || got.ClosedAt.Before(got.CloseAt) {
+			t.Fatalf("closed_at %v is before close_at %s", got.ClosedAt, got.CloseAt)
+		}
+	}
+}
+
+// TestBatchesUntilShort: 250 due orders with a batch size of 100 all close in one call, with
+// one audit row each and their stock released once the outbox drains.
+func TestBatchesUntilShort(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{CloseBatchSize: 100})
+	ctx := context.Background()
+	e.SetStock(t, "SKU-1", 250)
+	for range 250 {
+		e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 10})
+	}
+	if s := e.StockOf(t, "SKU-1"); s.Available != 0 || s.Held != 250 {
+		t.Fatalf("after create: stock %+v, want available 0 held 250", s)
+	}
+	e.Clock.Advance(10 * time.Second)
+	res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Closed != 250 || res.Claimed != 250 {
+		t.Fatalf("CloseDue = %+v, want 250 claimed and closed", res)
+	}
+	e.Drain(t)
+	if s := e.StockOf(t, "SKU-1"); s.Available != 250 || s.Held != 0 || s.Sold != 0 {
+		t.Fatalf("after close: stock %+v, want all 250 available", s)
+	}
+	var orders []*orderly.Order
+	e.Read(t, func(tx store.Tx) (err error) {
+		orders, err = tx.OrderList(ctx, &store.ListParams{Limit: 1000})
+		return err
+	})
+	for _, o := range orders {
+		trail := e.Trail(t, o.ID)
+		if o.State != orderly.StateClosed || len(trail) != 1 || trail[0].Event != orderly.EventTimeout || trail[0].Actor != timeout.TriggerTimer {
+			t.Fatalf("order %s: state %s, trail %+v", o.ID, o.State, trail)
+		}
+	}
+	// A second pass finds nothing.
+	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil || res.Claimed != 0 {
+		t.Fatalf("second pass = %+v, %v; want nothing claimed", res, err)
+	}
+}
+
+// TestRaceOnOneOrder races the timer, the sweep, a buyer cancel and a success callback on
+// the same order, many times: exactly one transition leaves pending_payment, and stock is
+// released or committed exactly once (I3).
+func TestRaceOnOneOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for i := range 20 {
+		e := enginetest.New(t, enginetest.Options{})
+		e.SetStock(t, "SKU-1", 5)
+		o := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 2, TimeoutSeconds: 1})
+		p, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The attempt failed at the gateway, so the close path may close the order.
+		if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackFailed}); err != nil {
+			t.Fatal(err)
+		}
+		p2, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p2.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackExpired}); err != nil {
+			t.Fatal(err)
+		}
+		e.Clock.Set(o.CloseAt)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		wg.Add(4)
+		go func() { defer wg.Done(); _, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer); errs <- err }()
+		go func() { defer wg.Done(); _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); errs <- err }()
+		go func() {
+			defer wg.Done()
+			_, err := e.Orders.CancelOrder(ctx, o.ID, "buyer", "")
+			if orderly.ErrorCode(err) == orderly.EILLEGAL {
+				err = nil // lost the race: fine
+			}
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := e.Payments.HandleCallback(ctx, &orderly.Callback{
+				PaymentID: p2.ID, OrderID: o.ID, ChannelTxnID: "txn-" + p2.ID, Amount: o.Amount, Currency: "USD", Status: orderly.CallbackSucceeded,
+			})
+			errs <- err
+		}()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+		e.Drain(t)
+		trail := e.Trail(t, o.ID)
+		if len(trail) != 1 || trail[0].From != orderly.StatePendingPayment {
+			t.Fatalf("round %d: trail %+v, want exactly one transition out of pending_payment", i, trail)
+		}
+		got := e.OrderOf(t, o.ID)
+		s := e.StockOf(t, "SKU-1")
+		var payment *orderly.Payment
+		if payment, err = e.Payments.Payment(ctx, p2.ID); err != nil {
+			t.Fatal(err)
+		}
+		switch got.State {
+		case orderly.StatePaid:
+			if s != (orderly.Stock{SKU: "SKU-1", Available: 3, Held: 0, Sold: 2}) || payment.State != orderly.PaymentSucceeded {
+				t.Fatalf("round %d: paid order but stock %+v payment %s", i, s, payment.State)
+			}
+		case orderly.StateClosed:
+			if s != (orderly.Stock{SKU: "SKU-1", Available: 5, Held: 0, Sold: 0}) || payment.State != orderly.PaymentRefunded {
+				t.Fatalf("round %d: closed order but stock %+v payment %s", i, s, payment.State)
+			}
+		default:
+			t.Fatalf("round %d: order ended %s", i, got.State)
+		}
+	}
+}
+
+// TestPayingOrderIsInspected: an order whose payment is in flight at close_at is not closed
+// blindly; the gateway is asked. Captured → paid; still pending → cancelled and closed.
+func TestPayingOrderIsInspected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 10)
+	captured := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})
+	pending := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})
+	pc, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: captured.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: pending.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Gateway.Capture(pc.ID, "txn-captured") {
+		t.Fatal("capture refused")
+	}
+	e.Clock.Advance(5 * time.Second)
+	res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Inspected != 2 || res.Closed != 1 {
+		t.Fatalf("CloseDue = %+v, want 2 inspected and 1 closed", res)
+	}
+	if got := e.OrderOf(t, captured.ID); got.State != orderly.StatePaid || got.PayStatus != orderly.PayPaid {
+		t.Fatalf("captured order: %s/%s, want paid/paid", got.State, got.PayStatus)
+	}
+	if got := e.OrderOf(t, pending.ID); got.State != orderly.StateClosed || got.PayStatus != orderly.PayFailed {
+		t.Fatalf("pending order: %s/%s, want closed/failed", got.State, got.PayStatus)
+	}
+	if p, _ := e.Payments.Payment(ctx, pp.ID); p.State != orderly.PaymentFailed {
+		t.Fatalf("cancelled attempt is %s, want failed", p.State)
+	}
+	if p, _ := e.Payments.Payment(ctx, pc.ID); p.State != orderly.PaymentSucceeded || p.ChannelTxnID != "txn-captured" {
+		t.Fatalf("captured attempt is %s/%q", p.State, p.ChannelTxnID)
+	}
+}
+
+// TestUnknownPaymentHeldThenClosed: when the gateway cannot tell, the order stays open
+// until the inspection hold passes, then closes; money arriving later is refunded.
+func TestUnknownPaymentHeldThenClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 10)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})
+	p, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Set(o.CloseAt)
+	closer, err := timeout.NewCloser(timeout.Config{Store: e.Store, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
+		return orderly.GatewayUnknown, nil
+	}), InspectionBackoff: time.Second, InspectionHold: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		want    orderly.State
+	}{
+		{0, orderly.StatePendingPayment},
+		{999 * time.Millisecond, orderly.StatePendingPayment}, // inspection backoff not over: not even claimed
+		{20 * time.Second, orderly.StatePendingPayment},
+		{10 * time.Second, orderly.StateClosed}, // close_at + 30 s hold
+	} {
+		e.Clock.Advance(step.advance)
+		if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.OrderOf(t, o.ID); got.State != step.want {
+			t.Fatalf("at close_at+%s: %s, want %s", e.Clock.Now().Sub(o.CloseAt), got.State, step.want)
+		}
+	}
+	res, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, ChannelTxnID: "late", Amount: o.Amount, Currency: "USD", Status: orderly.CallbackSucceeded})
+	if err != nil || !res.Refund {
+		t.Fatalf("late success = %+v, %v; want a refund", res, err)
+	}
+}
+
+type inspectorFunc func(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error)
+
+func (f inspectorFunc) InspectPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error) {
+	return f(ctx, orderID, paymentID)
+}
