@@ -1,0 +1,246 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func insert(t *testing.T, e *enginetest.Env, topic string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	err := e.Store.InTx(ctx, func(tx store.Tx) error {
+		var msgs []*store.OutboxInsertParams
+		for i := range n {
+			m, err := outbox.NewMessage(topic, fmt.Sprint(i), map[string]int{"n": i}, e.Clock.Now())
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+		}
+		return tx.OutboxInsert(ctx, msgs)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func list(t *testing.T, e *enginetest.Env, state string) []*orderly.Message {
+	t.Helper()
+	var msgs []*orderly.Message
+	e.Read(t, func(tx store.Tx) (err error) {
+		msgs, err = tx.OutboxList(context.Background(), state, 1000)
+		return err
+	})
+	return msgs
+}
+
+// TestPoisonMessageGoesDead: a message whose handler always fails is retried with growing
+// backoff and ends dead with its last error after MaxAttempts, while the messages around
+// it, in the same batches, are delivered exactly once (I7).
+func TestPoisonMessageGoesDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var applied atomic.Int64
+	e := enginetest.New(t, enginetest.Options{MaxAttempts: 4, Handlers: map[string]outbox.Handler{
+		"test.ok": {Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
+			applied.Add(1)
+			// A local effect in the same transaction: it must survive the poison's rollback.
+			_, err := tx.StockSet(ctx, "effect-"+m.Key, 1)
+			return err
+		}},
+		"test.poison": {Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
+			if _, err := tx.StockSet(ctx, "poison-effect", 1); err != nil {
+				return err
+			}
+			return errors.New("downstream says no")
+		}},
+	}})
+	insert(t, e, "test.ok", 3)
+	insert(t, e, "test.poison", 1)
+	insert(t, e, "test.ok", 2)
+
+	var lastNext time.Time
+	for attempt := 1; attempt <= 4; attempt++ {
+		if _, err := e.Relay.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pending := list(t, e, orderly.MessagePending)
+		if attempt < 4 {
+			if len(pending) != 1 || pending[0].Topic != "test.poison" || pending[0].Attempts != int64(attempt) ||
+				pending[0].LastError != "downstream says no" {
+				t.Fatalf("attempt %d: pending %+v", attempt, pending)
+			}
+			// Capped exponential backoff with ±50 % jitter around 1 s, 2 s, 4 s.
+			delay := pending[0].NextAttemptAt.Sub(e.Clock.Now())
+			base := time.Second << (attempt - 1)
+			if delay < base/2 || delay > base*3/2 {
+				t.Fatalf("attempt %d: retry in %s, want %s ± 50 %%", attempt, delay, base)
+			}
+			lastNext = pending[0].NextAttemptAt
+			e.Clock.Set(lastNext)
+		}
+	}
+	if n := applied.Load(); n != 5 {
+		t.Fatalf("ok handler applied %d times, want 5", n)
+	}
+	if got := len(list(t, e, orderly.MessageDelivered)); got != 5 {
+		t.Fatalf("%d delivered, want 5", got)
+	}
+	dead := list(t, e, orderly.MessageDead)
+	if len(dead) != 1 || dead[0].Attempts != 4 || dead[0].LastError != "downstream says no" {
+		t.Fatalf("dead %+v", dead)
+	}
+	if _, err := e.Orders.Stock(ctx, "poison-effect"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("the poison's own write was not rolled back: %v", err)
+	}
+	if _, err := e.Orders.Stock(ctx, "effect-2"); err != nil {
+		t.Fatalf("an ok message's effect is missing: %v", err)
+	}
+
+	// Re-drive: pending again with attempts reset, delivered once the handler works.
+	err := e.Store.InTx(ctx, func(tx store.Tx) error {
+		ok, err := tx.OutboxRedrive(ctx, dead[0].ID, e.Clock.Now())
+		if err == nil && !ok {
+			err = errors.New("redrive changed nothing")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := list(t, e, orderly.MessagePending); len(p) != 1 || p[0].Attempts != 0 {
+		t.Fatalf("after re-drive: %+v", p)
+	}
+}
+
+func TestCallFailuresAndPanics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int64
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{
+		"test.flaky": {Call: func(ctx context.Context, m *orderly.Message) error {
+			if calls.Add(1) == 1 {
+				return errors.New("timeout talking to the gateway")
+			}
+			return nil
+		}},
+		"test.panics": {Call: func(ctx context.Context, m *orderly.Message) error { panic("boom") }},
+		"test.badjson": {Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
+			var v []string
+			return outbox.Decode(m, &v)
+		}},
+	}})
+	insert(t, e, "test.flaky", 1)
+	insert(t, e, "test.panics", 1)
+	insert(t, e, "test.badjson", 1)
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pending := list(t, e, orderly.MessagePending)
+	if len(pending) != 2 {
+		t.Fatalf("pending %+v, want flaky and panics", pending)
+	}
+	for _, m := range pending {
+		if m.Topic == "test.panics" && !strings.Contains(m.LastError, "panicked: boom") {
+			t.Fatalf("panic not recorded: %q", m.LastError)
+		}
+	}
+	// A malformed payload is permanent: dead at the first attempt.
+	if dead := list(t, e, orderly.MessageDead); len(dead) != 1 || dead[0].Topic != "test.badjson" || dead[0].Attempts != 1 {
+		t.Fatalf("dead %+v", dead)
+	}
+	e.Clock.Advance(2 * time.Second)
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := list(t, e, orderly.MessageDelivered); len(d) != 1 || d[0].Topic != "test.flaky" || d[0].Attempts != 2 {
+		t.Fatalf("delivered %+v, want the flaky one after 2 attempts", d)
+	}
+}
+
+// TestLease: a claimed message is invisible until its lease ends, then claimed again (a
+// relay that crashed mid-batch loses nothing).
+func TestLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	insert(t, e, "test.any", 2)
+	claim := func() []*orderly.Message {
+		var msgs []*orderly.Message
+		err := e.Store.InTx(ctx, func(tx store.Tx) (err error) {
+			now, _ := tx.Now(ctx)
+			msgs, err = tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(30 * time.Second), Limit: 10})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msgs
+	}
+	if got := claim(); len(got) != 2 {
+		t.Fatalf("first claim got %d", len(got))
+	}
+	e.Clock.Advance(29 * time.Second)
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("claim inside the lease got %d", len(got))
+	}
+	e.Clock.Advance(time.Second)
+	if got := claim(); len(got) != 2 || got[0].Attempts != 2 {
+		t.Fatalf("claim after the lease got %+v", got)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	insert(t, e, "test.any", 3)
+	e.Drain(t)
+	e.Clock.Advance(7*24*time.Hour + time.Millisecond)
+	insert(t, e, "test.any", 1)
+	e.Drain(t)
+	n, err := e.Relay.DeleteDelivered(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("DeleteDelivered = %d, %v; want the 3 old ones", n, err)
+	}
+	if d := list(t, e, orderly.MessageDelivered); len(d) != 1 {
+		t.Fatalf("%d delivered left, want 1", len(d))
+	}
+}
+
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	ctx := context.Background()
+	if err := e.Relay.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Relay.Start(ctx); err == nil {
+		t.Fatal("second Start succeeded")
+	}
+	insert(t, e, "test.any", 1)
+	e.Relay.Notify()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(list(t, e, orderly.MessageDelivered)) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("relay did not deliver within 5 s of Notify")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.Relay.Stop()
+	e.Relay.Stop()
+}

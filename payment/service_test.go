@@ -1,0 +1,254 @@
+package payment_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func success(o *orderly.Order, p *orderly.Payment, txn string) *orderly.Callback {
+	return &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, ChannelTxnID: txn, Amount: p.Amount, Currency: p.Currency,
+		Status: orderly.CallbackSucceeded, OccurredAt: time.Now().UTC()}
+}
+
+func start(t *testing.T, e *enginetest.Env, o *orderly.Order) *orderly.Payment {
+	t.Helper()
+	p, err := e.Payments.StartPayment(context.Background(), &orderly.StartPaymentParams{OrderID: o.ID})
+	if err != nil {
+		t.Fatalf("start payment: %v", err)
+	}
+	return p
+}
+
+// TestDuplicateCallbacks: five identical success callbacks in parallel and one more later
+// are all acknowledged; the order changes state once and its stock is committed once.
+func TestDuplicateCallbacks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 10)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 3, UnitPrice: 250})
+	p := start(t, e, o)
+	if o2 := e.OrderOf(t, o.ID); o2.PayStatus != orderly.PayPaying || o2.CurrentPaymentID != p.ID {
+		t.Fatalf("after start: pay_status %s current %q", o2.PayStatus, o2.CurrentPaymentID)
+	}
+	cb := success(o, p, "txn-1")
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		applied int
+	)
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := e.Payments.HandleCallback(ctx, cb)
+			if err != nil {
+				t.Errorf("callback: %v", err)
+				return
+			}
+			mu.Lock()
+			if res.Applied {
+				applied++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	e.Clock.Advance(2 * time.Hour)
+	res, err := e.Payments.HandleCallback(ctx, cb)
+	if err != nil || res.Applied || res.Refund {
+		t.Fatalf("late duplicate = %+v, %v; want acknowledged, not applied", res, err)
+	}
+	if applied != 1 {
+		t.Fatalf("%d callbacks applied, want 1", applied)
+	}
+	got := e.OrderOf(t, o.ID)
+	if got.State != orderly.StatePaid || got.PayStatus != orderly.PayPaid || got.PaidAt == nil || got.Amount != 750 {
+		t.Fatalf("order %s/%s paid_at %v amount %d", got.State, got.PayStatus, got.PaidAt, got.Amount)
+	}
+	if trail := e.Trail(t, o.ID); len(trail) != 1 || trail[0].Event != orderly.EventPay {
+		t.Fatalf("trail %+v, want one pay transition", trail)
+	}
+	if s := e.StockOf(t, "SKU-1"); s != (orderly.Stock{SKU: "SKU-1", Available: 7, Held: 0, Sold: 3}) {
+		t.Fatalf("stock %+v, want 7 available, 3 sold", s)
+	}
+	pay, _ := e.Payments.Payment(ctx, p.ID)
+	if pay.State != orderly.PaymentSucceeded || pay.ChannelTxnID != "txn-1" {
+		t.Fatalf("payment %s/%q", pay.State, pay.ChannelTxnID)
+	}
+}
+
+// TestLatePaymentIsRefunded: a success callback 20 minutes after the order closed is
+// recorded and refunded; the order stays closed and its stock is not committed (I2).
+func TestLatePaymentIsRefunded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 4, TimeoutSeconds: 60})
+	p := start(t, e, o)
+	// The attempt expires, so the order closes for timeout at close_at.
+	if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackExpired}); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Set(o.CloseAt)
+	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer); err != nil || res.Closed != 1 {
+		t.Fatalf("close = %+v, %v", res, err)
+	}
+	e.Drain(t)
+	e.Clock.Advance(20 * time.Minute)
+	res, err := e.Payments.HandleCallback(ctx, success(o, p, "txn-late"))
+	if err != nil || !res.Applied || !res.Refund {
+		t.Fatalf("late success = %+v, %v; want applied with refund", res, err)
+	}
+	e.Drain(t)
+	got := e.OrderOf(t, o.ID)
+	if got.State != orderly.StateClosed || got.CloseReason != orderly.CloseReasonPaymentTimeout {
+		t.Fatalf("order is %s/%s, want closed for payment_timeout", got.State, got.CloseReason)
+	}
+	pay, _ := e.Payments.Payment(ctx, p.ID)
+	if pay.State != orderly.PaymentRefunded || pay.ChannelTxnID != "txn-late" || pay.RefundedAt == nil {
+		t.Fatalf("payment %s txn %q refunded_at %v, want refunded", pay.State, pay.ChannelTxnID, pay.RefundedAt)
+	}
+	if got := e.Gateway.Refunded(p.ID); got != p.Amount {
+		t.Fatalf("gateway refunded %d, want %d", got, p.Amount)
+	}
+	if s := e.StockOf(t, "SKU-1"); s != (orderly.Stock{SKU: "SKU-1", Available: 4}) {
+		t.Fatalf("stock %+v, want all 4 available and none sold", s)
+	}
+	// The refund ran once: a duplicate of the late callback changes nothing.
+	if res, err := e.Payments.HandleCallback(ctx, success(o, p, "txn-late")); err != nil || res.Applied {
+		t.Fatalf("duplicate late callback = %+v, %v", res, err)
+	}
+}
+
+// TestStaleAttempt: an abandoned attempt's failure does not touch an order that another
+// attempt paid, and its later success is refunded.
+func TestStaleAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+	first := start(t, e, o)
+	second := start(t, e, o)
+	if first.Attempt != 1 || second.Attempt != 2 {
+		t.Fatalf("attempts %d, %d", first.Attempt, second.Attempt)
+	}
+	if _, err := e.Payments.HandleCallback(ctx, success(o, second, "txn-2")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: first.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackFailed})
+	if err != nil || !res.Applied {
+		t.Fatalf("stale failure = %+v, %v", res, err)
+	}
+	if got := e.OrderOf(t, o.ID); got.State != orderly.StatePaid || got.PayStatus != orderly.PayPaid {
+		t.Fatalf("order %s/%s after stale failure, want paid/paid", got.State, got.PayStatus)
+	}
+	// A success of the first attempt after all (the gateway retried) is refunded.
+	res, err = e.Payments.HandleCallback(ctx, success(o, first, "txn-1"))
+	if err != nil || !res.Refund {
+		t.Fatalf("double payment = %+v, %v; want refund", res, err)
+	}
+	e.Drain(t)
+	if p, _ := e.Payments.Payment(ctx, first.ID); p.State != orderly.PaymentRefunded {
+		t.Fatalf("first attempt %s, want refunded", p.State)
+	}
+	if s := e.StockOf(t, "SKU-1"); s.Sold != 1 || s.Available != 3 {
+		t.Fatalf("stock %+v, want one sold", s)
+	}
+}
+
+func TestCallbackRejects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+	other := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+	p := start(t, e, o)
+	for _, tc := range []struct {
+		name string
+		cb   orderly.Callback
+		code string
+	}{
+		{"unknown payment", orderly.Callback{PaymentID: "nope", OrderID: o.ID, Currency: "USD", Status: "succeeded", Amount: p.Amount}, orderly.ENOTFOUND},
+		{"other order", orderly.Callback{PaymentID: p.ID, OrderID: other.ID, Currency: "USD", Status: "succeeded", Amount: p.Amount}, orderly.ENOTFOUND},
+		{"amount", orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: "succeeded", Amount: p.Amount - 1}, orderly.EAMOUNTMISMATCH},
+		{"currency", orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "EUR", Status: "succeeded", Amount: p.Amount}, orderly.EAMOUNTMISMATCH},
+		{"status", orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: "maybe", Amount: p.Amount}, orderly.EINVALID},
+	} {
+		if _, err := e.Payments.HandleCallback(ctx, &tc.cb); orderly.ErrorCode(err) != tc.code {
+			t.Errorf("%s: error %v, want %s", tc.name, err, tc.code)
+		}
+	}
+	if got := e.OrderOf(t, o.ID); got.State != orderly.StatePendingPayment || got.PayStatus != orderly.PayPaying || got.Version != 2 {
+		t.Fatalf("rejected callbacks changed the order: %s/%s v%d", got.State, got.PayStatus, got.Version)
+	}
+	if pay, _ := e.Payments.Payment(ctx, p.ID); pay.State != orderly.PaymentInitiated {
+		t.Fatalf("rejected callbacks changed the payment: %s", pay.State)
+	}
+}
+
+func TestStartPaymentNotPayable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 10})
+	e.Clock.Set(o.ExpiresAt)
+	if _, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID}); orderly.ErrorCode(err) != orderly.ENOTPAYABLE {
+		t.Fatalf("start at the deadline: %v, want %s", err, orderly.ENOTPAYABLE)
+	}
+	if _, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: "missing"}); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("start for a missing order: %v", err)
+	}
+	var n int
+	e.Read(t, func(tx store.Tx) error {
+		ps, err := tx.PaymentList(ctx, o.ID)
+		n = len(ps)
+		return err
+	})
+	if n != 0 {
+		t.Fatalf("%d payments written by refused starts", n)
+	}
+}
+
+// TestMerchantRefund: paid → refunding → refunded through the outbox and the gateway.
+func TestMerchantRefund(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+	p := start(t, e, o)
+	if _, err := e.Payments.HandleCallback(ctx, success(o, p, "txn")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Orders.ApplyEvent(ctx, o.ID, orderly.EventRefund, "merchant", "")
+	if err != nil || got.State != orderly.StateRefunding {
+		t.Fatalf("refund event: %v, %v", got, err)
+	}
+	e.Drain(t)
+	got = e.OrderOf(t, o.ID)
+	if got.State != orderly.StateRefunded || got.PayStatus != orderly.PayRefunded {
+		t.Fatalf("order %s/%s, want refunded/refunded", got.State, got.PayStatus)
+	}
+	if e.Gateway.Refunded(p.ID) != p.Amount {
+		t.Fatalf("gateway refunded %d", e.Gateway.Refunded(p.ID))
+	}
+	if _, err := e.Orders.ApplyEvent(ctx, o.ID, orderly.EventShip, "merchant", ""); orderly.ErrorCode(err) != orderly.EILLEGAL {
+		t.Fatalf("ship a refunded order: %v, want %s", err, orderly.EILLEGAL)
+	}
+}
