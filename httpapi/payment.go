@@ -1,0 +1,170 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/payment"
+)
+
+// startPayment handles POST /v1/orders/{id}/payments: optional body {"channel"}; 201 with
+// the new payment attempt.
+func (s *Server) startPayment(w http.ResponseWriter, r *http.Request) {
+	var params orderly.StartPaymentParams
+	if !s.decode(w, r, &params, bodyOptional) {
+		return
+	}
+	params.OrderID = pathParam(r, "id")
+	params.TraceID = TraceIDFromContext(r.Context())
+	p, err := s.payments.StartPayment(r.Context(), &params)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/payments/"+url.PathEscape(p.ID))
+	s.writeJSON(w, r, http.StatusCreated, newPaymentResponse(p))
+}
+
+// listOrderPayments handles GET /v1/orders/{id}/payments: {"payments": [...]}, oldest first.
+func (s *Server) listOrderPayments(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.payments.OrderPayments(r.Context(), pathParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp := &paymentsResponse{Payments: make([]*paymentResponse, 0, len(ps))}
+	for _, p := range ps {
+		resp.Payments = append(resp.Payments, newPaymentResponse(p))
+	}
+	s.writeJSON(w, r, http.StatusOK, resp)
+}
+
+// getPayment handles GET /v1/payments/{id}.
+func (s *Server) getPayment(w http.ResponseWriter, r *http.Request) {
+	p, err := s.payments.Payment(r.Context(), pathParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, newPaymentResponse(p))
+}
+
+// callbackRequest is the body of POST /v1/payments/callback: orderly.Callback with the
+// time as a string, so that a malformed time is reported with its field name.
+type callbackRequest struct {
+	PaymentID    string `json:"payment_id"`
+	OrderID      string `json:"order_id"`
+	ChannelTxnID string `json:"channel_txn_id"`
+	Amount       int64  `json:"amount"`
+	Currency     string `json:"currency"`
+	Status       string `json:"status"`
+	OccurredAt   string `json:"occurred_at"`
+}
+
+// callback validates the request's shape and returns it as an orderly.Callback. The error
+// is EINVALID and lists every field that is wrong.
+func (req *callbackRequest) callback() (*orderly.Callback, error) {
+	var problems []string
+	if req.PaymentID == "" {
+		problems = append(problems, "payment_id: is required")
+	}
+	if req.OrderID == "" {
+		problems = append(problems, "order_id: is required")
+	}
+	switch req.Status {
+	case orderly.CallbackSucceeded:
+		if req.ChannelTxnID == "" {
+			problems = append(problems, "channel_txn_id: is required when status is succeeded")
+		}
+	case orderly.CallbackFailed, orderly.CallbackExpired:
+	default:
+		problems = append(problems, "status: must be one of succeeded, failed, expired")
+	}
+	if req.Amount < 0 {
+		problems = append(problems, "amount: must not be negative")
+	}
+	if !isCurrencyCode(req.Currency) {
+		problems = append(problems, "currency: must be an ISO 4217 code of 3 upper-case letters")
+	}
+	cb := &orderly.Callback{
+		PaymentID:    req.PaymentID,
+		OrderID:      req.OrderID,
+		ChannelTxnID: req.ChannelTxnID,
+		Amount:       req.Amount,
+		Currency:     req.Currency,
+		Status:       req.Status,
+	}
+	if req.OccurredAt == "" {
+		problems = append(problems, "occurred_at: is required")
+	} else if t, err := parseTime("occurred_at", req.OccurredAt); err != nil {
+		problems = append(problems, orderly.ErrorMessage(err))
+	} else {
+		cb.OccurredAt = t
+	}
+	if len(problems) > 0 {
+		return nil, invalidf("%s", strings.Join(problems, "; "))
+	}
+	return cb, nil
+}
+
+// isCurrencyCode reports whether s has the shape of an ISO 4217 code: 3 letters A–Z.
+func isCurrencyCode(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// paymentCallback handles POST /v1/payments/callback, a payment gateway's notification.
+//
+// The raw body (at most MaxBodyBytes, else 413) is checked against the Orderly-Signature
+// header before anything is parsed (401 when the secret is unset, the header is missing or
+// malformed, its timestamp is outside the tolerance, or no signature matches). Then the body
+// is decoded strictly (415, 422) and validated (422). Every valid callback, duplicates
+// included, is answered 200 {"received": true, "applied": bool, "refund": bool}.
+func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := s.verifyCallback(r, body); err != nil {
+		s.logger.WarnContext(r.Context(), "payment callback refused",
+			"trace_id", TraceIDFromContext(r.Context()), "remote_addr", r.RemoteAddr, "reason", orderly.ErrorMessage(err))
+		s.writeError(w, r, err)
+		return
+	}
+	var req callbackRequest
+	if !s.decodeBody(w, r, body, &req, bodyRequired) {
+		return
+	}
+	cb, err := req.callback()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.payments.HandleCallback(r.Context(), cb)
+	if err == nil && res == nil {
+		err = fmt.Errorf("handle callback for payment %s: no result and no error", cb.PaymentID)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, &callbackResponse{Received: true, Applied: res.Applied, Refund: res.Refund})
+}
+
+// verifyCallback checks body's signature; the error is EUNAUTHORIZED.
+func (s *Server) verifyCallback(r *http.Request, body []byte) error {
+	if len(s.secret) == 0 {
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "payment callbacks are not accepted: no callback secret is configured")
+	}
+	return payment.Verify(s.secret, r.Header.Get(payment.SignatureHeader), body, s.now(), s.tolerance)
+}

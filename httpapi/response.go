@@ -1,0 +1,162 @@
+package httpapi
+
+import "github.com/orderlyhq/orderly"
+
+// The response bodies below mirror the JSON of the root package's types field for field
+// (a test keeps them in step), with Time in place of time.Time so that every time has
+// exactly millisecond precision.
+
+// orderResponse is the JSON of an orderly.Order.
+type orderResponse struct {
+	ID               string              `json:"id"`
+	UserID           string              `json:"user_id"`
+	Flow             string              `json:"flow"`
+	State            orderly.State       `json:"state"`
+	PayStatus        orderly.PayStatus   `json:"pay_status"`
+	Items            []orderly.Item      `json:"items"`
+	Amount           int64               `json:"amount"`
+	Currency         string              `json:"currency"`
+	CouponID         string              `json:"coupon_id,omitempty"`
+	CurrentPaymentID string              `json:"current_payment_id,omitempty"`
+	CreatedAt        Time                `json:"created_at"`
+	ExpiresAt        Time                `json:"expires_at"`
+	CloseAt          Time                `json:"close_at"`
+	ClosedAt         *Time               `json:"closed_at,omitempty"`
+	CloseReason      orderly.CloseReason `json:"close_reason,omitempty"`
+	PaidAt           *Time               `json:"paid_at,omitempty"`
+	Version          int64               `json:"version"`
+}
+
+func newOrderResponse(o *orderly.Order) *orderResponse {
+	items := o.Items
+	if items == nil {
+		items = []orderly.Item{}
+	}
+	return &orderResponse{
+		ID:               o.ID,
+		UserID:           o.UserID,
+		Flow:             o.Flow,
+		State:            o.State,
+		PayStatus:        o.PayStatus,
+		Items:            items,
+		Amount:           o.Amount,
+		Currency:         o.Currency,
+		CouponID:         o.CouponID,
+		CurrentPaymentID: o.CurrentPaymentID,
+		CreatedAt:        Time(o.CreatedAt),
+		ExpiresAt:        Time(o.ExpiresAt),
+		CloseAt:          Time(o.CloseAt),
+		ClosedAt:         timePtr(o.ClosedAt),
+		CloseReason:      o.CloseReason,
+		PaidAt:           timePtr(o.PaidAt),
+		Version:          o.Version,
+	}
+}
+
+// transitionResponse is the JSON of an orderly.Transition.
+type transitionResponse struct {
+	ID      int64         `json:"id"`
+	OrderID string        `json:"order_id"`
+	From    orderly.State `json:"from"`
+	To      orderly.State `json:"to"`
+	Event   orderly.Event `json:"event"`
+	Cause   string        `json:"cause,omitempty"`
+	Actor   string        `json:"actor"`
+	At      Time          `json:"at"`
+	TraceID string        `json:"trace_id,omitempty"`
+}
+
+func newTransitionResponse(t *orderly.Transition) *transitionResponse {
+	return &transitionResponse{
+		ID:      t.ID,
+		OrderID: t.OrderID,
+		From:    t.From,
+		To:      t.To,
+		Event:   t.Event,
+		Cause:   t.Cause,
+		Actor:   t.Actor,
+		At:      Time(t.At),
+		TraceID: t.TraceID,
+	}
+}
+
+// historyResponse is the body of GET /v1/orders/{id}/history.
+type historyResponse struct {
+	Transitions []*transitionResponse `json:"transitions"`
+}
+
+// paymentResponse is the JSON of an orderly.Payment.
+type paymentResponse struct {
+	ID           string               `json:"payment_id"`
+	OrderID      string               `json:"order_id"`
+	Attempt      int64                `json:"attempt"`
+	Channel      string               `json:"channel"`
+	ChannelTxnID string               `json:"channel_txn_id,omitempty"`
+	Amount       int64                `json:"amount"`
+	Currency     string               `json:"currency"`
+	State        orderly.PaymentState `json:"state"`
+	FailReason   string               `json:"fail_reason,omitempty"`
+	CreatedAt    Time                 `json:"created_at"`
+	SucceededAt  *Time                `json:"succeeded_at,omitempty"`
+	RefundedAt   *Time                `json:"refunded_at,omitempty"`
+}
+
+func newPaymentResponse(p *orderly.Payment) *paymentResponse {
+	return &paymentResponse{
+		ID:           p.ID,
+		OrderID:      p.OrderID,
+		Attempt:      p.Attempt,
+		Channel:      p.Channel,
+		ChannelTxnID: p.ChannelTxnID,
+		Amount:       p.Amount,
+		Currency:     p.Currency,
+		State:        p.State,
+		FailReason:   p.FailReason,
+		CreatedAt:    Time(p.CreatedAt),
+		SucceededAt:  timePtr(p.SucceededAt),
+		RefundedAt:   timePtr(p.RefundedAt),
+	}
+}
+
+// paymentsResponse is the body of GET /v1/orders/{id}/payments.
+type paymentsResponse struct {
+	Payments []*paymentResponse `json:"payments"`
+}
+
+// callbackResponse is the body of POST /v1/payments/callback: the callback was received
+// (always true), whether it changed anything and whether it led to a refund.
+type callbackResponse struct {
+	Received bool `json:"received"`
+	Applied  bool `json:"applied"`
+	Refund   bool `json:"refund"`
+}
+
+// couponResponse is the JSON of an orderly.Coupon.
+type couponResponse struct {
+	ID        string `json:"id"`
+	UserID    string `json:"user_id"`
+	AmountOff int64  `json:"amount_off"`
+	Currency  string `json:"currency"`
+	State     string `json:"state"`
+	OrderID   string `json:"order_id,omitempty"`
+	ExpiresAt *Time  `json:"expires_at,omitempty"`
+	CreatedAt Time   `json:"created_at"`
+}
+
+func newCouponResponse(c *orderly.Coupon) *couponResponse {
+	return &couponResponse{
+		ID:        c.ID,
+		UserID:    c.UserID,
+		AmountOff: c.AmountOff,
+		Currency:  c.Currency,
+		State:     c.State,
+		OrderID:   c.OrderID,
+		ExpiresAt: timePtr(c.ExpiresAt),
+		CreatedAt: Time(c.CreatedAt),
+	}
+}
+
+// statusResponse is the body of /healthz and /readyz.
+type statusResponse struct {
+	Status string `json:"status"`
+}

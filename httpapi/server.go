@@ -1,0 +1,182 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/payment"
+)
+
+// DefaultMaxBodyBytes is the default limit of a request body: 1 MiB.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Actors recorded in the audit trail for changes made through this API.
+const (
+	actorBuyer    = "buyer"    // creates and cancels orders
+	actorMerchant = "merchant" // ships, completes and refunds orders
+)
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// Orders, Payments and Catalog are the services behind the API. Required: New panics
+	// when one is nil.
+	Orders   orderly.OrderService
+	Payments orderly.PaymentService
+	Catalog  orderly.CatalogService
+
+	// CallbackSecret is the HMAC key that payment callbacks are signed with (DESIGN.md §5).
+	// When empty, every callback is refused with 401: an empty key would let anyone sign.
+	CallbackSecret []byte
+	// SignatureTolerance is how far a callback signature's timestamp may be from Now,
+	// either way. 0 means payment.DefaultSignatureTolerance (5 minutes).
+	SignatureTolerance time.Duration
+	// MaxBodyBytes limits request bodies; longer ones are answered 413. 0 means
+	// DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// Now is the clock that callback signatures are checked against. nil means time.Now.
+	Now func() time.Time
+	// Logger receives internal errors, panics and refused callbacks. nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Ready reports whether the server can take traffic (database reachable, migrations
+	// applied, …); GET /readyz answers 503 while it returns an error. nil means always ready.
+	Ready func(ctx context.Context) error
+	// Metrics serves GET /metrics (e.g. a Prometheus handler). nil answers /metrics 404.
+	Metrics http.Handler
+}
+
+// Server is the HTTP adapter. It is safe for concurrent use.
+type Server struct {
+	orders    orderly.OrderService
+	payments  orderly.PaymentService
+	catalog   orderly.CatalogService
+	secret    []byte
+	tolerance time.Duration
+	maxBody   int64
+	now       func() time.Time
+	logger    *slog.Logger
+	ready     func(ctx context.Context) error
+	metrics   http.Handler
+
+	router *chi.Mux
+}
+
+// New returns a Server for cfg. It panics when a service is missing, which is a
+// programming error.
+func New(cfg Config) *Server {
+	switch {
+	case cfg.Orders == nil:
+		panic("httpapi: Config.Orders is nil")
+	case cfg.Payments == nil:
+		panic("httpapi: Config.Payments is nil")
+	case cfg.Catalog == nil:
+		panic("httpapi: Config.Catalog is nil")
+	}
+	s := &Server{
+		orders:    cfg.Orders,
+		payments:  cfg.Payments,
+		catalog:   cfg.Catalog,
+		secret:    cfg.CallbackSecret,
+		tolerance: cfg.SignatureTolerance,
+		maxBody:   cfg.MaxBodyBytes,
+		now:       cfg.Now,
+		logger:    cfg.Logger,
+		ready:     cfg.Ready,
+		metrics:   cfg.Metrics,
+	}
+	if s.tolerance <= 0 {
+		s.tolerance = payment.DefaultSignatureTolerance
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	s.router = s.routes()
+	return s
+}
+
+// Handler returns the server's HTTP handler: every route of the API behind the trace id
+// and panic recovery middleware.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// routes builds the router. The OpenAPI document (openapi.json) lists the same routes; a
+// test walks this router to keep the two in step.
+func (s *Server) routes() *chi.Mux {
+	r := chi.NewRouter()
+	r.Use(s.traceMiddleware, s.recoverMiddleware)
+	r.NotFound(s.routeNotFound)
+	r.MethodNotAllowed(s.methodNotAllowed)
+
+	r.Post("/v1/orders", s.createOrder)
+	r.Get("/v1/orders/{id}", s.getOrder)
+	r.Get("/v1/orders/{id}/history", s.getOrderHistory)
+	r.Post("/v1/orders/{id}/cancel", s.cancelOrder)
+	r.Post("/v1/orders/{id}/events", s.applyOrderEvent)
+	r.Post("/v1/orders/{id}/payments", s.startPayment)
+	r.Get("/v1/orders/{id}/payments", s.listOrderPayments)
+
+	r.Get("/v1/payments/{id}", s.getPayment)
+	r.Post("/v1/payments/callback", s.paymentCallback)
+
+	r.Put("/v1/inventory/{sku}", s.setStock)
+	r.Get("/v1/inventory/{sku}", s.getStock)
+
+	r.Post("/v1/coupons", s.createCoupon)
+	r.Get("/v1/coupons/{id}", s.getCoupon)
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/metrics", s.serveMetrics)
+	r.Get("/openapi.json", s.serveOpenAPI)
+	return r
+}
+
+// routeNotFound answers a path that no route has.
+func (s *Server) routeNotFound(w http.ResponseWriter, r *http.Request) {
+	s.writeProblem(w, r, CodeRouteNotFound, "no route for "+r.Method+" "+r.URL.Path)
+}
+
+// allowMethods are the methods that a 405 answer's Allow header may list.
+var allowMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// methodNotAllowed answers a path that has routes, but none for the request's method,
+// listing the methods that it has in the Allow header.
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	path := cmp.Or(r.URL.RawPath, r.URL.Path)
+	var allowed []string
+	for _, m := range allowMethods {
+		if s.router.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+	}
+	s.writeProblem(w, r, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+}
+
+// pathParam returns the URL parameter name, unescaped. chi matches on the escaped path
+// when the URL has one (an id containing "%2F"), so its parameters may still be escaped.
+func pathParam(r *http.Request, name string) string {
+	v := chi.URLParam(r, name)
+	if r.URL.RawPath == "" {
+		return v
+	}
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
+}
