@@ -124,10 +124,10 @@ func jsonFieldNames(t reflect.Type) []string {
 	var names []string
 	for f := range t.Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch {
-		case name == "-":
+		switch name {
+		case "-":
 			continue
-		case name == "":
+		case "":
 			name = f.Name
 		}
 		names = append(names, name)

@@ -151,8 +151,8 @@ func TestRecovererPassesErrAbortHandler(t *testing.T) {
 		c.Metrics = http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) })
 	})
 	defer func() {
-		if v := recover(); v != http.ErrAbortHandler {
-			t.Errorf("recovered %v, want http.ErrAbortHandler", v)
+		if err, ok := recover().(error); !ok || !errors.Is(err, http.ErrAbortHandler) {
+			t.Errorf("recovered %v, want http.ErrAbortHandler", err)
 		}
 	}()
 	f.do(newRequest(http.MethodGet, "/metrics", ""))

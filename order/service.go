@@ -221,7 +221,7 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 			created = true
 			return nil
 		})
-		if !(p.IdempotencyKey != "" && orderly.ErrorCode(err) == orderly.ECONFLICT) {
+		if p.IdempotencyKey == "" || orderly.ErrorCode(err) != orderly.ECONFLICT {
 			break
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,7 +32,8 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "orderly:", err)
-		if ec, ok := err.(cli.ExitCoder); ok {
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
 			os.Exit(ec.ExitCode())
 		}
 		os.Exit(1)

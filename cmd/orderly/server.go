@@ -130,7 +130,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 			return s.Store.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
 		},
 	})
-	if s.listener, err = net.Listen("tcp", cfg.Addr); err != nil {
+	if s.listener, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	s.http = &http.Server{

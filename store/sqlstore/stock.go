@@ -75,22 +75,8 @@ func (t *tx) ReservationsCommit(ctx context.Context, orderID string, now time.Ti
 }
 
 func (t *tx) moveReservations(ctx context.Context, orderID string, now time.Time, to, stockUpdate string) ([]*orderly.Reservation, error) {
-	rows, err := t.q.QueryContext(ctx, `UPDATE reservations SET state = ?, updated_at = ?
-		WHERE order_id = ? AND state = 'held' RETURNING sku, quantity`, to, ms(now), orderID)
+	moved, err := t.markReservations(ctx, orderID, now, to)
 	if err != nil {
-		return nil, fmt.Errorf("%s reservations of %s: %w", to, orderID, err)
-	}
-	var moved []*orderly.Reservation
-	for rows.Next() {
-		r := orderly.Reservation{OrderID: orderID, State: to}
-		if err := rows.Scan(&r.SKU, &r.Quantity); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("%s reservations of %s: %w", to, orderID, err)
-		}
-		moved = append(moved, &r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s reservations of %s: %w", to, orderID, err)
 	}
 	for _, r := range moved {
@@ -102,6 +88,26 @@ func (t *tx) moveReservations(ctx context.Context, orderID string, now time.Time
 		}
 	}
 	return moved, nil
+}
+
+// markReservations moves the order's held reservations to state to and returns them. The
+// rows are read in full before the caller updates stock on the same connection.
+func (t *tx) markReservations(ctx context.Context, orderID string, now time.Time, to string) ([]*orderly.Reservation, error) {
+	rows, err := t.q.QueryContext(ctx, `UPDATE reservations SET state = ?, updated_at = ?
+		WHERE order_id = ? AND state = 'held' RETURNING sku, quantity`, to, ms(now), orderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var moved []*orderly.Reservation
+	for rows.Next() {
+		r := orderly.Reservation{OrderID: orderID, State: to}
+		if err := rows.Scan(&r.SKU, &r.Quantity); err != nil {
+			return nil, err
+		}
+		moved = append(moved, &r)
+	}
+	return moved, rows.Err()
 }
 
 // ReservationList implements store.Tx.
