@@ -57,7 +57,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		return nil, err
 	}
 	const pragmas = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
-	writer, err := sql.Open("sqlite", "file:"+path+"?"+pragmas+"&_txlock=immediate")
+	// The DSN is a SQLite URI filename: escape the characters it gives a meaning to, or a
+	// path with '?', '#' or '%' names another file and loses the pragmas.
+	dsnPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+	writer, err := sql.Open("sqlite", "file:"+dsnPath+"?"+pragmas+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -75,7 +78,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 			return nil, err
 		}
 	}
-	reader, err := sql.Open("sqlite", "file:"+path+"?"+pragmas+"&_pragma=query_only(1)")
+	reader, err := sql.Open("sqlite", "file:"+dsnPath+"?"+pragmas+"&_pragma=query_only(1)")
 	if err != nil {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
@@ -150,24 +153,19 @@ func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
 	return db.run(ctx, db.reader, &sql.TxOptions{ReadOnly: true}, fn)
 }
 
-func (db *DB) run(ctx context.Context, h *sql.DB, opts *sql.TxOptions, fn func(tx store.Tx) error) (err error) {
+func (db *DB) run(ctx context.Context, h *sql.DB, opts *sql.TxOptions, fn func(tx store.Tx) error) error {
 	sqlTx, err := h.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			_ = sqlTx.Rollback()
-			panic(p)
-		}
-		if err != nil {
-			_ = sqlTx.Rollback()
-		}
-	}()
-	if err = fn(&tx{q: sqlTx, db: db}); err != nil {
+	// Roll back on every way out but a commit: an error, a panic (which goes on with its
+	// stack intact) and runtime.Goexit (t.Fatal in a test), which would otherwise keep the
+	// only writer connection in an open transaction. After Commit this is a no-op.
+	defer func() { _ = sqlTx.Rollback() }()
+	if err := fn(&tx{q: sqlTx, db: db}); err != nil {
 		return err
 	}
-	if err = sqlTx.Commit(); err != nil {
+	if err := sqlTx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil

@@ -23,12 +23,13 @@ func (t *tx) OrderInsert(ctx context.Context, p *store.OrderInsertParams) error 
 		return fmt.Errorf("insert order %s: %w", o.ID, err)
 	}
 	_, err = t.exec(ctx, "order "+o.ID, `INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
-		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, version,
-		idempotency_key, request_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, closed_at,
+		close_reason, paid_at, version, idempotency_key, request_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		o.ID, o.UserID, o.Flow, o.State, o.PayStatus, string(items), o.Amount, o.Currency,
 		nullString(o.CouponID), nullString(o.CurrentPaymentID), ms(o.CreatedAt), ms(o.ExpiresAt),
-		ms(o.CloseAt), ms(o.CloseAt), o.Version, nullString(p.IdempotencyKey), nullString(p.RequestHash))
+		ms(o.CloseAt), ms(o.CloseAt), nullMS(o.ClosedAt), nullString(string(o.CloseReason)), nullMS(o.PaidAt),
+		o.Version, nullString(p.IdempotencyKey), nullString(p.RequestHash))
 	return err
 }
 
@@ -63,14 +64,17 @@ func (t *tx) OrderGet(ctx context.Context, id string) (*orderly.Order, error) {
 
 // OrderGetByIdempotencyKey implements store.Tx.
 func (t *tx) OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (*orderly.Order, string, error) {
-	var id, hash string
+	var (
+		id   string
+		hash sql.NullString // NULL when the order was inserted without a request hash
+	)
 	err := t.q.QueryRowContext(ctx, `SELECT id, request_hash FROM orders WHERE user_id = ? AND idempotency_key = ?`,
 		userID, key).Scan(&id, &hash)
 	if err != nil {
 		return nil, "", translate(err, "order with idempotency key "+key)
 	}
 	o, err := t.OrderGet(ctx, id)
-	return o, hash, err
+	return o, hash.String, err
 }
 
 // OrdersTransition implements store.Tx.

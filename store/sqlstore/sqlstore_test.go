@@ -1,0 +1,130 @@
+package sqlstore_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	// database/sql runs a connection opener goroutine per *sql.DB until Close; every store
+	// is closed in t.Cleanup, so none may be left.
+	goleak.VerifyTestMain(m)
+}
+
+// openSQLite opens a fresh, migrated SQLite store in t's temporary directory.
+func openSQLite(t *testing.T, cfg sqlstore.Config) *sqlstore.DB {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = filepath.Join(t.TempDir(), "test.db")
+	}
+	db, err := sqlstore.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("open %s: %v", cfg.URL, err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close %s: %v", cfg.URL, err)
+		}
+	})
+	return db
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openSQLite(t, sqlstore.Config{}) })
+}
+
+func TestInjectedClock(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2031, 5, 6, 7, 8, 9, 123_987_654, time.FixedZone("UTC+3", 3*60*60))
+	db := openSQLite(t, sqlstore.Config{Now: func() time.Time { return at }})
+	want := time.Date(2031, 5, 6, 4, 8, 9, 123_000_000, time.UTC)
+	for name, run := range map[string]func(func(store.Tx) error) error{
+		"InTx": func(fn func(store.Tx) error) error { return db.InTx(t.Context(), fn) },
+		"Read": func(fn func(store.Tx) error) error { return db.Read(t.Context(), fn) },
+	} {
+		var got time.Time
+		if err := run(func(tx store.Tx) error {
+			var err error
+			got, err = tx.Now(t.Context())
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !got.Equal(want) || got.Location() != time.UTC {
+			t.Errorf("%s: Now() = %v, want %v (the injected clock, UTC, truncated to the millisecond)", name, got, want)
+		}
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		url      func(path string) string
+		dir      string // subdirectory of the temporary directory holding the file
+		wantCode string // "" for success
+	}{
+		{"Path", func(p string) string { return p }, "", ""},
+		{"SQLiteScheme", func(p string) string { return "sqlite://" + p }, "", ""},
+		{"SQLitePrefix", func(p string) string { return "sqlite:" + p }, "", ""},
+		{"FilePrefix", func(p string) string { return "file:" + p }, "", ""},
+		{"PathWithURIMetacharacters", func(p string) string { return p }, "50% #1 ?x=y&z", ""},
+		{"Postgres", func(string) string { return "postgres://localhost/orderly" }, "", orderly.EINVALID},
+		{"MySQL", func(string) string { return "mysql://localhost/orderly" }, "", orderly.EINVALID},
+		{"UnknownScheme", func(string) string { return "redis://localhost" }, "", orderly.EINVALID},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), c.dir)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "a.db")
+			url := c.url(path)
+			db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url})
+			if c.wantCode != "" {
+				if db != nil {
+					_ = db.Close()
+				}
+				if got := orderly.ErrorCode(err); got != c.wantCode {
+					t.Fatalf("Open(%q) error %v (code %q), want code %q", url, err, got, c.wantCode)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open(%q): %v", url, err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			if err := db.InTx(t.Context(), func(tx store.Tx) error { _, err := tx.StockSet(t.Context(), "sku", 1); return err }); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			var got *orderly.Stock
+			if err := db.Read(t.Context(), func(tx store.Tx) error {
+				var err error
+				got, err = tx.StockGet(t.Context(), "sku")
+				return err
+			}); err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			if got.Available != 1 {
+				t.Errorf("read back %+v, want 1 available", got)
+			}
+			// The database is the named file, and the DSN's pragmas applied (WAL mode).
+			for _, f := range []string{path, path + "-wal"} {
+				if _, err := os.Stat(f); err != nil {
+					t.Errorf("Open(%q): %v", url, err)
+				}
+			}
+		})
+	}
+}

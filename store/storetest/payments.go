@@ -1,0 +1,205 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// testPayments checks payment attempts: numbering, round trips, the unique gateway
+// transaction id and the guarded state change (I3).
+func testPayments(t *testing.T, open opener) {
+	t.Run("InsertAssignsAttempts", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		insertOrder(t, s, &orderOpts{ID: "o1"})
+		insertOrder(t, s, &orderOpts{ID: "o2"})
+		var o1 []*orderly.Payment
+		for i := range 3 {
+			p := insertPayment(t, s, &paymentOpts{OrderID: "o1", Attempt: 99, CreatedAt: t0.Add(time.Duration(i) * time.Second)})
+			if p.Attempt != int64(i+1) {
+				t.Errorf("attempt %d of o1 numbered %d", i+1, p.Attempt)
+			}
+			o1 = append(o1, p)
+		}
+		q := insertPayment(t, s, &paymentOpts{OrderID: "o2", CreatedAt: t0.Add(3 * time.Second)})
+		if q.Attempt != 1 {
+			t.Errorf("first attempt of o2 numbered %d, want 1 (attempts count per order)", q.Attempt)
+		}
+		for _, p := range append(o1, q) {
+			equal(t, "PaymentGet("+p.ID+")", getPayment(t, s, p.ID), p)
+		}
+		equal(t, "PaymentList(o1), oldest first",
+			read(t, s, func(tx store.Tx) ([]*orderly.Payment, error) { return tx.PaymentList(ctx, "o1") }), o1)
+		equal(t, "PaymentList(all), oldest first",
+			read(t, s, func(tx store.Tx) ([]*orderly.Payment, error) { return tx.PaymentList(ctx, "") }), append(o1, q))
+		equal(t, "PaymentList(missing)",
+			len(read(t, s, func(tx store.Tx) ([]*orderly.Payment, error) { return tx.PaymentList(ctx, "missing") })), 0)
+	})
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		insertOrder(t, s, &orderOpts{ID: "o1"})
+		zone := time.FixedZone("UTC+9", 9*60*60)
+		in := newPayment(&paymentOpts{ID: "p1", OrderID: "o1", Channel: "card", ChannelTxnID: "txn-1", Amount: 12_345,
+			Currency: "JPY", State: orderly.PaymentRefunded, FailReason: "none",
+			CreatedAt:   time.Date(2030, 1, 2, 3, 4, 5, 6_789_999, zone),
+			SucceededAt: ptr(time.Date(2030, 1, 2, 3, 5, 0, 999_999_999, zone)),
+			RefundedAt:  ptr(time.Date(2030, 1, 3, 0, 0, 0, 1_000_000, zone))})
+		inTx(t, s, func(tx store.Tx) error { return tx.PaymentInsert(ctx, in) })
+		want := *in
+		want.Attempt = 1
+		want.CreatedAt, want.SucceededAt, want.RefundedAt = utcMS(in.CreatedAt), ptr(utcMS(*in.SucceededAt)), ptr(utcMS(*in.RefundedAt))
+		got := getPayment(t, s, "p1")
+		equal(t, "PaymentGet(p1)", got, &want)
+		if got.CreatedAt.Location() != time.UTC || got.SucceededAt.Location() != time.UTC || got.RefundedAt.Location() != time.UTC {
+			t.Errorf("payment times not UTC: %+v", got)
+		}
+
+		err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.PaymentGet(ctx, "missing"); return err })
+		wantCode(t, "PaymentGet(missing)", err, orderly.ENOTFOUND)
+		err = txErr(t, s, func(tx store.Tx) error {
+			return tx.PaymentInsert(ctx, newPayment(&paymentOpts{ID: "p1", OrderID: "o1"}))
+		})
+		wantCode(t, "second insert of p1", err, orderly.ECONFLICT)
+		equal(t, "p1 after the duplicate insert", getPayment(t, s, "p1"), &want)
+	})
+
+	t.Run("ChannelTxnIDUnique", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		insertOrder(t, s, &orderOpts{ID: "o1"})
+		insertOrder(t, s, &orderOpts{ID: "o2"})
+		p1 := insertPayment(t, s, &paymentOpts{ID: "p1", OrderID: "o1", ChannelTxnID: "txn-1", State: orderly.PaymentSucceeded})
+		// Attempts without a gateway transaction id do not collide.
+		p2 := insertPayment(t, s, &paymentOpts{ID: "p2", OrderID: "o1"})
+		p3 := insertPayment(t, s, &paymentOpts{ID: "p3", OrderID: "o2"})
+
+		err := txErr(t, s, func(tx store.Tx) error {
+			return tx.PaymentInsert(ctx, newPayment(&paymentOpts{ID: "p4", OrderID: "o2", ChannelTxnID: "txn-1"}))
+		})
+		wantCode(t, "insert with a used channel_txn_id", err, orderly.ECONFLICT)
+		err = s.Read(ctx, func(tx store.Tx) error { _, err := tx.PaymentGet(ctx, "p4"); return err })
+		wantCode(t, "p4 after the conflict", err, orderly.ENOTFOUND)
+
+		err = txErr(t, s, func(tx store.Tx) error {
+			_, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{ID: "p3",
+				From: []orderly.PaymentState{orderly.PaymentInitiated}, To: orderly.PaymentSucceeded,
+				ChannelTxnID: "txn-1", SucceededAt: &t0})
+			return err
+		})
+		wantCode(t, "success with a used channel_txn_id", err, orderly.ECONFLICT)
+		for _, p := range []*orderly.Payment{p1, p2, p3} {
+			equal(t, p.ID+" after the conflicts", getPayment(t, s, p.ID), p)
+		}
+	})
+
+	t.Run("SetState", func(t *testing.T) { testPaymentSetState(t, open) })
+}
+
+func testPaymentSetState(t *testing.T, open opener) {
+	t.Parallel()
+	at := t0.Add(time.Minute)
+	later := t0.Add(time.Hour)
+	initiated := []orderly.PaymentState{orderly.PaymentInitiated}
+	cases := []struct {
+		name    string
+		payment *paymentOpts // nil: no payment
+		params  store.PaymentSetStateParams
+		want    bool
+	}{
+		{
+			name:    "Succeed",
+			payment: &paymentOpts{},
+			params: store.PaymentSetStateParams{From: initiated, To: orderly.PaymentSucceeded,
+				ChannelTxnID: "txn-1", SucceededAt: &at},
+			want: true,
+		},
+		{
+			name:    "DuplicateSuccess",
+			payment: &paymentOpts{State: orderly.PaymentSucceeded, ChannelTxnID: "txn-1", SucceededAt: &at},
+			params: store.PaymentSetStateParams{From: initiated, To: orderly.PaymentSucceeded,
+				ChannelTxnID: "txn-1", SucceededAt: &later},
+		},
+		{
+			name:    "Fail",
+			payment: &paymentOpts{},
+			params:  store.PaymentSetStateParams{From: initiated, To: orderly.PaymentFailed, FailReason: "expired"},
+			want:    true,
+		},
+		{
+			name:    "FailAfterSuccess",
+			payment: &paymentOpts{State: orderly.PaymentSucceeded, ChannelTxnID: "txn-1", SucceededAt: &at},
+			params:  store.PaymentSetStateParams{From: initiated, To: orderly.PaymentFailed, FailReason: "expired"},
+		},
+		{
+			name:    "SuccessAfterFailureWhenAllowed",
+			payment: &paymentOpts{State: orderly.PaymentFailed, FailReason: "timeout"},
+			params: store.PaymentSetStateParams{From: []orderly.PaymentState{orderly.PaymentInitiated, orderly.PaymentFailed},
+				To: orderly.PaymentSucceeded, ChannelTxnID: "txn-2", SucceededAt: &later},
+			want: true,
+		},
+		{
+			// Zero optional fields are not written: the transaction id and time stay.
+			name:    "RefundPendingKeepsFields",
+			payment: &paymentOpts{State: orderly.PaymentSucceeded, ChannelTxnID: "txn-1", SucceededAt: &at},
+			params: store.PaymentSetStateParams{From: []orderly.PaymentState{orderly.PaymentSucceeded},
+				To: orderly.PaymentRefundPending},
+			want: true,
+		},
+		{
+			name:    "Refunded",
+			payment: &paymentOpts{State: orderly.PaymentRefundPending, ChannelTxnID: "txn-1", SucceededAt: &at},
+			params: store.PaymentSetStateParams{From: []orderly.PaymentState{orderly.PaymentRefundPending},
+				To: orderly.PaymentRefunded, RefundedAt: &later},
+			want: true,
+		},
+		{
+			name:    "RefundedTwice",
+			payment: &paymentOpts{State: orderly.PaymentRefunded, ChannelTxnID: "txn-1", SucceededAt: &at, RefundedAt: &at},
+			params: store.PaymentSetStateParams{From: []orderly.PaymentState{orderly.PaymentRefundPending},
+				To: orderly.PaymentRefunded, RefundedAt: &later},
+		},
+		{
+			name:   "Missing",
+			params: store.PaymentSetStateParams{From: initiated, To: orderly.PaymentFailed, FailReason: "expired"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, s := setup(t, open)
+			insertOrder(t, s, &orderOpts{ID: "o1"})
+			p := c.params
+			p.ID = "p1"
+			var before *orderly.Payment
+			if c.payment != nil {
+				c.payment.ID, c.payment.OrderID = p.ID, "o1"
+				before = insertPayment(t, s, c.payment)
+			}
+			got := write(t, s, func(tx store.Tx) (bool, error) { return tx.PaymentSetState(ctx, &p) })
+			if got != c.want {
+				t.Errorf("PaymentSetState = %v, want %v", got, c.want)
+			}
+			if before == nil {
+				return
+			}
+			want := *before
+			if c.want {
+				want.State = p.To
+				if p.ChannelTxnID != "" {
+					want.ChannelTxnID = p.ChannelTxnID
+				}
+				if p.FailReason != "" {
+					want.FailReason = p.FailReason
+				}
+				if p.SucceededAt != nil {
+					want.SucceededAt = p.SucceededAt
+				}
+				if p.RefundedAt != nil {
+					want.RefundedAt = p.RefundedAt
+				}
+			}
+			equal(t, "payment after PaymentSetState", getPayment(t, s, p.ID), &want)
+		})
+	}
+}
