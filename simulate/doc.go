@@ -1,0 +1,30 @@
+// Package simulate is orderly's demo and acceptance test: it drives real HTTP traffic
+// against a running server (DESIGN.md §7) and checks at the end that every invariant of
+// DESIGN.md §2 held.
+//
+// A run has four phases:
+//
+//  1. Seed: about twenty SKUs through PUT /v1/inventory/{sku} (a few of them scarce, with
+//     less stock than the run will ask for) and one coupon for every fourth user through
+//     POST /v1/coupons. Names carry a per-run prefix, so runs against one database do not
+//     meet.
+//  2. Send: Config.Orders orders at Config.Rate orders/s. Order i is sent at start + i/rate
+//     (no ticker and no sleep-in-a-loop, so the pace does not drift) and is given a buyer
+//     behaviour drawn from a rand seeded with Config.Seed: pay on time, pay just before the
+//     deadline, pay late (after the order closed), pay with duplicate callbacks (5 in
+//     parallel and one a second later), fail then pay on a second attempt, cancel, or never
+//     pay. Some orders use their buyer's coupon. Every buyer plays the gateway too: it signs
+//     its callbacks with Config.CallbackSecret (payment.Sign).
+//  3. Settle: wait until every deadline passed and every order settled (closed or paid, its
+//     refunds done, stock released, coupons released or used), bounded by Config.Drain
+//     after the last close_at.
+//  4. Check: each order's final state against its buyer's behaviour; I1 (no early close)
+//     and lateness percentiles from closed_at − close_at; I2 (paid is never lost: late
+//     payments refunded, duplicates applied once); I3 (coupons of closed orders available
+//     again, of paid orders used by them); I4 (per SKU seeded = available + held + sold,
+//     held = 0 at rest, sold = what the paid orders bought); I5 (no order left open); and,
+//     when Config.Store is set, verify.Check on the database (all of I1–I7).
+//
+// Run returns a Result whose JSON shape is stable (the CLI prints it); Result.Summary is
+// the human version.
+package simulate

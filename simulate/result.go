@@ -1,0 +1,136 @@
+package simulate
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/orderlyhq/orderly/verify"
+)
+
+// Result is what a run did and found. Its JSON shape is stable:
+//
+//	{"orders":N,"paid":N,"closed":N,"cancelled":N,"refunded":N,"late_payments":N,
+//	 "duplicate_callbacks":N,"early_closes":N,"violations":[],
+//	 "lateness_ms":{"p50":x,"p90":x,"p99":x,"max":x},"duration_s":x,"orders_per_s":x}
+//
+// The fields tagged json:"-" are details for Summary and for callers in Go.
+type Result struct {
+	// Orders is the number of orders the server created (201). Rejected ones are not
+	// counted; at rest Paid + Closed + Cancelled = Orders.
+	Orders int `json:"orders"`
+	// Paid counts orders that ended paid (or shipped, completed).
+	Paid int `json:"paid"`
+	// Closed counts orders closed for payment_timeout.
+	Closed int `json:"closed"`
+	// Cancelled counts orders closed for buyer_cancelled.
+	Cancelled int `json:"cancelled"`
+	// Refunded counts payments that ended refunded.
+	Refunded int `json:"refunded"`
+	// LatePayments counts success callbacks sent after their order closed.
+	LatePayments int `json:"late_payments"`
+	// DuplicateCallbacks counts callbacks sent again after a first identical one.
+	DuplicateCallbacks int `json:"duplicate_callbacks"`
+	// EarlyCloses counts orders closed for payment_timeout before close_at (I1).
+	EarlyCloses int `json:"early_closes"`
+	// Violations are human-readable, each prefixed with its invariant ("I2: …") or "HTTP"
+	// for a contract breach. Never nil, so it encodes as [].
+	Violations []string `json:"violations"`
+	// Lateness is closed_at − close_at over the orders closed for payment_timeout.
+	Lateness Percentiles `json:"lateness_ms"`
+	// DurationS is the run's wall time in seconds, seeding and settling included.
+	DurationS float64 `json:"duration_s"`
+	// OrdersPerS is the created orders divided by the time it took to send them.
+	OrdersPerS float64 `json:"orders_per_s"`
+
+	// Sent counts order requests sent.
+	Sent int `json:"-"`
+	// OutOfStock and CouponUnavailable count orders refused with 409 for those reasons,
+	// an expected outcome for scarce stock and contended coupons.
+	OutOfStock        int `json:"-"`
+	CouponUnavailable int `json:"-"`
+	// Races counts buyers who paid in time by their clock but whose order the server closed
+	// first (it inspected the payment at close_at); their money was refunded (I2).
+	Races int `json:"-"`
+	// Behaviours counts the created orders per buyer behaviour.
+	Behaviours map[string]int `json:"-"`
+	// Verify is the database check, when Config.Store was set.
+	Verify *verify.Report `json:"-"`
+}
+
+// OK reports whether the run found no violation.
+func (r *Result) OK() bool { return len(r.Violations) == 0 }
+
+// Percentiles of a distribution in milliseconds; all 0 when it is empty.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// newPercentiles returns the nearest-rank percentiles of values (which it sorts).
+func newPercentiles(values []float64) Percentiles {
+	slices.Sort(values)
+	return Percentiles{
+		P50: percentile(values, 50),
+		P90: percentile(values, 90),
+		P99: percentile(values, 99),
+		Max: percentile(values, 100),
+	}
+}
+
+// percentile returns the p-th percentile (0 < p <= 100) of sorted by the nearest-rank
+// method: the smallest value such that at least p% of the values are at or below it.
+// It returns 0 for no values.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// Summary returns the result for a terminal, several lines, ending with a newline.
+func (r *Result) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "orderly simulate: %d orders created of %d sent in %.1f s (%.1f orders/s)\n",
+		r.Orders, r.Sent, r.DurationS, r.OrdersPerS)
+	fmt.Fprintf(&b, "  outcome     paid %d, closed %d (payment timeout), cancelled %d, refunded payments %d\n",
+		r.Paid, r.Closed, r.Cancelled, r.Refunded)
+	fmt.Fprintf(&b, "  rejected    %d out of stock, %d coupon unavailable (expected: scarce stock, contended coupons)\n",
+		r.OutOfStock, r.CouponUnavailable)
+	fmt.Fprintf(&b, "  callbacks   %d late payments, %d duplicate callbacks, %d pay/close races\n",
+		r.LatePayments, r.DuplicateCallbacks, r.Races)
+	if len(r.Behaviours) > 0 {
+		parts := make([]string, 0, len(r.Behaviours))
+		for _, name := range behaviourNames {
+			if n, ok := r.Behaviours[name]; ok {
+				parts = append(parts, fmt.Sprintf("%s %d", name, n))
+			}
+		}
+		fmt.Fprintf(&b, "  buyers      %s\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(&b, "  lateness    p50 %s, p90 %s, p99 %s, max %s; early closes %d\n",
+		ms(r.Lateness.P50), ms(r.Lateness.P90), ms(r.Lateness.P99), ms(r.Lateness.Max), r.EarlyCloses)
+	if v := r.Verify; v != nil {
+		fmt.Fprintf(&b, "  database    %d orders, %d payments, outbox %d delivered / %d pending / %d dead\n",
+			v.Orders, v.Payments, v.OutboxByState["delivered"], v.OutboxByState["pending"], v.OutboxByState["dead"])
+	}
+	if r.OK() {
+		b.WriteString("  invariants  OK: no violation\n")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "  invariants  %d violations:\n", len(r.Violations))
+	const shown = 20
+	for _, v := range r.Violations[:min(len(r.Violations), shown)] {
+		fmt.Fprintf(&b, "    - %s\n", v)
+	}
+	if len(r.Violations) > shown {
+		fmt.Fprintf(&b, "    … and %d more (see the JSON result)\n", len(r.Violations)-shown)
+	}
+	return b.String()
+}
+
+func ms(v float64) string { return fmt.Sprintf("%.0f ms", v) }

@@ -1,0 +1,342 @@
+package simulate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orderlyhq/orderly/store/sqlstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var testSecret = []byte("simulate-test-secret")
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	hundred := make([]float64, 100)
+	for i := range hundred {
+		hundred[i] = float64(100 - i) // 100 … 1, unsorted on purpose
+	}
+	tests := []struct {
+		name   string
+		values []float64
+		want   Percentiles
+	}{
+		{name: "empty", values: nil, want: Percentiles{}},
+		{name: "one", values: []float64{7}, want: Percentiles{P50: 7, P90: 7, P99: 7, Max: 7}},
+		{name: "two", values: []float64{9, 1}, want: Percentiles{P50: 1, P90: 9, P99: 9, Max: 9}},
+		{name: "ten", values: []float64{10, 9, 8, 7, 6, 5, 4, 3, 2, 1}, want: Percentiles{P50: 5, P90: 9, P99: 10, Max: 10}},
+		{name: "hundred", values: hundred, want: Percentiles{P50: 50, P90: 90, P99: 99, Max: 100}},
+		{name: "negative (early closes)", values: []float64{-3, 2, 1}, want: Percentiles{P50: 1, P90: 2, P99: 2, Max: 2}},
+		{name: "fractions", values: []float64{0.5, 0.25, 0.75, 1}, want: Percentiles{P50: 0.5, P90: 1, P99: 1, Max: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := newPercentiles(slices.Clone(tt.values)); got != tt.want {
+				t.Errorf("newPercentiles(%v) = %+v, want %+v", tt.values, got, tt.want)
+			}
+		})
+	}
+}
+
+// resultKeys are the members of the result JSON, exactly.
+var resultKeys = []string{"cancelled", "closed", "duplicate_callbacks", "duration_s", "early_closes", "late_payments",
+	"lateness_ms", "orders", "orders_per_s", "paid", "refunded", "violations"}
+
+// checkResultJSON checks that res encodes with exactly the documented members.
+func checkResultJSON(t *testing.T, res *Result) map[string]json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, resultKeys) {
+		t.Errorf("result JSON members = %v, want %v", keys, resultKeys)
+	}
+	var lateness map[string]float64
+	if err := json.Unmarshal(m["lateness_ms"], &lateness); err != nil {
+		t.Fatalf("lateness_ms: %v", err)
+	}
+	if len(lateness) != 4 {
+		t.Errorf("lateness_ms = %v, want p50, p90, p99, max", lateness)
+	}
+	for _, k := range []string{"p50", "p90", "p99", "max"} {
+		if _, ok := lateness[k]; !ok {
+			t.Errorf("lateness_ms has no %s: %s", k, m["lateness_ms"])
+		}
+	}
+	return m
+}
+
+func TestResultJSON(t *testing.T) {
+	t.Parallel()
+	res := &Result{Orders: 3, Paid: 1, Closed: 1, Cancelled: 1, Refunded: 2, LatePayments: 1, DuplicateCallbacks: 5,
+		Violations: []string{}, Lateness: Percentiles{P50: 1, P90: 2, P99: 3, Max: 4}, DurationS: 1.5, OrdersPerS: 2,
+		Sent: 9, OutOfStock: 6, Behaviours: map[string]int{"cancel": 1}}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"orders":3,"paid":1,"closed":1,"cancelled":1,"refunded":2,"late_payments":1,"duplicate_callbacks":5,` +
+		`"early_closes":0,"violations":[],"lateness_ms":{"p50":1,"p90":2,"p99":3,"max":4},"duration_s":1.5,"orders_per_s":2}`
+	if string(b) != want {
+		t.Errorf("result JSON\n got %s\nwant %s", b, want)
+	}
+	checkResultJSON(t, res)
+	if s := res.Summary(); !strings.Contains(s, "invariants  OK") || !strings.Contains(s, "6 out of stock") {
+		t.Errorf("summary:\n%s", s)
+	}
+	res.Violations = []string{"I1: order x closed early"}
+	if s := res.Summary(); !strings.Contains(s, "1 violations:\n    - I1: order x closed early\n") {
+		t.Errorf("summary with a violation:\n%s", s)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		cfg     Config
+		wantErr string
+		seconds int64
+	}{
+		{cfg: Config{}, wantErr: "target: is required"},
+		{cfg: Config{Target: "localhost:8080"}, wantErr: "is not an http(s) URL"},
+		{cfg: Config{Target: "http://x", Orders: -1, Rate: -2}, wantErr: "orders: must not be negative"},
+		{cfg: Config{Target: "http://x/"}, seconds: 3},
+		{cfg: Config{Target: "http://x", PaymentTimeout: 1500 * time.Millisecond}, seconds: 2},
+		{cfg: Config{Target: "http://x", PaymentTimeout: 200 * time.Millisecond}, seconds: 1},
+		{cfg: Config{Target: "http://x", PaymentTimeout: 4 * time.Second}, seconds: 4},
+	}
+	for _, tt := range tests {
+		cfg, err := tt.cfg.withDefaults()
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%+v: error %v, want %q", tt.cfg, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.timeoutSeconds(); got != tt.seconds {
+			t.Errorf("%v: timeout seconds %d, want %d", tt.cfg.PaymentTimeout, got, tt.seconds)
+		}
+		if cfg.Target != "http://x" || cfg.Orders != DefaultOrders || cfg.Rate != DefaultRate ||
+			cfg.Concurrency != DefaultConcurrency || cfg.Drain != DefaultDrain {
+			t.Errorf("defaults not applied: %+v", cfg)
+		}
+	}
+}
+
+func TestPlanDeterministic(t *testing.T) {
+	t.Parallel()
+	a, b := newPlan(42, "p", 500, 3*time.Second), newPlan(42, "p", 500, 3*time.Second)
+	c := newPlan(43, "p", 500, 3*time.Second)
+	same, differ := true, false
+	counts := map[behaviour]int{}
+	for i := range a.orders {
+		x, y, z := a.orders[i], b.orders[i], c.orders[i]
+		same = same && x.behaviour == y.behaviour && slices.Equal(x.items, y.items) && x.user == y.user &&
+			x.useCoupon == y.useCoupon && x.startDelay == y.startDelay && x.beforeDeadline == y.beforeDeadline
+		differ = differ || x.behaviour != z.behaviour
+		counts[x.behaviour]++
+		if x.beforeDeadline < 100*time.Millisecond || x.beforeDeadline > 300*time.Millisecond {
+			t.Errorf("order %d: before deadline %s, want 100–300 ms", i, x.beforeDeadline)
+		}
+		if len(x.items) == 0 {
+			t.Errorf("order %d has no items", i)
+		}
+	}
+	if !same {
+		t.Error("the same seed gave two plans")
+	}
+	if !differ {
+		t.Error("seeds 42 and 43 gave the same behaviours")
+	}
+	for b := range numBehaviours {
+		if counts[b] == 0 {
+			t.Errorf("no order plays %s", b)
+		}
+	}
+	scarce := 0
+	for _, s := range a.skus {
+		if s.scarce && s.stock < s.demand {
+			scarce++
+		}
+	}
+	if len(a.skus) != numSKUs || scarce != numScarceSKUs {
+		t.Errorf("%d SKUs with %d scarce, want %d with %d", len(a.skus), scarce, numSKUs, numScarceSKUs)
+	}
+}
+
+// runFake runs a small simulation against a fake server.
+func runFake(t *testing.T, opts fakeOptions, cfg Config) (*Result, *fakeServer) {
+	t.Helper()
+	f, srv := newFakeServer(t, testSecret, opts)
+	cfg.Target, cfg.CallbackSecret = srv.URL, testSecret
+	cfg.PaymentTimeout = cmpOr(cfg.PaymentTimeout, time.Second)
+	cfg.Rate = cmpOr(cfg.Rate, 200)
+	cfg.Drain = cmpOr(cfg.Drain, 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, f
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func TestRunAgainstFake(t *testing.T) {
+	t.Parallel()
+	var progress bytes.Buffer
+	res, f := runFake(t, fakeOptions{grace: 100 * time.Millisecond}, Config{Orders: 80, Seed: 7, Progress: &progress})
+	if !res.OK() {
+		t.Fatalf("violations against a correct server:\n%s", res.Summary())
+	}
+	t.Logf("\n%s", res.Summary())
+	m := checkResultJSON(t, res)
+	if string(m["violations"]) != "[]" {
+		t.Errorf("violations encode as %s, want []", m["violations"])
+	}
+	if res.Sent != 80 || res.Orders+res.OutOfStock+res.CouponUnavailable != 80 {
+		t.Errorf("sent %d, created %d, rejected %d+%d: want 80 = created + rejected", res.Sent, res.Orders, res.OutOfStock, res.CouponUnavailable)
+	}
+	if res.Paid+res.Closed+res.Cancelled != res.Orders {
+		t.Errorf("paid %d + closed %d + cancelled %d != orders %d", res.Paid, res.Closed, res.Cancelled, res.Orders)
+	}
+	dups := res.Behaviours[payDuplicate.String()]
+	if res.DuplicateCallbacks != dups*duplicateCount {
+		t.Errorf("duplicate callbacks %d, want %d for %d duplicate payers", res.DuplicateCallbacks, dups*duplicateCount, dups)
+	}
+	if late := res.Behaviours[payLate.String()]; late == 0 || res.LatePayments != late || res.Refunded < late {
+		t.Errorf("late payers %d, late payments %d, refunded %d: want every late payment sent and refunded", late, res.LatePayments, res.Refunded)
+	}
+	if res.Paid == 0 || res.Closed == 0 || res.Cancelled == 0 || res.EarlyCloses != 0 {
+		t.Errorf("paid %d, closed %d, cancelled %d, early %d", res.Paid, res.Closed, res.Cancelled, res.EarlyCloses)
+	}
+	if res.Lateness.Max < res.Lateness.P50 || res.Lateness.P50 < 0 {
+		t.Errorf("lateness %+v", res.Lateness)
+	}
+	if res.DurationS <= 0 || res.OrdersPerS <= 0 {
+		t.Errorf("duration %f s, %f orders/s", res.DurationS, res.OrdersPerS)
+	}
+	if !strings.Contains(progress.String(), " sent ") {
+		t.Errorf("no progress line: %q", progress.String())
+	}
+	f.mu.Lock()
+	callbacks := f.requests["POST /v1/payments/callback"]
+	f.mu.Unlock()
+	if callbacks < res.DuplicateCallbacks+res.LatePayments {
+		t.Errorf("the server saw %d callbacks", callbacks)
+	}
+}
+
+func TestRunDetectsBrokenServer(t *testing.T) {
+	t.Parallel()
+	res, _ := runFake(t, fakeOptions{grace: 100 * time.Millisecond, earlyClose: 400 * time.Millisecond, keepLatePayments: true, leakCoupons: true},
+		Config{Orders: 60, Seed: 3, Drain: time.Second})
+	if res.OK() || res.EarlyCloses == 0 {
+		t.Fatalf("a broken server passed:\n%s", res.Summary())
+	}
+	for _, prefix := range []string{"I1: ", "I2: ", "I3: "} {
+		if !slices.ContainsFunc(res.Violations, func(v string) bool { return strings.HasPrefix(v, prefix) }) {
+			t.Errorf("no %s violation in:\n%s", prefix, strings.Join(res.Violations, "\n"))
+		}
+	}
+	checkResultJSON(t, res)
+}
+
+func TestRunWrongSecret(t *testing.T) {
+	t.Parallel()
+	_, srv := newFakeServer(t, []byte("another secret"), fakeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Config{Target: srv.URL, CallbackSecret: testSecret, Orders: 10, Rate: 500, PaymentTimeout: time.Second, Seed: 1, Drain: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(res.Violations, func(v string) bool { return strings.Contains(v, "401 unauthorized") }) {
+		t.Errorf("refused callbacks not reported:\n%s", res.Summary())
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, srv := newFakeServer(t, testSecret, fakeOptions{onOrder: func(n int) {
+		if n == 20 {
+			cancel()
+		}
+	}})
+	start := time.Now()
+	res, err := Run(ctx, Config{Target: srv.URL, CallbackSecret: testSecret, Orders: 1000, Rate: 200, PaymentTimeout: 5 * time.Second})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Run took %s to stop", d)
+	}
+	if res == nil || res.Sent < 20 || res.Sent >= 1000 {
+		t.Errorf("result %+v, want a partial one", res)
+	}
+}
+
+func TestRunUnreachable(t *testing.T) {
+	t.Parallel()
+	_, srv := newFakeServer(t, testSecret, fakeOptions{})
+	srv.Close()
+	if _, err := Run(context.Background(), Config{Target: srv.URL, Orders: 1}); err == nil || !strings.Contains(err.Error(), "seed") {
+		t.Fatalf("error %v, want a seed error", err)
+	}
+}
+
+// TestRunWithStore checks the wiring of Config.Store: the fake server keeps its state in
+// memory, so the (empty) database lacks the run's SKUs, and verify.Check must say so.
+func TestRunWithStore(t *testing.T) {
+	t.Parallel()
+	db, err := sqlstore.Open(context.Background(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "v.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	res, _ := runFake(t, fakeOptions{grace: 100 * time.Millisecond}, Config{Orders: 10, Rate: 500, Seed: 5, Store: db})
+	if res.Verify == nil || res.Verify.Orders != 0 {
+		t.Fatalf("verify report %+v, want one of the empty database", res.Verify)
+	}
+	if !slices.ContainsFunc(res.Violations, func(v string) bool {
+		return strings.HasPrefix(v, "I4 (database): sku ") && strings.HasSuffix(v, "but has no stock row")
+	}) {
+		t.Errorf("the database check's violations are missing:\n%s", res.Summary())
+	}
+	if !strings.Contains(res.Summary(), "database    0 orders") {
+		t.Errorf("summary:\n%s", res.Summary())
+	}
+}
