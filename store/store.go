@@ -80,6 +80,9 @@ type Tx interface {
 	// ReservationsRelease moves the order's held reservations to released and their units
 	// back to available; it returns the reservations it changed (none on a repeat call).
 	ReservationsRelease(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
+	// ReservationsReleaseMany is ReservationsRelease for many orders in one go (the relay
+	// applies a batch of release messages with it).
+	ReservationsReleaseMany(ctx context.Context, orderIDs []string, now time.Time) ([]*orderly.Reservation, error)
 	// ReservationsCommit moves the order's held reservations to committed and their units
 	// from held to sold; it returns the reservations it changed.
 	ReservationsCommit(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
@@ -96,6 +99,9 @@ type Tx interface {
 	// CouponRelease makes a coupon frozen by orderID available again (expired if its expiry
 	// passed); it changes nothing when another order froze it.
 	CouponRelease(ctx context.Context, id, orderID string, now time.Time) (bool, error)
+	// CouponsRelease is CouponRelease for many (coupon, order) pairs; it returns the number
+	// of coupons released.
+	CouponsRelease(ctx context.Context, refs []orderly.CouponRef, now time.Time) (int64, error)
 	// CouponUse marks a coupon frozen by orderID used.
 	CouponUse(ctx context.Context, id, orderID string) (bool, error)
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -41,10 +42,12 @@ type Config struct {
 
 // DB is a store.Store on a SQL database.
 type DB struct {
-	dialect string
-	writer  *sql.DB
-	reader  *sql.DB
-	now     func() time.Time
+	d      *dialect
+	writer *sql.DB
+	reader *sql.DB
+	now    func() time.Time
+	// wstmts and rstmts are every registered query, prepared on the writer and the reader.
+	wstmts, rstmts []*sql.Stmt
 }
 
 var _ store.Store = (*DB)(nil)
@@ -67,7 +70,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
 	writer.SetConnMaxLifetime(0)
-	db := &DB{dialect: "sqlite", writer: writer, now: cfg.Now}
+	db := &DB{d: sqliteDialect, writer: writer, now: cfg.Now}
 	if err := writer.PingContext(ctx); err != nil {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
@@ -85,6 +88,13 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	reader.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
 	db.reader = reader
+	if db.wstmts, err = prepareAll(ctx, db.d, writer); err == nil {
+		db.rstmts, err = prepareAll(ctx, db.d, reader)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return db, nil
 }
 
@@ -112,48 +122,67 @@ func sqlitePath(raw string) (string, error) {
 	return raw, nil
 }
 
+// prepareAll prepares every registered query on h. database/sql re-prepares a statement
+// on each pooled connection the first time a transaction on that connection uses it.
+func prepareAll(ctx context.Context, d *dialect, h *sql.DB) ([]*sql.Stmt, error) {
+	stmts := make([]*sql.Stmt, len(queries))
+	for _, q := range queries {
+		text := d.rebind(q.build(d))
+		s, err := h.PrepareContext(ctx, text)
+		if err != nil {
+			for _, p := range stmts[:q.id] {
+				_ = p.Close()
+			}
+			return nil, fmt.Errorf("prepare %q: %w", text, err)
+		}
+		stmts[q.id] = s
+	}
+	return stmts, nil
+}
+
 // Migrate applies every pending migration of the dialect.
 func (db *DB) Migrate(ctx context.Context) error {
-	fsys, err := fs.Sub(migrations, "migrations/"+db.dialect)
+	fsys, err := fs.Sub(migrations, "migrations/"+db.d.name)
 	if err != nil {
-		return fmt.Errorf("migrations for %s: %w", db.dialect, err)
+		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
 	}
-	provider, err := goose.NewProvider(goose.DialectSQLite3, db.writer, fsys)
+	provider, err := goose.NewProvider(db.d.goose, db.writer, fsys)
 	if err != nil {
-		return fmt.Errorf("migrations for %s: %w", db.dialect, err)
+		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
 	}
 	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("migrate %s: %w", db.dialect, err)
+		return fmt.Errorf("migrate %s: %w", db.d.name, err)
 	}
 	return nil
 }
 
 // Dialect implements store.Store.
-func (db *DB) Dialect() string { return db.dialect }
+func (db *DB) Dialect() string { return db.d.name }
 
 // Close implements store.Store.
 func (db *DB) Close() error {
-	var err error
+	var errs []error
+	for _, s := range append(db.wstmts, db.rstmts...) {
+		errs = append(errs, s.Close())
+	}
 	if db.reader != nil {
-		err = db.reader.Close()
+		errs = append(errs, db.reader.Close())
 	}
-	if e := db.writer.Close(); e != nil {
-		err = e
-	}
-	return err
+	errs = append(errs, db.writer.Close())
+	return errors.Join(errs...)
 }
 
 // InTx implements store.Store.
 func (db *DB) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
-	return db.run(ctx, db.writer, nil, fn)
+	return db.run(ctx, db.writer, db.wstmts, nil, fn)
 }
 
 // Read implements store.Store.
 func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
-	return db.run(ctx, db.reader, &sql.TxOptions{ReadOnly: true}, fn)
+	return db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true}, fn)
 }
 
-func (db *DB) run(ctx context.Context, h *sql.DB, opts *sql.TxOptions, fn func(tx store.Tx) error) error {
+func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) error {
 	sqlTx, err := h.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -162,7 +191,7 @@ func (db *DB) run(ctx context.Context, h *sql.DB, opts *sql.TxOptions, fn func(t
 	// stack intact) and runtime.Goexit (t.Fatal in a test), which would otherwise keep the
 	// only writer connection in an open transaction. After Commit this is a no-op.
 	defer func() { _ = sqlTx.Rollback() }()
-	if err := fn(&tx{q: sqlTx, db: db}); err != nil {
+	if err := fn(&tx{q: sqlTx, db: db, stmts: stmts}); err != nil {
 		return err
 	}
 	if err := sqlTx.Commit(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -15,6 +14,52 @@ import (
 const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
 	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version`
 
+var (
+	qOrderInsert = sqlText(`INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
+		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, closed_at,
+		close_reason, paid_at, version, idempotency_key, request_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qOrderGet   = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?`)
+	qOrderByKey = sqlText(`SELECT id, request_hash FROM orders WHERE user_id = ? AND idempotency_key = ?`)
+	// qOrdersLock selects (and locks, where the dialect has row locks) the orders of a
+	// transition that pass its guards; qOrdersTransition then changes exactly those.
+	qOrdersLock = newQuery(func(d *dialect) string {
+		return `SELECT id FROM orders WHERE id IN (` + d.ids + `) AND state = ?
+			AND pay_status IN (` + d.ids + `) AND close_at <= ? ORDER BY id` + d.lockRows
+	})
+	qOrdersTransition = newQuery(func(d *dialect) string {
+		return `UPDATE orders SET state = ?, version = version + 1, pay_status = COALESCE(?, pay_status),
+			close_reason = COALESCE(?, close_reason), closed_at = COALESCE(?, closed_at), paid_at = COALESCE(?, paid_at)
+			WHERE id IN (` + d.ids + `) AND state = ?`
+	})
+	qTransitionsInsert = newQuery(func(d *dialect) string {
+		return `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at, trace_id)
+			SELECT ids.value, ?, ?, ?, ?, ?, ?, ? FROM (` + d.ids + `) AS ids`
+	})
+	qOrderSetPayStatus = newQuery(func(d *dialect) string {
+		return `UPDATE orders SET pay_status = ?, version = version + 1, current_payment_id = COALESCE(?, current_payment_id)
+			WHERE id = ? AND state = ? AND pay_status IN (` + d.ids + `) AND (? = '' OR current_payment_id = ?)`
+	})
+	qOrdersDue = newQuery(func(d *dialect) string {
+		return `SELECT id, flow, pay_status, current_payment_id, coupon_id, close_at FROM orders
+			WHERE state = 'pending_payment' AND wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
+	})
+	qOrdersSetWakeAt = newQuery(func(d *dialect) string {
+		return `UPDATE orders SET wake_at = ? WHERE state = 'pending_payment' AND id IN (` + d.ids + `)`
+	})
+	qOrderNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM orders WHERE state = 'pending_payment'`)
+	qOrdersOverdueCount = sqlText(`SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ?`)
+	qOrderList          = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? ORDER BY id LIMIT ?`)
+	qTransitionList     = sqlText(`SELECT id, order_id, from_state, to_state, event, cause, actor, at, trace_id
+		FROM order_transitions WHERE order_id = ? ORDER BY id`)
+)
+
+// allPayStatuses is the pay-status guard that lets every order through.
+var allPayStatuses = []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayPaid, orderly.PayFailed, orderly.PayRefunded}
+
+// noCloseAtGuard is the close_at guard that lets every order through.
+const noCloseAtGuard = int64(1<<63 - 1)
+
 // OrderInsert implements store.Tx.
 func (t *tx) OrderInsert(ctx context.Context, p *store.OrderInsertParams) error {
 	o := p.Order
@@ -22,10 +67,7 @@ func (t *tx) OrderInsert(ctx context.Context, p *store.OrderInsertParams) error 
 	if err != nil {
 		return fmt.Errorf("insert order %s: %w", o.ID, err)
 	}
-	_, err = t.exec(ctx, "order "+o.ID, `INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
-		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, closed_at,
-		close_reason, paid_at, version, idempotency_key, request_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err = t.exec(ctx, "order "+o.ID, qOrderInsert,
 		o.ID, o.UserID, o.Flow, o.State, o.PayStatus, string(items), o.Amount, o.Currency,
 		nullString(o.CouponID), nullString(o.CurrentPaymentID), ms(o.CreatedAt), ms(o.ExpiresAt),
 		ms(o.CloseAt), ms(o.CloseAt), nullMS(o.ClosedAt), nullString(string(o.CloseReason)), nullMS(o.PaidAt),
@@ -58,7 +100,7 @@ func scanOrder(r rowScanner) (*orderly.Order, error) {
 
 // OrderGet implements store.Tx.
 func (t *tx) OrderGet(ctx context.Context, id string) (*orderly.Order, error) {
-	o, err := scanOrder(t.q.QueryRowContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id = ?`, id))
+	o, err := scanOrder(t.queryRow(ctx, qOrderGet, id))
 	return o, translate(err, "order "+id)
 }
 
@@ -68,8 +110,7 @@ func (t *tx) OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (
 		id   string
 		hash sql.NullString // NULL when the order was inserted without a request hash
 	)
-	err := t.q.QueryRowContext(ctx, `SELECT id, request_hash FROM orders WHERE user_id = ? AND idempotency_key = ?`,
-		userID, key).Scan(&id, &hash)
+	err := t.queryRow(ctx, qOrderByKey, userID, key).Scan(&id, &hash)
 	if err != nil {
 		return nil, "", translate(err, "order with idempotency key "+key)
 	}
@@ -77,71 +118,47 @@ func (t *tx) OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (
 	return o, hash.String, err
 }
 
-// OrdersTransition implements store.Tx.
+// OrdersTransition implements store.Tx: select (and lock) the orders that pass every
+// guard, change exactly those, and write their audit rows.
 func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionParams) ([]string, error) {
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
-	var (
-		set   = []string{"state = ?", "version = version + 1"}
-		args  = []any{p.To}
-		where = []string{"id IN (" + placeholders(len(p.IDs)) + ")", "state = ?"}
-	)
-	if p.SetPayStatus != "" {
-		set = append(set, "pay_status = ?")
-		args = append(args, p.SetPayStatus)
-	}
-	if p.CloseReason != "" {
-		set = append(set, "close_reason = ?", "closed_at = ?")
-		args = append(args, p.CloseReason, ms(p.Now))
-	}
-	if p.SetPaidAt {
-		set = append(set, "paid_at = ?")
-		args = append(args, ms(p.Now))
-	}
-	args = append(args, anys(p.IDs)...)
-	args = append(args, p.From)
-	if len(p.PayStatusIn) > 0 {
-		where = append(where, "pay_status IN ("+placeholders(len(p.PayStatusIn))+")")
-		args = append(args, anys(p.PayStatusIn)...)
+	payIn, closeAtBy := p.PayStatusIn, noCloseAtGuard
+	if len(payIn) == 0 {
+		payIn = allPayStatuses
 	}
 	if p.CloseAtBy != nil {
-		where = append(where, "close_at <= ?")
-		args = append(args, ms(*p.CloseAtBy))
+		closeAtBy = ms(*p.CloseAtBy)
 	}
-	rows, err := t.q.QueryContext(ctx, "UPDATE orders SET "+strings.Join(set, ", ")+
-		" WHERE "+strings.Join(where, " AND ")+" RETURNING id", args...)
+	rows, err := t.query(ctx, qOrdersLock, jsonList(p.IDs), p.From, jsonList(payIn), closeAtBy)
 	if err != nil {
 		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
 	}
 	changed, err := scanStrings(rows)
-	if err != nil {
-		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
+	if err != nil || len(changed) == 0 {
+		return nil, err
 	}
-	if err := t.insertTransitions(ctx, changed, p); err != nil {
+	var closedAt, paidAt sql.NullInt64
+	if p.CloseReason != "" {
+		closedAt = sql.NullInt64{Int64: ms(p.Now), Valid: true}
+	}
+	if p.SetPaidAt {
+		paidAt = sql.NullInt64{Int64: ms(p.Now), Valid: true}
+	}
+	ids := jsonList(changed)
+	n, err := t.exec(ctx, fmt.Sprintf("transition orders %s -> %s", p.From, p.To), qOrdersTransition,
+		p.To, nullString(string(p.SetPayStatus)), nullString(string(p.CloseReason)), closedAt, paidAt, ids, p.From)
+	if err != nil {
+		return nil, err
+	} else if n != int64(len(changed)) {
+		return nil, fmt.Errorf("transition orders %s -> %s: %d of %d locked rows changed", p.From, p.To, n, len(changed))
+	}
+	_, err = t.exec(ctx, "audit rows", qTransitionsInsert, p.From, p.To, p.Event, p.Cause, p.Actor, ms(p.Now), p.TraceID, ids)
+	if err != nil {
 		return nil, err
 	}
 	return changed, nil
-}
-
-// insertTransitions writes one audit row per changed order, in chunks.
-func (t *tx) insertTransitions(ctx context.Context, ids []string, p *store.OrdersTransitionParams) error {
-	const chunk = 500
-	for len(ids) > 0 {
-		n := min(chunk, len(ids))
-		args := make([]any, 0, n*8)
-		for _, id := range ids[:n] {
-			args = append(args, id, p.From, p.To, p.Event, p.Cause, p.Actor, ms(p.Now), p.TraceID)
-		}
-		_, err := t.exec(ctx, "audit rows", `INSERT INTO order_transitions
-			(order_id, from_state, to_state, event, cause, actor, at, trace_id) VALUES `+
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", "), args...)
-		if err != nil {
-			return err
-		}
-		ids = ids[n:]
-	}
-	return nil
 }
 
 func scanStrings(rows *sql.Rows) ([]string, error) {
@@ -159,27 +176,15 @@ func scanStrings(rows *sql.Rows) ([]string, error) {
 
 // OrderSetPayStatus implements store.Tx.
 func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusParams) (bool, error) {
-	set, args := "pay_status = ?, version = version + 1", []any{p.To}
-	if p.SetPaymentID != "" {
-		set += ", current_payment_id = ?"
-		args = append(args, p.SetPaymentID)
-	}
-	where := "id = ? AND state = ? AND pay_status IN (" + placeholders(len(p.From)) + ")"
-	args = append(args, p.ID, p.State)
-	args = append(args, anys(p.From)...)
-	if p.IfPaymentID != "" {
-		where += " AND current_payment_id = ?"
-		args = append(args, p.IfPaymentID)
-	}
-	n, err := t.exec(ctx, "set pay status of order "+p.ID, "UPDATE orders SET "+set+" WHERE "+where, args...)
+	n, err := t.exec(ctx, "set pay status of order "+p.ID, qOrderSetPayStatus, p.To, nullString(p.SetPaymentID),
+		p.ID, p.State, jsonList(p.From), p.IfPaymentID, p.IfPaymentID)
 	return n == 1, err
 }
 
 // OrdersDue implements store.Tx. SQLite has one writer, so a plain SELECT inside the write
 // transaction is a claim; dialects with row locks add FOR UPDATE SKIP LOCKED.
 func (t *tx) OrdersDue(ctx context.Context, p *store.OrdersDueParams) ([]*store.DueOrder, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT id, flow, pay_status, current_payment_id, coupon_id, close_at
-		FROM orders WHERE state = 'pending_payment' AND wake_at <= ? ORDER BY wake_at LIMIT ?`, ms(p.Now), p.Limit)
+	rows, err := t.query(ctx, qOrdersDue, ms(p.Now), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("due orders: %w", err)
 	}
@@ -205,15 +210,14 @@ func (t *tx) OrdersSetWakeAt(ctx context.Context, ids []string, wakeAt time.Time
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := t.exec(ctx, "set wake_at", `UPDATE orders SET wake_at = ? WHERE state = 'pending_payment' AND id IN (`+
-		placeholders(len(ids))+`)`, append([]any{ms(wakeAt)}, anys(ids)...)...)
+	_, err := t.exec(ctx, "set wake_at", qOrdersSetWakeAt, ms(wakeAt), jsonList(ids))
 	return err
 }
 
 // OrderNextWakeAt implements store.Tx.
 func (t *tx) OrderNextWakeAt(ctx context.Context) (time.Time, bool, error) {
 	var v sql.NullInt64
-	if err := t.q.QueryRowContext(ctx, `SELECT MIN(wake_at) FROM orders WHERE state = 'pending_payment'`).Scan(&v); err != nil {
+	if err := t.queryRow(ctx, qOrderNextWakeAt).Scan(&v); err != nil {
 		return time.Time{}, false, fmt.Errorf("next wake_at: %w", err)
 	}
 	if !v.Valid {
@@ -225,15 +229,13 @@ func (t *tx) OrderNextWakeAt(ctx context.Context) (time.Time, bool, error) {
 // OrdersOverdueCount implements store.Tx.
 func (t *tx) OrdersOverdueCount(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
-	err := t.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ?`,
-		ms(before)).Scan(&n)
+	err := t.queryRow(ctx, qOrdersOverdueCount, ms(before)).Scan(&n)
 	return n, translate(err, "overdue orders")
 }
 
 // OrderList implements store.Tx.
 func (t *tx) OrderList(ctx context.Context, p *store.ListParams) ([]*orderly.Order, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT `+orderColumns+` FROM orders WHERE id > ? ORDER BY id LIMIT ?`,
-		p.AfterID, p.Limit)
+	rows, err := t.query(ctx, qOrderList, p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list orders: %w", err)
 	}
@@ -251,8 +253,7 @@ func (t *tx) OrderList(ctx context.Context, p *store.ListParams) ([]*orderly.Ord
 
 // TransitionList implements store.Tx.
 func (t *tx) TransitionList(ctx context.Context, orderID string) ([]*orderly.Transition, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT id, order_id, from_state, to_state, event, cause, actor, at, trace_id
-		FROM order_transitions WHERE order_id = ? ORDER BY id`, orderID)
+	rows, err := t.query(ctx, qTransitionList, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("audit trail of %s: %w", orderID, err)
 	}

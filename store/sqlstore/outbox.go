@@ -3,8 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -12,6 +12,35 @@ import (
 )
 
 const messageColumns = `id, topic, key, payload, state, attempts, next_attempt_at, last_error, created_at, delivered_at`
+
+var (
+	// qOutboxInsert inserts a JSON array of {"t": topic, "k": key, "p": payload, "n": unix ms}.
+	qOutboxInsert = newQuery(func(d *dialect) string {
+		return `INSERT INTO outbox (topic, key, payload, next_attempt_at, created_at)
+			SELECT r.value->>'t', r.value->>'k', r.value->>'p', r.value->>'n', r.value->>'n' FROM json_each(?) AS r`
+	})
+	qOutboxDue = newQuery(func(d *dialect) string {
+		return `SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?
+			ORDER BY next_attempt_at, id LIMIT ?` + d.skipLocked
+	})
+	qOutboxLease = newQuery(func(d *dialect) string {
+		return `UPDATE outbox SET next_attempt_at = ?, attempts = attempts + 1 WHERE id IN (` + d.ids + `)`
+	})
+	qOutboxByIDs = newQuery(func(d *dialect) string {
+		return `SELECT ` + messageColumns + ` FROM outbox WHERE id IN (` + d.ids + `) ORDER BY id`
+	})
+	qOutboxDelivered = newQuery(func(d *dialect) string {
+		return `UPDATE outbox SET state = 'delivered', delivered_at = ?, last_error = ''
+			WHERE state = 'pending' AND id IN (` + d.ids + `)`
+	})
+	qOutboxFailed  = sqlText(`UPDATE outbox SET state = ?, next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'`)
+	qOutboxList    = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE state = ? ORDER BY id LIMIT ?`)
+	qOutboxCounts  = sqlText(`SELECT state, COUNT(*) FROM outbox GROUP BY state`)
+	qOutboxRedrive = sqlText(`UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?
+		WHERE id = ? AND state = 'dead'`)
+	qOutboxDeleteDelivered = sqlText(`DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
+		WHERE state = 'delivered' AND delivered_at < ? ORDER BY delivered_at LIMIT ?)`)
+)
 
 func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 	defer rows.Close()
@@ -34,31 +63,53 @@ func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 	return out, rows.Err()
 }
 
-// OutboxInsert implements store.Tx.
+// outboxRow is one message in the JSON parameter of qOutboxInsert.
+type outboxRow struct {
+	Topic   string `json:"t"`
+	Key     string `json:"k"`
+	Payload string `json:"p"`
+	Now     int64  `json:"n"`
+}
+
+// OutboxInsert implements store.Tx: one statement for any number of messages.
 func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams) error {
-	const chunk = 500
-	for len(msgs) > 0 {
-		n := min(chunk, len(msgs))
-		args := make([]any, 0, n*5)
-		for _, m := range msgs[:n] {
-			args = append(args, m.Topic, m.Key, string(m.Payload), ms(m.Now), ms(m.Now))
-		}
-		_, err := t.exec(ctx, "outbox messages", `INSERT INTO outbox (topic, key, payload, next_attempt_at, created_at)
-			VALUES `+strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", "), args...)
-		if err != nil {
-			return err
-		}
-		msgs = msgs[n:]
+	if len(msgs) == 0 {
+		return nil
 	}
-	return nil
+	rows := make([]outboxRow, len(msgs))
+	for i, m := range msgs {
+		rows[i] = outboxRow{Topic: m.Topic, Key: m.Key, Payload: string(m.Payload), Now: ms(m.Now)}
+	}
+	_, err := t.exec(ctx, "outbox messages", qOutboxInsert, jsonList(rows))
+	return err
 }
 
 // OutboxClaim implements store.Tx.
 func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*orderly.Message, error) {
-	rows, err := t.q.QueryContext(ctx, `UPDATE outbox SET next_attempt_at = ?, attempts = attempts + 1
-		WHERE id IN (SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?
-			ORDER BY next_attempt_at, id LIMIT ?)
-		RETURNING `+messageColumns, ms(p.LeaseUntil), ms(p.Now), p.Limit)
+	rows, err := t.query(ctx, qOutboxDue, ms(p.Now), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox: %w", err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim outbox: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, fmt.Errorf("claim outbox: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	list := jsonList(ids)
+	if _, err := t.exec(ctx, "lease outbox", qOutboxLease, ms(p.LeaseUntil), list); err != nil {
+		return nil, err
+	}
+	rows, err = t.query(ctx, qOutboxByIDs, list)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
@@ -74,8 +125,7 @@ func (t *tx) OutboxMarkDelivered(ctx context.Context, ids []int64, now time.Time
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := t.exec(ctx, "mark delivered", `UPDATE outbox SET state = 'delivered', delivered_at = ?, last_error = ''
-		WHERE state = 'pending' AND id IN (`+placeholders(len(ids))+`)`, append([]any{ms(now)}, anys(ids)...)...)
+	_, err := t.exec(ctx, "mark delivered", qOutboxDelivered, ms(now), jsonList(ids))
 	return err
 }
 
@@ -85,16 +135,13 @@ func (t *tx) OutboxMarkFailed(ctx context.Context, p *store.OutboxMarkFailedPara
 	if p.Dead {
 		state = orderly.MessageDead
 	}
-	_, err := t.exec(ctx, fmt.Sprintf("mark message %d failed", p.ID), `UPDATE outbox
-		SET state = ?, next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'`,
-		state, ms(p.NextAttemptAt), p.LastError, p.ID)
+	_, err := t.exec(ctx, fmt.Sprintf("mark message %d failed", p.ID), qOutboxFailed, state, ms(p.NextAttemptAt), p.LastError, p.ID)
 	return err
 }
 
 // OutboxList implements store.Tx.
 func (t *tx) OutboxList(ctx context.Context, state string, limit int) ([]*orderly.Message, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT `+messageColumns+` FROM outbox WHERE state = ? ORDER BY id LIMIT ?`,
-		state, limit)
+	rows, err := t.query(ctx, qOutboxList, state, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox: %w", err)
 	}
@@ -107,7 +154,7 @@ func (t *tx) OutboxList(ctx context.Context, state string, limit int) ([]*orderl
 
 // OutboxCounts implements store.Tx.
 func (t *tx) OutboxCounts(ctx context.Context) (map[string]int64, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT state, COUNT(*) FROM outbox GROUP BY state`)
+	rows, err := t.query(ctx, qOutboxCounts)
 	if err != nil {
 		return nil, fmt.Errorf("count outbox: %w", err)
 	}
@@ -128,13 +175,11 @@ func (t *tx) OutboxCounts(ctx context.Context) (map[string]int64, error) {
 
 // OutboxRedrive implements store.Tx.
 func (t *tx) OutboxRedrive(ctx context.Context, id int64, now time.Time) (bool, error) {
-	n, err := t.exec(ctx, fmt.Sprintf("re-drive message %d", id), `UPDATE outbox
-		SET state = 'pending', attempts = 0, next_attempt_at = ? WHERE id = ? AND state = 'dead'`, ms(now), id)
+	n, err := t.exec(ctx, fmt.Sprintf("re-drive message %d", id), qOutboxRedrive, ms(now), id)
 	return n == 1, err
 }
 
 // OutboxDeleteDelivered implements store.Tx.
 func (t *tx) OutboxDeleteDelivered(ctx context.Context, before time.Time, limit int) (int64, error) {
-	return t.exec(ctx, "delete delivered messages", `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
-		WHERE state = 'delivered' AND delivered_at < ? ORDER BY delivered_at LIMIT ?)`, ms(before), limit)
+	return t.exec(ctx, "delete delivered messages", qOutboxDeleteDelivered, ms(before), limit)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
@@ -12,6 +11,18 @@ import (
 
 const paymentColumns = `id, order_id, attempt, channel, channel_txn_id, amount, currency, state, fail_reason,
 	created_at, succeeded_at, refunded_at`
+
+var (
+	qPaymentNextAttempt = sqlText(`SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?`)
+	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qPaymentGet         = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
+	qPaymentList        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)
+	qPaymentSetState    = newQuery(func(d *dialect) string {
+		return `UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
+			fail_reason = COALESCE(?, fail_reason), succeeded_at = COALESCE(?, succeeded_at), refunded_at = COALESCE(?, refunded_at)
+			WHERE id = ? AND state IN (` + d.ids + `)`
+	})
+)
 
 func scanPayment(r rowScanner) (*orderly.Payment, error) {
 	var (
@@ -32,13 +43,10 @@ func scanPayment(r rowScanner) (*orderly.Payment, error) {
 // PaymentInsert implements store.Tx. The attempt number is assigned here: one more than the
 // order's last attempt.
 func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
-	err := t.q.QueryRowContext(ctx, `SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?`,
-		p.OrderID).Scan(&p.Attempt)
-	if err != nil {
+	if err := t.queryRow(ctx, qPaymentNextAttempt, p.OrderID).Scan(&p.Attempt); err != nil {
 		return translate(err, "payment attempt of "+p.OrderID)
 	}
-	_, err = t.exec(ctx, "payment "+p.ID, `INSERT INTO payments (`+paymentColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, "payment "+p.ID, qPaymentInsert,
 		p.ID, p.OrderID, p.Attempt, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency, p.State,
 		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt))
 	return err
@@ -46,14 +54,13 @@ func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 
 // PaymentGet implements store.Tx.
 func (t *tx) PaymentGet(ctx context.Context, id string) (*orderly.Payment, error) {
-	p, err := scanPayment(t.q.QueryRowContext(ctx, `SELECT `+paymentColumns+` FROM payments WHERE id = ?`, id))
+	p, err := scanPayment(t.queryRow(ctx, qPaymentGet, id))
 	return p, translate(err, "payment "+id)
 }
 
 // PaymentList implements store.Tx.
 func (t *tx) PaymentList(ctx context.Context, orderID string) ([]*orderly.Payment, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT `+paymentColumns+` FROM payments
-		WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`, orderID, orderID)
+	rows, err := t.query(ctx, qPaymentList, orderID, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("list payments: %w", err)
 	}
@@ -71,26 +78,7 @@ func (t *tx) PaymentList(ctx context.Context, orderID string) ([]*orderly.Paymen
 
 // PaymentSetState implements store.Tx.
 func (t *tx) PaymentSetState(ctx context.Context, p *store.PaymentSetStateParams) (bool, error) {
-	set, args := []string{"state = ?"}, []any{p.To}
-	if p.ChannelTxnID != "" {
-		set = append(set, "channel_txn_id = ?")
-		args = append(args, p.ChannelTxnID)
-	}
-	if p.FailReason != "" {
-		set = append(set, "fail_reason = ?")
-		args = append(args, p.FailReason)
-	}
-	if p.SucceededAt != nil {
-		set = append(set, "succeeded_at = ?")
-		args = append(args, ms(*p.SucceededAt))
-	}
-	if p.RefundedAt != nil {
-		set = append(set, "refunded_at = ?")
-		args = append(args, ms(*p.RefundedAt))
-	}
-	args = append(args, p.ID)
-	args = append(args, anys(p.From)...)
-	n, err := t.exec(ctx, "payment "+p.ID, "UPDATE payments SET "+strings.Join(set, ", ")+
-		" WHERE id = ? AND state IN ("+placeholders(len(p.From))+")", args...)
+	n, err := t.exec(ctx, "payment "+p.ID, qPaymentSetState, p.To, nullString(p.ChannelTxnID), nullString(p.FailReason),
+		nullMS(p.SucceededAt), nullMS(p.RefundedAt), p.ID, jsonList(p.From))
 	return n == 1, err
 }

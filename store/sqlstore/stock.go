@@ -1,20 +1,42 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
 )
 
+var (
+	qStockUpsert = sqlText(`INSERT INTO stock (sku, available) VALUES (?, ?)
+		ON CONFLICT (sku) DO UPDATE SET available = excluded.available`)
+	qStockGet     = sqlText(`SELECT available, held, sold FROM stock WHERE sku = ?`)
+	qStockList    = sqlText(`SELECT sku, available, held, sold FROM stock ORDER BY sku`)
+	qStockReserve = sqlText(`UPDATE stock SET available = available - ?, held = held + ? WHERE sku = ? AND available >= ?`)
+	qStockRelease = sqlText(`UPDATE stock SET available = available + ?, held = held - ? WHERE sku = ?`)
+	qStockCommit  = sqlText(`UPDATE stock SET sold = sold + ?, held = held - ? WHERE sku = ?`)
+
+	qReservationInsert = sqlText(`INSERT INTO reservations (order_id, sku, quantity, state, updated_at)
+		VALUES (?, ?, ?, 'held', ?)`)
+	qReservationsHeld = newQuery(func(d *dialect) string {
+		return `SELECT order_id, sku, quantity FROM reservations WHERE order_id IN (` + d.ids + `) AND state = 'held'
+			ORDER BY order_id, sku` + d.lockRows
+	})
+	qReservationsMark = newQuery(func(d *dialect) string {
+		return `UPDATE reservations SET state = ?, updated_at = ? WHERE order_id IN (` + d.ids + `) AND state = 'held'`
+	})
+	qReservationList = sqlText(`SELECT order_id, sku, quantity, state FROM reservations
+		WHERE ? = '' OR order_id = ? ORDER BY order_id, sku`)
+)
+
 // StockSet implements store.Tx.
 func (t *tx) StockSet(ctx context.Context, sku string, available int64) (*orderly.Stock, error) {
-	_, err := t.exec(ctx, "stock "+sku, `INSERT INTO stock (sku, available) VALUES (?, ?)
-		ON CONFLICT (sku) DO UPDATE SET available = excluded.available`, sku, available)
-	if err != nil {
+	if _, err := t.exec(ctx, "stock "+sku, qStockUpsert, sku, available); err != nil {
 		return nil, err
 	}
 	return t.StockGet(ctx, sku)
@@ -23,9 +45,7 @@ func (t *tx) StockSet(ctx context.Context, sku string, available int64) (*orderl
 // StockGet implements store.Tx.
 func (t *tx) StockGet(ctx context.Context, sku string) (*orderly.Stock, error) {
 	s := orderly.Stock{SKU: sku}
-	err := t.q.QueryRowContext(ctx, `SELECT available, held, sold FROM stock WHERE sku = ?`, sku).
-		Scan(&s.Available, &s.Held, &s.Sold)
-	if err != nil {
+	if err := t.queryRow(ctx, qStockGet, sku).Scan(&s.Available, &s.Held, &s.Sold); err != nil {
 		return nil, translate(err, "sku "+sku)
 	}
 	return &s, nil
@@ -33,7 +53,7 @@ func (t *tx) StockGet(ctx context.Context, sku string) (*orderly.Stock, error) {
 
 // StockList implements store.Tx.
 func (t *tx) StockList(ctx context.Context) ([]*orderly.Stock, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT sku, available, held, sold FROM stock ORDER BY sku`)
+	rows, err := t.query(ctx, qStockList)
 	if err != nil {
 		return nil, fmt.Errorf("list stock: %w", err)
 	}
@@ -51,69 +71,87 @@ func (t *tx) StockList(ctx context.Context) ([]*orderly.Stock, error) {
 
 // StockReserve implements store.Tx.
 func (t *tx) StockReserve(ctx context.Context, p *store.StockReserveParams) (bool, error) {
-	n, err := t.exec(ctx, "reserve "+p.SKU, `UPDATE stock SET available = available - ?, held = held + ?
-		WHERE sku = ? AND available >= ?`, p.Quantity, p.Quantity, p.SKU, p.Quantity)
+	n, err := t.exec(ctx, "reserve "+p.SKU, qStockReserve, p.Quantity, p.Quantity, p.SKU, p.Quantity)
 	if err != nil || n == 0 {
 		return false, err
 	}
-	_, err = t.exec(ctx, "reservation "+p.OrderID+"/"+p.SKU, `INSERT INTO reservations
-		(order_id, sku, quantity, state, updated_at) VALUES (?, ?, ?, 'held', ?)`, p.OrderID, p.SKU, p.Quantity, ms(p.Now))
+	_, err = t.exec(ctx, "reservation "+p.OrderID+"/"+p.SKU, qReservationInsert, p.OrderID, p.SKU, p.Quantity, ms(p.Now))
 	return err == nil, err
 }
 
-// ReservationsRelease implements store.Tx: the guarded held → released update is the
-// idempotency; stock moves only for the rows it changed.
+// ReservationsRelease implements store.Tx.
 func (t *tx) ReservationsRelease(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error) {
-	return t.moveReservations(ctx, orderID, now, orderly.ReservationReleased,
-		`UPDATE stock SET available = available + ?, held = held - ? WHERE sku = ?`)
+	return t.ReservationsReleaseMany(ctx, []string{orderID}, now)
+}
+
+// ReservationsReleaseMany implements store.Tx: the guarded held → released update is the
+// idempotency; stock moves only for the rows it changed, once per SKU.
+func (t *tx) ReservationsReleaseMany(ctx context.Context, orderIDs []string, now time.Time) ([]*orderly.Reservation, error) {
+	return t.moveReservations(ctx, orderIDs, now, orderly.ReservationReleased, qStockRelease)
 }
 
 // ReservationsCommit implements store.Tx.
 func (t *tx) ReservationsCommit(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error) {
-	return t.moveReservations(ctx, orderID, now, orderly.ReservationCommitted,
-		`UPDATE stock SET sold = sold + ?, held = held - ? WHERE sku = ?`)
+	return t.moveReservations(ctx, []string{orderID}, now, orderly.ReservationCommitted, qStockCommit)
 }
 
-func (t *tx) moveReservations(ctx context.Context, orderID string, now time.Time, to, stockUpdate string) ([]*orderly.Reservation, error) {
-	moved, err := t.markReservations(ctx, orderID, now, to)
-	if err != nil {
-		return nil, fmt.Errorf("%s reservations of %s: %w", to, orderID, err)
+// moveReservations selects (and locks) the held reservations of the orders, marks them
+// to, and applies the per-SKU totals to stock in SKU order (a fixed lock order).
+func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.Time, to string, stockUpdate *query) ([]*orderly.Reservation, error) {
+	if len(orderIDs) == 0 {
+		return nil, nil
 	}
+	ids := jsonList(orderIDs)
+	moved, err := t.heldReservations(ctx, ids, to)
+	if err != nil || len(moved) == 0 {
+		return nil, err
+	}
+	if _, err := t.exec(ctx, to+" reservations", qReservationsMark, to, ms(now), ids); err != nil {
+		return nil, err
+	}
+	perSKU := map[string]int64{}
 	for _, r := range moved {
-		n, err := t.exec(ctx, "stock "+r.SKU, stockUpdate, r.Quantity, r.Quantity, r.SKU)
+		perSKU[r.SKU] += r.Quantity
+	}
+	skus := make([]string, 0, len(perSKU))
+	for sku := range perSKU {
+		skus = append(skus, sku)
+	}
+	slices.Sort(skus)
+	for _, sku := range skus {
+		n, err := t.exec(ctx, "stock "+sku, stockUpdate, perSKU[sku], perSKU[sku], sku)
 		if err != nil {
 			return nil, err
 		} else if n != 1 {
-			return nil, fmt.Errorf("%s reservation %s/%s: stock row missing", to, orderID, r.SKU)
+			return nil, fmt.Errorf("%s reservations of sku %s: stock row missing", to, sku)
 		}
 	}
+	slices.SortFunc(moved, func(a, b *orderly.Reservation) int {
+		return cmp.Or(cmp.Compare(a.OrderID, b.OrderID), cmp.Compare(a.SKU, b.SKU))
+	})
 	return moved, nil
 }
 
-// markReservations moves the order's held reservations to state to and returns them. The
-// rows are read in full before the caller updates stock on the same connection.
-func (t *tx) markReservations(ctx context.Context, orderID string, now time.Time, to string) ([]*orderly.Reservation, error) {
-	rows, err := t.q.QueryContext(ctx, `UPDATE reservations SET state = ?, updated_at = ?
-		WHERE order_id = ? AND state = 'held' RETURNING sku, quantity`, to, ms(now), orderID)
+func (t *tx) heldReservations(ctx context.Context, ids, to string) ([]*orderly.Reservation, error) {
+	rows, err := t.query(ctx, qReservationsHeld, ids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("held reservations: %w", err)
 	}
 	defer rows.Close()
-	var moved []*orderly.Reservation
+	var out []*orderly.Reservation
 	for rows.Next() {
-		r := orderly.Reservation{OrderID: orderID, State: to}
-		if err := rows.Scan(&r.SKU, &r.Quantity); err != nil {
-			return nil, err
+		r := orderly.Reservation{State: to}
+		if err := rows.Scan(&r.OrderID, &r.SKU, &r.Quantity); err != nil {
+			return nil, fmt.Errorf("held reservations: %w", err)
 		}
-		moved = append(moved, &r)
+		out = append(out, &r)
 	}
-	return moved, rows.Err()
+	return out, rows.Err()
 }
 
 // ReservationList implements store.Tx.
 func (t *tx) ReservationList(ctx context.Context, orderID string) ([]*orderly.Reservation, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT order_id, sku, quantity, state FROM reservations
-		WHERE ? = '' OR order_id = ? ORDER BY order_id, sku`, orderID, orderID)
+	rows, err := t.query(ctx, qReservationList, orderID, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("list reservations: %w", err)
 	}
@@ -131,6 +169,22 @@ func (t *tx) ReservationList(ctx context.Context, orderID string) ([]*orderly.Re
 
 const couponColumns = `id, user_id, amount_off, currency, state, order_id, expires_at, created_at`
 
+var (
+	qCouponInsert = sqlText(`INSERT INTO coupons (` + couponColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	qCouponGet    = sqlText(`SELECT ` + couponColumns + ` FROM coupons WHERE id = ?`)
+	qCouponList   = sqlText(`SELECT ` + couponColumns + ` FROM coupons ORDER BY id`)
+	qCouponFreeze = sqlText(`UPDATE coupons SET state = 'frozen', order_id = ?
+		WHERE id = ? AND user_id = ? AND currency = ? AND state = 'available' AND (expires_at IS NULL OR expires_at > ?)`)
+	// qCouponsRelease releases the listed coupons that are frozen by one of the listed
+	// orders. An order freezes only its own coupon_id, so a coupon frozen by a listed order
+	// is that order's coupon: the pairs need not be matched one by one.
+	qCouponsRelease = newQuery(func(d *dialect) string {
+		return `UPDATE coupons SET state = CASE WHEN expires_at IS NOT NULL AND expires_at <= ? THEN 'expired' ELSE 'available' END,
+			order_id = NULL WHERE state = 'frozen' AND id IN (` + d.ids + `) AND order_id IN (` + d.ids + `)`
+	})
+	qCouponUse = sqlText(`UPDATE coupons SET state = 'used' WHERE id = ? AND state = 'frozen' AND order_id = ?`)
+)
+
 func scanCoupon(r rowScanner) (*orderly.Coupon, error) {
 	var (
 		c         orderly.Coupon
@@ -147,20 +201,20 @@ func scanCoupon(r rowScanner) (*orderly.Coupon, error) {
 
 // CouponInsert implements store.Tx.
 func (t *tx) CouponInsert(ctx context.Context, c *orderly.Coupon) error {
-	_, err := t.exec(ctx, "coupon "+c.ID, `INSERT INTO coupons (`+couponColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, "coupon "+c.ID, qCouponInsert,
 		c.ID, c.UserID, c.AmountOff, c.Currency, c.State, nullString(c.OrderID), nullMS(c.ExpiresAt), ms(c.CreatedAt))
 	return err
 }
 
 // CouponGet implements store.Tx.
 func (t *tx) CouponGet(ctx context.Context, id string) (*orderly.Coupon, error) {
-	c, err := scanCoupon(t.q.QueryRowContext(ctx, `SELECT `+couponColumns+` FROM coupons WHERE id = ?`, id))
+	c, err := scanCoupon(t.queryRow(ctx, qCouponGet, id))
 	return c, translate(err, "coupon "+id)
 }
 
 // CouponList implements store.Tx.
 func (t *tx) CouponList(ctx context.Context) ([]*orderly.Coupon, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT `+couponColumns+` FROM coupons ORDER BY id`)
+	rows, err := t.query(ctx, qCouponList)
 	if err != nil {
 		return nil, fmt.Errorf("list coupons: %w", err)
 	}
@@ -178,23 +232,30 @@ func (t *tx) CouponList(ctx context.Context) ([]*orderly.Coupon, error) {
 
 // CouponFreeze implements store.Tx.
 func (t *tx) CouponFreeze(ctx context.Context, p *store.CouponFreezeParams) (bool, error) {
-	n, err := t.exec(ctx, "freeze coupon "+p.ID, `UPDATE coupons SET state = 'frozen', order_id = ?
-		WHERE id = ? AND user_id = ? AND currency = ? AND state = 'available'
-		AND (expires_at IS NULL OR expires_at > ?)`, p.OrderID, p.ID, p.UserID, p.Currency, ms(p.Now))
+	n, err := t.exec(ctx, "freeze coupon "+p.ID, qCouponFreeze, p.OrderID, p.ID, p.UserID, p.Currency, ms(p.Now))
 	return n == 1, err
 }
 
 // CouponRelease implements store.Tx.
 func (t *tx) CouponRelease(ctx context.Context, id, orderID string, now time.Time) (bool, error) {
-	n, err := t.exec(ctx, "release coupon "+id, `UPDATE coupons
-		SET state = CASE WHEN expires_at IS NOT NULL AND expires_at <= ? THEN 'expired' ELSE 'available' END,
-		order_id = NULL WHERE id = ? AND state = 'frozen' AND order_id = ?`, ms(now), id, orderID)
+	n, err := t.CouponsRelease(ctx, []orderly.CouponRef{{CouponID: id, OrderID: orderID}}, now)
 	return n == 1, err
+}
+
+// CouponsRelease implements store.Tx.
+func (t *tx) CouponsRelease(ctx context.Context, refs []orderly.CouponRef, now time.Time) (int64, error) {
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	coupons, orders := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		coupons[i], orders[i] = r.CouponID, r.OrderID
+	}
+	return t.exec(ctx, "release coupons", qCouponsRelease, ms(now), jsonList(coupons), jsonList(orders))
 }
 
 // CouponUse implements store.Tx.
 func (t *tx) CouponUse(ctx context.Context, id, orderID string) (bool, error) {
-	n, err := t.exec(ctx, "use coupon "+id, `UPDATE coupons SET state = 'used'
-		WHERE id = ? AND state = 'frozen' AND order_id = ?`, id, orderID)
+	n, err := t.exec(ctx, "use coupon "+id, qCouponUse, id, orderID)
 	return n == 1, err
 }

@@ -3,9 +3,9 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"modernc.org/sqlite"
@@ -15,17 +15,22 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// tx implements store.Tx on one *sql.Tx.
+// tx implements store.Tx on one *sql.Tx, running the statements prepared for its handle.
 type tx struct {
-	q  *sql.Tx
-	db *DB
+	q     *sql.Tx
+	db    *DB
+	stmts []*sql.Stmt
 }
 
 var _ store.Tx = (*tx)(nil)
 
-// sqliteNow is SQLite's clock in unix milliseconds. unixepoch('subsec') is the integer
-// millisecond clock divided by 1000.0; ROUND only undoes the float error of that division.
-const sqliteNow = `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`
+var (
+	qNow = newQuery(func(d *dialect) string { return d.now })
+
+	qSavepoint         = sqlText(`SAVEPOINT sp`)
+	qRollbackSavepoint = sqlText(`ROLLBACK TO SAVEPOINT sp`)
+	qReleaseSavepoint  = sqlText(`RELEASE SAVEPOINT sp`)
+)
 
 // Now implements store.Tx.
 func (t *tx) Now(ctx context.Context) (time.Time, error) {
@@ -33,7 +38,7 @@ func (t *tx) Now(ctx context.Context) (time.Time, error) {
 		return t.db.now().UTC().Truncate(time.Millisecond), nil
 	}
 	var v int64
-	if err := t.q.QueryRowContext(ctx, sqliteNow).Scan(&v); err != nil {
+	if err := t.queryRow(ctx, qNow).Scan(&v); err != nil {
 		return time.Time{}, fmt.Errorf("database now: %w", err)
 	}
 	return fromMS(v), nil
@@ -41,22 +46,47 @@ func (t *tx) Now(ctx context.Context) (time.Time, error) {
 
 // Savepoint implements store.Tx.
 func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
-	if _, err := t.q.ExecContext(ctx, "SAVEPOINT sp"); err != nil {
-		return fmt.Errorf("savepoint: %w", err)
+	if _, err := t.exec(ctx, "savepoint", qSavepoint); err != nil {
+		return err
 	}
 	if ferr := fn(); ferr != nil {
-		if _, err := t.q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT sp"); err != nil {
-			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: %w", err))
+		if _, err := t.exec(ctx, "rollback to savepoint", qRollbackSavepoint); err != nil {
+			return errors.Join(ferr, err)
 		}
-		if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT sp"); err != nil {
-			return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
+		if _, err := t.exec(ctx, "release savepoint", qReleaseSavepoint); err != nil {
+			return errors.Join(ferr, err)
 		}
 		return ferr
 	}
-	if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT sp"); err != nil {
-		return fmt.Errorf("release savepoint: %w", err)
+	_, err := t.exec(ctx, "release savepoint", qReleaseSavepoint)
+	return err
+}
+
+// stmt returns q's prepared statement bound to this transaction.
+func (t *tx) stmt(ctx context.Context, q *query) *sql.Stmt {
+	return t.q.StmtContext(ctx, t.stmts[q.id])
+}
+
+// exec runs a statement and returns the number of rows it changed; errors are translated
+// with what (see translate).
+func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int64, error) {
+	res, err := t.stmt(ctx, q).ExecContext(ctx, args...)
+	if err != nil {
+		return 0, translate(err, what)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
+}
+
+func (t *tx) query(ctx context.Context, q *query, args ...any) (*sql.Rows, error) {
+	return t.stmt(ctx, q).QueryContext(ctx, args...)
+}
+
+func (t *tx) queryRow(ctx context.Context, q *query, args ...any) *sql.Row {
+	return t.stmt(ctx, q).QueryRowContext(ctx, args...)
 }
 
 // ms converts a time to unix milliseconds, the stored form.
@@ -82,18 +112,10 @@ func timePtr(v sql.NullInt64) *time.Time {
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
-// placeholders returns "?, ?, …" with n marks.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-// anys converts a slice to []any for query arguments.
-func anys[T any](vs []T) []any {
-	out := make([]any, len(vs))
-	for i, v := range vs {
-		out[i] = v
-	}
-	return out
+// jsonList encodes a list as the JSON array parameter of dialect.ids.
+func jsonList[T any](vs []T) string {
+	b, _ := json.Marshal(vs) // strings, integers and flat structs always marshal
+	return string(b)
 }
 
 // translate maps driver errors to domain errors: no rows → ENOTFOUND (with what), unique
@@ -110,17 +132,4 @@ func translate(err error, what string) error {
 		return orderly.Errorf(orderly.ECONFLICT, "%s already exists", what)
 	}
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-// exec runs a statement and returns the number of rows it changed.
-func (t *tx) exec(ctx context.Context, what, query string, args ...any) (int64, error) {
-	res, err := t.q.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, translate(err, what)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
-	}
-	return n, nil
 }
