@@ -188,7 +188,7 @@ func TestReleaseTwice(t *testing.T) {
 	apply := func() {
 		err := e.Store.InTx(ctx, func(tx store.Tx) error {
 			for _, topic := range []string{orderly.TopicReservationRelease, orderly.TopicCouponRelease} {
-				if err := handlers[topic].Apply(ctx, tx, topics[topic]); err != nil {
+				if err := handlers[topic].Apply(ctx, tx, []*orderly.Message{topics[topic]}); err != nil {
 					return err
 				}
 			}

@@ -17,9 +17,12 @@ type Handler struct {
 	// crash or a failed Apply), so it must be idempotent per message, e.g. by passing the
 	// message or payment id to the other side as an idempotency key.
 	Call func(ctx context.Context, m *orderly.Message) error
-	// Apply runs inside the transaction that marks the message delivered, so its local
-	// effects happen exactly once (I7). An error rolls back only this message's changes.
-	Apply func(ctx context.Context, tx store.Tx, m *orderly.Message) error
+	// Apply runs inside the transaction that marks the messages delivered, so their local
+	// effects happen exactly once (I7). It gets every message of its topic in the batch, so
+	// that it can apply them with a few set-based statements. When it fails, its changes
+	// are rolled back and it is called again once per message, so that only the failing
+	// messages are retried.
+	Apply func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error
 }
 
 // permanentError marks an error that retrying cannot fix.

@@ -167,8 +167,8 @@ type outcome struct {
 }
 
 // RunOnce claims one batch of due messages and delivers it: Call outside any transaction,
-// then, in one transaction, each message's Apply in its own savepoint, then delivered or
-// failed marks. It returns the number of messages claimed.
+// then, in one transaction, each topic's Apply (see apply), then delivered or failed
+// marks. It returns the number of messages claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	var msgs []*orderly.Message
 	err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
@@ -199,14 +199,11 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
+		if err := r.apply(ctx, tx, results); err != nil {
+			return err
+		}
 		var delivered []int64
-		for i := range results {
-			res := &results[i]
-			if res.err == nil {
-				if h, _ := r.handler(res.msg.Topic); h.Apply != nil {
-					res.err = tx.Savepoint(ctx, func() error { return h.Apply(ctx, tx, res.msg) })
-				}
-			}
+		for _, res := range results {
 			if res.err == nil {
 				delivered = append(delivered, res.msg.ID)
 				continue
@@ -239,6 +236,57 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return len(msgs), nil
+}
+
+// apply runs the Apply of each topic on the messages whose Call succeeded: all of a topic's
+// messages at once in one savepoint, and, if that fails, each message in its own
+// savepoint, so that one failing message leaves the others' effects in place. Errors of
+// Apply are recorded in results; the returned error is a database error that fails the batch.
+func (r *Relay) apply(ctx context.Context, tx store.Tx, results []outcome) error {
+	byTopic := map[string][]*outcome{}
+	var topics []string
+	for i := range results {
+		res := &results[i]
+		if res.err != nil {
+			continue
+		}
+		if h, _ := r.handler(res.msg.Topic); h.Apply != nil {
+			if byTopic[res.msg.Topic] == nil {
+				topics = append(topics, res.msg.Topic)
+			}
+			byTopic[res.msg.Topic] = append(byTopic[res.msg.Topic], res)
+		}
+	}
+	for _, topic := range topics {
+		h, _ := r.handler(topic)
+		group := byTopic[topic]
+		msgs := make([]*orderly.Message, len(group))
+		for i, res := range group {
+			msgs[i] = res.msg
+		}
+		err := tx.Savepoint(ctx, func() error { return r.applySafely(ctx, tx, h, msgs) })
+		if err == nil {
+			continue
+		}
+		if len(group) == 1 {
+			group[0].err = err
+			continue
+		}
+		for _, res := range group {
+			res.err = tx.Savepoint(ctx, func() error { return r.applySafely(ctx, tx, h, []*orderly.Message{res.msg}) })
+		}
+	}
+	return nil
+}
+
+// applySafely runs h.Apply, turning a panic into an error.
+func (r *Relay) applySafely(ctx context.Context, tx store.Tx, h Handler, msgs []*orderly.Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return h.Apply(ctx, tx, msgs)
 }
 
 func (r *Relay) handler(topic string) (Handler, bool) {

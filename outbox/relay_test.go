@@ -56,13 +56,17 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	ctx := context.Background()
 	var applied atomic.Int64
 	e := enginetest.New(t, enginetest.Options{MaxAttempts: 4, Handlers: map[string]outbox.Handler{
-		"test.ok": {Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
-			applied.Add(1)
-			// A local effect in the same transaction: it must survive the poison's rollback.
-			_, err := tx.StockSet(ctx, "effect-"+m.Key, 1)
-			return err
+		"test.ok": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			for _, m := range msgs {
+				applied.Add(1)
+				// A local effect in the same transaction: it must survive the poison's rollback.
+				if _, err := tx.StockSet(ctx, "effect-"+m.Key, 1); err != nil {
+					return err
+				}
+			}
+			return nil
 		}},
-		"test.poison": {Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
+		"test.poison": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			if _, err := tx.StockSet(ctx, "poison-effect", 1); err != nil {
 				return err
 			}
@@ -127,6 +131,52 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	}
 }
 
+// TestOneBadMessageInABatch: when a topic's batch Apply fails, the relay retries its
+// messages one by one, so the good ones are delivered with their effects and only the bad
+// one is retried.
+func TestOneBadMessageInABatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var batches, singles atomic.Int64
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{
+		"test.mixed": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			if len(msgs) > 1 {
+				batches.Add(1)
+			} else {
+				singles.Add(1)
+			}
+			for _, m := range msgs {
+				if _, err := tx.StockSet(ctx, "effect-"+m.Key, 1); err != nil {
+					return err
+				}
+				if m.Key == "3" {
+					return errors.New("message 3 is bad")
+				}
+			}
+			return nil
+		}},
+	}})
+	insert(t, e, "test.mixed", 6)
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if batches.Load() != 1 || singles.Load() != 6 {
+		t.Fatalf("%d batch and %d single applies, want 1 and 6", batches.Load(), singles.Load())
+	}
+	if d := list(t, e, orderly.MessageDelivered); len(d) != 5 {
+		t.Fatalf("%d delivered, want 5", len(d))
+	}
+	if p := list(t, e, orderly.MessagePending); len(p) != 1 || p[0].Key != "3" || p[0].LastError != "message 3 is bad" {
+		t.Fatalf("pending %+v, want message 3 with its error", p)
+	}
+	for key, want := range map[string]bool{"0": true, "2": true, "3": false, "5": true} {
+		_, err := e.Orders.Stock(ctx, "effect-"+key)
+		if got := err == nil; got != want {
+			t.Errorf("effect of message %s present = %v, want %v", key, got, want)
+		}
+	}
+}
+
 func TestCallFailuresAndPanics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -139,9 +189,9 @@ func TestCallFailuresAndPanics(t *testing.T) {
 			return nil
 		}},
 		"test.panics": {Call: func(ctx context.Context, m *orderly.Message) error { panic("boom") }},
-		"test.badjson": {Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
+		"test.badjson": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			var v []string
-			return outbox.Decode(m, &v)
+			return outbox.Decode(msgs[0], &v)
 		}},
 	}})
 	insert(t, e, "test.flaky", 1)

@@ -79,43 +79,54 @@ func (s *Service) RefundHandler() outbox.Handler {
 			}
 			return s.cfg.Gateway.Refund(ctx, ref.PaymentID, ref.Amount)
 		},
-		Apply: func(ctx context.Context, tx store.Tx, m *orderly.Message) error {
-			var ref orderly.PaymentRef
-			if err := outbox.Decode(m, &ref); err != nil {
-				return err
-			}
-			now, err := tx.Now(ctx)
-			if err != nil {
-				return err
-			}
-			ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
-				ID: ref.PaymentID, From: []orderly.PaymentState{orderly.PaymentRefundPending},
-				To: orderly.PaymentRefunded, RefundedAt: &now,
-			})
-			if err != nil || !ok {
-				return err
-			}
-			o, err := tx.OrderGet(ctx, ref.OrderID)
-			if err != nil {
-				return err
-			}
-			if o.State == orderly.StateRefunding {
-				flow, err := s.cfg.Flows.Get(o.Flow)
-				if err != nil {
-					return err
-				}
-				if _, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
-					IDs: []string{o.ID}, From: orderly.StateRefunding, Event: orderly.EventRefundComplete,
-					SetPayStatus: orderly.PayRefunded, Now: now, Cause: "payment " + ref.PaymentID, Actor: "gateway",
-				}); err != nil {
+		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			for _, m := range msgs {
+				if err := s.applyRefund(ctx, tx, m); err != nil {
 					return err
 				}
 			}
-			ev, err := outbox.NewMessage(orderly.TopicPaymentRefunded, ref.PaymentID, ref, now)
-			if err != nil {
-				return err
-			}
-			return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
+			return nil
 		},
 	}
+}
+
+// applyRefund marks one refunded payment, completes its order's merchant refund and writes
+// the payment.refunded event.
+func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Message) error {
+	var ref orderly.PaymentRef
+	if err := outbox.Decode(m, &ref); err != nil {
+		return err
+	}
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return err
+	}
+	ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
+		ID: ref.PaymentID, From: []orderly.PaymentState{orderly.PaymentRefundPending},
+		To: orderly.PaymentRefunded, RefundedAt: &now,
+	})
+	if err != nil || !ok {
+		return err
+	}
+	o, err := tx.OrderGet(ctx, ref.OrderID)
+	if err != nil {
+		return err
+	}
+	if o.State == orderly.StateRefunding {
+		flow, err := s.cfg.Flows.Get(o.Flow)
+		if err != nil {
+			return err
+		}
+		if _, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+			IDs: []string{o.ID}, From: orderly.StateRefunding, Event: orderly.EventRefundComplete,
+			SetPayStatus: orderly.PayRefunded, Now: now, Cause: "payment " + ref.PaymentID, Actor: "gateway",
+		}); err != nil {
+			return err
+		}
+	}
+	ev, err := outbox.NewMessage(orderly.TopicPaymentRefunded, ref.PaymentID, ref, now)
+	if err != nil {
+		return err
+	}
+	return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
 }
