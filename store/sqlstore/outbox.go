@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -14,11 +15,15 @@ import (
 const messageColumns = `id, topic, key, payload, state, attempts, next_attempt_at, last_error, created_at, delivered_at`
 
 var (
-	// qOutboxInsert inserts a JSON array of {"t": topic, "k": key, "p": payload, "n": unix ms}.
-	qOutboxInsert = newQuery(func(d *dialect) string {
-		return `INSERT INTO outbox (topic, key, payload, next_attempt_at, created_at)
-			SELECT r.value->>'t', r.value->>'k', r.value->>'p', r.value->>'n', r.value->>'n' FROM json_each(?) AS r`
-	})
+	// qOutboxInsert[k] inserts outboxChunks[k] messages with one statement.
+	qOutboxInsert = func() []*query {
+		qs := make([]*query, len(outboxChunks))
+		for i, n := range outboxChunks {
+			qs[i] = sqlText(`INSERT INTO outbox (topic, key, payload, next_attempt_at, created_at) VALUES ` +
+				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", "))
+		}
+		return qs
+	}()
 	qOutboxDue = newQuery(func(d *dialect) string {
 		return `SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?
 			ORDER BY next_attempt_at, id LIMIT ?` + d.skipLocked
@@ -63,25 +68,26 @@ func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 	return out, rows.Err()
 }
 
-// outboxRow is one message in the JSON parameter of qOutboxInsert.
-type outboxRow struct {
-	Topic   string `json:"t"`
-	Key     string `json:"k"`
-	Payload string `json:"p"`
-	Now     int64  `json:"n"`
-}
+// outboxChunks are the row counts of the prepared multi-row inserts, largest first: any
+// number of messages is written with at most a few statements of constant text.
+var outboxChunks = []int{128, 16, 1}
 
-// OutboxInsert implements store.Tx: one statement for any number of messages.
+// OutboxInsert implements store.Tx.
 func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams) error {
-	if len(msgs) == 0 {
-		return nil
+	for k, n := range outboxChunks {
+		for len(msgs) >= n {
+			args := make([]any, 0, 5*n)
+			for _, m := range msgs[:n] {
+				at := ms(m.Now)
+				args = append(args, m.Topic, m.Key, string(m.Payload), at, at)
+			}
+			if _, err := t.exec(ctx, "outbox messages", qOutboxInsert[k], args...); err != nil {
+				return err
+			}
+			msgs = msgs[n:]
+		}
 	}
-	rows := make([]outboxRow, len(msgs))
-	for i, m := range msgs {
-		rows[i] = outboxRow{Topic: m.Topic, Key: m.Key, Payload: string(m.Payload), Now: ms(m.Now)}
-	}
-	_, err := t.exec(ctx, "outbox messages", qOutboxInsert, jsonList(rows))
-	return err
+	return nil
 }
 
 // OutboxClaim implements store.Tx.
