@@ -42,9 +42,9 @@ type Config struct {
 	// GracePeriod is added to the payment deadline to get close_at, for callbacks in
 	// flight; 0 by default.
 	GracePeriod time.Duration
-	// ArmTimer, when set, is called after an order commits with its close_at, so the
-	// precise timer can re-arm for an earlier deadline.
-	ArmTimer func(closeAt time.Time)
+	// OnCreated, when set, is called after an order commits with its id and close_at, so
+	// the precise timer can re-arm for an earlier deadline (and a delay queue learn it).
+	OnCreated func(ctx context.Context, id string, closeAt time.Time)
 	// WakeRelay, when set, is called after a commit that wrote outbox messages.
 	WakeRelay func()
 	Logger    *slog.Logger
@@ -73,8 +73,8 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	cfg.DefaultPaymentTimeout = cmp.Or(cfg.DefaultPaymentTimeout, DefaultPaymentTimeout)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.ArmTimer == nil {
-		cfg.ArmTimer = func(time.Time) {}
+	if cfg.OnCreated == nil {
+		cfg.OnCreated = func(context.Context, string, time.Time) {}
 	}
 	if cfg.WakeRelay == nil {
 		cfg.WakeRelay = func() {}
@@ -229,7 +229,7 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 		return nil, false, err
 	}
 	if created {
-		s.cfg.ArmTimer(o.CloseAt)
+		s.cfg.OnCreated(ctx, o.ID, o.CloseAt)
 	}
 	return o, created, nil
 }

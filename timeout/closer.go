@@ -34,12 +34,35 @@ type Inspector interface {
 	InspectPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error)
 }
 
+// DelayItem is an order's entry in a delay queue: its id, due at CloseAt.
+type DelayItem struct {
+	OrderID string
+	CloseAt time.Time
+}
+
+// DelayQueue is an optional external delay queue (the Redis sorted set of package
+// redisq). The closer adds each order's close_at after the order commits, claims due ids
+// from it, and repairs it in the deep check; the database's guarded update still decides
+// what closes, so losing the queue's data only delays closes until the next sweep.
+type DelayQueue interface {
+	// Add records items (or moves them to their new CloseAt).
+	Add(ctx context.Context, items []DelayItem) error
+	// ClaimDue removes and returns up to limit ids whose CloseAt <= now, earliest first.
+	ClaimDue(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// Scores returns the CloseAt recorded for each of ids; ids the queue lacks are absent.
+	Scores(ctx context.Context, ids []string) (map[string]time.Time, error)
+	// Remove deletes ids (orders that left pending_payment); missing ids are ignored.
+	Remove(ctx context.Context, ids []string) error
+}
+
 // Config configures a Closer. Zero values mean the documented defaults.
 type Config struct {
 	Store store.Store
 	Flows orderly.Flows // nil → orderly.DefaultFlows()
 	// Inspector settles paying orders at close time; nil means they wait for InspectionHold.
 	Inspector Inspector
+	// DelayQueue, when set, replaces the database-driven precise timer (see DelayQueue).
+	DelayQueue DelayQueue
 	// BatchSize is the number of orders claimed and closed per transaction; 1000.
 	BatchSize int
 	// SweepInterval is the period of the sweep; 15 s.

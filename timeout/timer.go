@@ -8,6 +8,18 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
+// Created tells the closer that order id with this close_at was committed: the timer
+// re-arms when the deadline is earlier than the one it sleeps until, and the delay queue,
+// when configured, records it (a failure there is logged: the sweep covers it).
+func (c *Closer) Created(ctx context.Context, id string, closeAt time.Time) {
+	c.Arm(closeAt)
+	if c.cfg.DelayQueue != nil {
+		if err := c.cfg.DelayQueue.Add(ctx, []DelayItem{{OrderID: id, CloseAt: closeAt}}); err != nil {
+			c.cfg.Logger.Warn("delay queue add failed; the sweep will close the order", "order_id", id, "error", err)
+		}
+	}
+}
+
 // Arm tells the timer that an order with this close_at was committed; when it is earlier
 // than the deadline the timer sleeps until, the timer re-arms. It never blocks.
 func (c *Closer) Arm(closeAt time.Time) {

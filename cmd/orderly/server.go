@@ -88,7 +88,11 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	wakeRelay := func() { relay.Notify() }
 	if s.Orders, err = order.NewService(order.Config{
 		Store: s.Store, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
-		ArmTimer: func(t time.Time) { closer.Arm(t); s.Metrics.OrdersCreated.Inc() }, WakeRelay: wakeRelay, Logger: cfg.Logger,
+		OnCreated: func(ctx context.Context, id string, closeAt time.Time) {
+			closer.Created(ctx, id, closeAt)
+			s.Metrics.OrdersCreated.Inc()
+		},
+		WakeRelay: wakeRelay, Logger: cfg.Logger,
 	}); err != nil {
 		return nil, err
 	}
