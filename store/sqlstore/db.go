@@ -1,13 +1,19 @@
 // Package sqlstore implements store.Store on SQL databases through database/sql, with
-// explicit, parameterised SQL and embedded, numbered migrations per dialect run by goose.
+// explicit, parameterised SQL written once for every dialect (SQLite, PostgreSQL,
+// MySQL/MariaDB) and embedded, numbered migrations per dialect run by goose. Every
+// statement is prepared once per database handle: id lists travel as one JSON array
+// parameter, so statement texts do not depend on how many ids there are.
 //
 // SQLite (the embedded default, pure-Go driver modernc.org/sqlite) runs in WAL mode with two
 // handles: one writer connection, so write transactions queue in-process instead of
 // spinning in SQLite's busy handler, and a pool of read-only connections that read
-// concurrently. Write transactions start with BEGIN IMMEDIATE.
+// concurrently. Write transactions start with BEGIN IMMEDIATE. PostgreSQL (pgx) and MySQL
+// (go-sql-driver) use one pool, READ COMMITTED, row locks and SKIP LOCKED; a transaction
+// that fails on a deadlock is run again.
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -19,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -31,20 +38,24 @@ var migrations embed.FS
 
 // Config configures Open.
 type Config struct {
-	// URL selects the database: "" or "orderly.db" (a file path), "sqlite:path" or
-	// "sqlite://path" for SQLite. postgres:// and mysql:// are not implemented yet.
+	// URL selects the database: a file path ("orderly.db"; "" means that one),
+	// "sqlite:PATH" or "sqlite://PATH" for SQLite; "postgres://…" or "postgresql://…"
+	// (pgx connection string) for PostgreSQL; "mysql://user:pass@host:port/db?param=…" for
+	// MySQL 8 or MariaDB 10.6+.
 	URL string
 	// Now, when set, replaces the database clock (tests and simulations only).
 	Now func() time.Time
 	// SkipMigrate skips applying migrations at open.
 	SkipMigrate bool
+	// MaxConns caps the pool of PostgreSQL and MySQL connections; 16.
+	MaxConns int
 }
 
 // DB is a store.Store on a SQL database.
 type DB struct {
 	d      *dialect
 	writer *sql.DB
-	reader *sql.DB
+	reader *sql.DB // == writer except on SQLite
 	now    func() time.Time
 	// wstmts and rstmts are every registered query, prepared on the writer and the reader.
 	wstmts, rstmts []*sql.Stmt
@@ -53,43 +64,18 @@ type DB struct {
 var _ store.Store = (*DB)(nil)
 
 // Open opens (creating if needed) the database named by cfg.URL and applies pending
-// migrations. Errors: an unsupported URL scheme, an unreachable database, a failed migration.
+// migrations. Errors: an unsupported URL (EINVALID), an unreachable database, a failed
+// migration.
 func Open(ctx context.Context, cfg Config) (*DB, error) {
-	path, err := sqlitePath(cfg.URL)
+	d, dsn, err := parseURL(cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	const pragmas = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
-	// The DSN is a SQLite URI filename: escape the characters it gives a meaning to, or a
-	// path with '?', '#' or '%' names another file and loses the pragmas.
-	dsnPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
-	writer, err := sql.Open("sqlite", "file:"+dsnPath+"?"+pragmas+"&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
-	writer.SetMaxOpenConns(1)
-	writer.SetMaxIdleConns(1)
-	writer.SetConnMaxLifetime(0)
-	db := &DB{d: sqliteDialect, writer: writer, now: cfg.Now}
-	if err := writer.PingContext(ctx); err != nil {
-		_ = writer.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
-	if !cfg.SkipMigrate {
-		if err := db.Migrate(ctx); err != nil {
-			_ = writer.Close()
-			return nil, err
-		}
-	}
-	reader, err := sql.Open("sqlite", "file:"+dsnPath+"?"+pragmas+"&_pragma=query_only(1)")
-	if err != nil {
-		_ = writer.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
-	reader.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
-	db.reader = reader
-	if db.wstmts, err = prepareAll(ctx, db.d, writer); err == nil {
-		db.rstmts, err = prepareAll(ctx, db.d, reader)
+	db := &DB{d: d, now: cfg.Now}
+	if d == sqliteDialect {
+		err = db.openSQLite(ctx, dsn, cfg.SkipMigrate)
+	} else {
+		err = db.openPool(ctx, dsn, cfg)
 	}
 	if err != nil {
 		_ = db.Close()
@@ -98,28 +84,110 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	return db, nil
 }
 
-// sqlitePath returns the file path of a SQLite URL.
-func sqlitePath(raw string) (string, error) {
+// parseURL returns the dialect of a database URL and the driver's data source name (for
+// SQLite, the file path).
+func parseURL(raw string) (*dialect, string, error) {
 	switch {
 	case raw == "":
-		return "orderly.db", nil
-	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"), strings.HasPrefix(raw, "mysql://"):
-		u, _ := url.Parse(raw)
-		scheme := "database"
-		if u != nil {
-			scheme = u.Scheme
-		}
-		return "", orderly.Errorf(orderly.EINVALID, "%s databases are not supported yet; use a SQLite file", scheme)
+		return sqliteDialect, "orderly.db", nil
+	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
+		return postgresDialect, raw, nil
+	case strings.HasPrefix(raw, "mysql://"):
+		dsn, err := mysqlDSN(raw)
+		return mysqlDialect, dsn, err
 	case strings.HasPrefix(raw, "sqlite://"):
-		return strings.TrimPrefix(raw, "sqlite://"), nil
+		return sqliteDialect, strings.TrimPrefix(raw, "sqlite://"), nil
 	case strings.HasPrefix(raw, "sqlite:"):
-		return strings.TrimPrefix(raw, "sqlite:"), nil
+		return sqliteDialect, strings.TrimPrefix(raw, "sqlite:"), nil
 	case strings.HasPrefix(raw, "file:"):
-		return strings.TrimPrefix(raw, "file:"), nil
+		return sqliteDialect, strings.TrimPrefix(raw, "file:"), nil
 	case strings.Contains(raw, "://"):
-		return "", orderly.Errorf(orderly.EINVALID, "unsupported database URL %q", raw)
+		return nil, "", orderly.Errorf(orderly.EINVALID, "unsupported database URL %q: use a file path, sqlite:, postgres:// or mysql://", raw)
 	}
-	return raw, nil
+	return sqliteDialect, raw, nil
+}
+
+// mysqlDSN turns mysql://user:pass@host:port/db?params into go-sql-driver's DSN.
+func mysqlDSN(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", orderly.Errorf(orderly.EINVALID, "database URL: %v", err)
+	}
+	c := mysql.NewConfig()
+	c.Net, c.Addr, c.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
+	if u.Port() == "" {
+		c.Addr = u.Host + ":3306"
+	}
+	if u.User != nil {
+		c.User = u.User.Username()
+		c.Passwd, _ = u.User.Password()
+	}
+	if c.DBName == "" {
+		return "", orderly.Errorf(orderly.EINVALID, "database URL %q names no database", u.Redacted())
+	}
+	for k, vs := range u.Query() {
+		if c.Params == nil {
+			c.Params = map[string]string{}
+		}
+		c.Params[k] = vs[0]
+	}
+	return c.FormatDSN(), nil
+}
+
+func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate bool) error {
+	const pragmas = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
+	// The DSN is a SQLite URI filename: escape the characters it gives a meaning to, or a
+	// path with '?', '#' or '%' names another file and loses the pragmas.
+	dsnPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+	writer, err := sql.Open("sqlite", "file:"+dsnPath+"?"+pragmas+"&_txlock=immediate")
+	if err != nil {
+		return fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	db.writer = writer
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	if err := writer.PingContext(ctx); err != nil {
+		return fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	if !skipMigrate {
+		if err := db.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+	if db.reader, err = sql.Open("sqlite", "file:"+dsnPath+"?"+pragmas+"&_pragma=query_only(1)"); err != nil {
+		return fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	db.reader.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
+	if db.wstmts, err = prepareAll(ctx, db.d, db.writer); err != nil {
+		return err
+	}
+	db.rstmts, err = prepareAll(ctx, db.d, db.reader)
+	return err
+}
+
+func (db *DB) openPool(ctx context.Context, dsn string, cfg Config) error {
+	h, err := sql.Open(db.d.driver, dsn)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", db.d.name, err)
+	}
+	db.writer, db.reader = h, h
+	h.SetMaxOpenConns(cmp.Or(cfg.MaxConns, 16))
+	h.SetMaxIdleConns(cmp.Or(cfg.MaxConns, 16))
+	h.SetConnMaxIdleTime(5 * time.Minute)
+	if err := h.PingContext(ctx); err != nil {
+		return fmt.Errorf("open %s: %w", db.d.name, err)
+	}
+	if !cfg.SkipMigrate {
+		if err := db.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+	if db.wstmts, err = prepareAll(ctx, db.d, h); err != nil {
+		return err
+	}
+	db.rstmts = db.wstmts
+	return nil
 }
 
 // prepareAll prepares every registered query on h. database/sql re-prepares a statement
@@ -162,24 +230,42 @@ func (db *DB) Dialect() string { return db.d.name }
 // Close implements store.Store.
 func (db *DB) Close() error {
 	var errs []error
-	for _, s := range append(db.wstmts, db.rstmts...) {
+	for _, s := range db.wstmts {
 		errs = append(errs, s.Close())
 	}
-	if db.reader != nil {
-		errs = append(errs, db.reader.Close())
+	if db.reader != db.writer {
+		for _, s := range db.rstmts {
+			errs = append(errs, s.Close())
+		}
+		if db.reader != nil {
+			errs = append(errs, db.reader.Close())
+		}
 	}
-	errs = append(errs, db.writer.Close())
+	if db.writer != nil {
+		errs = append(errs, db.writer.Close())
+	}
 	return errors.Join(errs...)
 }
 
+// maxAttempts is how many times a write transaction runs when the database aborts it for
+// a deadlock or a serialization failure.
+const maxAttempts = 4
+
 // InTx implements store.Store.
 func (db *DB) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
-	return db.run(ctx, db.writer, db.wstmts, nil, fn)
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		err = db.run(ctx, db.writer, db.wstmts, &sql.TxOptions{Isolation: db.d.isolation}, fn)
+		if err == nil || !db.d.retry(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
 }
 
 // Read implements store.Store.
 func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
-	return db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true}, fn)
+	return db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true, Isolation: db.d.isolation}, fn)
 }
 
 func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) error {

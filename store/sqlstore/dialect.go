@@ -1,37 +1,108 @@
 package sqlstore
 
 import (
+	"database/sql"
+	"errors"
 	"strconv"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/pressly/goose/v3"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // dialect holds what differs between SQL databases. Queries are written once, with '?'
 // placeholders and these fragments, and built per dialect when a DB opens.
 type dialect struct {
-	name  string
-	goose goose.Dialect
+	name      string
+	goose     goose.Dialect
+	driver    string               // database/sql driver name
+	isolation sql.IsolationLevel   // of write transactions
+	unique    func(err error) bool // a unique-key violation
+	retry     func(err error) bool // a deadlock or serialization failure: run the transaction again
 	// dollar placeholders ($1, $2, …) instead of '?'.
 	dollar bool
 	// now selects the database clock as unix milliseconds, truncated.
 	now string
-	// ids is a subquery yielding the elements of one JSON array parameter (strings or
-	// integers): it keeps statement texts constant whatever the number of ids, so every
-	// statement is prepared once.
-	ids string
+	// ids and intIDs are subqueries yielding, as column v, the elements of one JSON array
+	// parameter (strings, integers): they keep statement texts constant whatever the
+	// number of ids, so every statement is prepared once.
+	ids, intIDs string
 	// lockRows is appended to a SELECT that claims rows; skipLocked to one that claims
 	// rows other transactions may be claiming. Empty where the database has one writer.
 	lockRows, skipLocked string
 }
 
 var sqliteDialect = &dialect{
-	name:  "sqlite",
-	goose: goose.DialectSQLite3,
+	name:   "sqlite",
+	goose:  goose.DialectSQLite3,
+	driver: "sqlite",
+	unique: func(err error) bool {
+		var se *sqlite.Error
+		return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+	},
+	retry: func(error) bool { return false }, // one writer: no deadlocks
 	// unixepoch('subsec') is the integer millisecond clock divided by 1000.0; ROUND only
 	// undoes the float error of that division.
-	now: `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`,
-	ids: `SELECT value FROM json_each(?)`,
+	now:    `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`,
+	ids:    `SELECT value AS v FROM json_each(?)`,
+	intIDs: `SELECT value AS v FROM json_each(?)`,
+}
+
+var postgresDialect = &dialect{
+	name:      "postgres",
+	goose:     goose.DialectPostgres,
+	driver:    "pgx",
+	isolation: sql.LevelReadCommitted,
+	dollar:    true,
+	unique: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && pe.Code == "23505"
+	},
+	retry: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	},
+	// clock_timestamp() is the time now, not the transaction's start; EXTRACT returns an
+	// exact numeric and FLOOR truncates to the millisecond.
+	now:        `SELECT FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint`,
+	ids:        `SELECT v FROM jsonb_array_elements_text(?::jsonb) AS t(v)`,
+	intIDs:     `SELECT v::bigint FROM jsonb_array_elements_text(?::jsonb) AS t(v)`,
+	lockRows:   ` FOR UPDATE`,
+	skipLocked: ` FOR UPDATE SKIP LOCKED`,
+}
+
+var mysqlDialect = &dialect{
+	name:      "mysql",
+	goose:     goose.DialectMySQL,
+	driver:    "mysql",
+	isolation: sql.LevelReadCommitted,
+	unique: func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me) && me.Number == 1062
+	},
+	retry: func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205) // deadlock, lock wait timeout
+	},
+	// UNIX_TIMESTAMP(NOW(3)) is an exact decimal with milliseconds.
+	now:        `SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)`,
+	ids:        `SELECT v FROM JSON_TABLE(?, '$[*]' COLUMNS (v VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS t`,
+	intIDs:     `SELECT v FROM JSON_TABLE(?, '$[*]' COLUMNS (v BIGINT PATH '$')) AS t`,
+	lockRows:   ` FOR UPDATE`,
+	skipLocked: ` FOR UPDATE SKIP LOCKED`,
+}
+
+// typed is a placeholder for a value of SQL type typ where the database cannot infer it
+// (PostgreSQL, in a SELECT list).
+func (d *dialect) typed(typ string) string {
+	if d.dollar {
+		return "?::" + typ
+	}
+	return "?"
 }
 
 // rebind rewrites '?' placeholders for the dialect. Our statements contain no '?' inside

@@ -34,7 +34,8 @@ var (
 	})
 	qTransitionsInsert = newQuery(func(d *dialect) string {
 		return `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at, trace_id)
-			SELECT ids.value, ?, ?, ?, ?, ?, ?, ? FROM (` + d.ids + `) AS ids`
+			SELECT ids.v, ` + d.typed("text") + `, ` + d.typed("text") + `, ` + d.typed("text") + `, ` + d.typed("text") + `, ` +
+			d.typed("text") + `, ` + d.typed("bigint") + `, ` + d.typed("text") + ` FROM (` + d.ids + `) AS ids`
 	})
 	qOrderSetPayStatus = newQuery(func(d *dialect) string {
 		return `UPDATE orders SET pay_status = ?, version = version + 1, current_payment_id = COALESCE(?, current_payment_id)

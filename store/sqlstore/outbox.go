@@ -12,14 +12,14 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-const messageColumns = `id, topic, key, payload, state, attempts, next_attempt_at, last_error, created_at, delivered_at`
+const messageColumns = `id, topic, message_key, payload, state, attempts, next_attempt_at, last_error, created_at, delivered_at`
 
 var (
 	// qOutboxInsert[k] inserts outboxChunks[k] messages with one statement.
 	qOutboxInsert = func() []*query {
 		qs := make([]*query, len(outboxChunks))
 		for i, n := range outboxChunks {
-			qs[i] = sqlText(`INSERT INTO outbox (topic, key, payload, next_attempt_at, created_at) VALUES ` +
+			qs[i] = sqlText(`INSERT INTO outbox (topic, message_key, payload, next_attempt_at, created_at) VALUES ` +
 				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", "))
 		}
 		return qs
@@ -29,22 +29,27 @@ var (
 			ORDER BY next_attempt_at, id LIMIT ?` + d.skipLocked
 	})
 	qOutboxLease = newQuery(func(d *dialect) string {
-		return `UPDATE outbox SET next_attempt_at = ?, attempts = attempts + 1 WHERE id IN (` + d.ids + `)`
+		return `UPDATE outbox SET next_attempt_at = ?, attempts = attempts + 1 WHERE id IN (` + d.intIDs + `)`
 	})
 	qOutboxByIDs = newQuery(func(d *dialect) string {
-		return `SELECT ` + messageColumns + ` FROM outbox WHERE id IN (` + d.ids + `) ORDER BY id`
+		return `SELECT ` + messageColumns + ` FROM outbox WHERE id IN (` + d.intIDs + `) ORDER BY id`
 	})
 	qOutboxDelivered = newQuery(func(d *dialect) string {
 		return `UPDATE outbox SET state = 'delivered', delivered_at = ?, last_error = ''
-			WHERE state = 'pending' AND id IN (` + d.ids + `)`
+			WHERE state = 'pending' AND id IN (` + d.intIDs + `)`
 	})
 	qOutboxFailed  = sqlText(`UPDATE outbox SET state = ?, next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'`)
 	qOutboxList    = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE state = ? ORDER BY id LIMIT ?`)
 	qOutboxCounts  = sqlText(`SELECT state, COUNT(*) FROM outbox GROUP BY state`)
 	qOutboxRedrive = sqlText(`UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?
 		WHERE id = ? AND state = 'dead'`)
-	qOutboxDeleteDelivered = sqlText(`DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
-		WHERE state = 'delivered' AND delivered_at < ? ORDER BY delivered_at LIMIT ?)`)
+	qOutboxDeleteDelivered = newQuery(func(d *dialect) string {
+		if d == mysqlDialect { // MySQL has no LIMIT in an IN subquery, but DELETE … LIMIT
+			return `DELETE FROM outbox WHERE state = 'delivered' AND delivered_at < ? ORDER BY delivered_at LIMIT ?`
+		}
+		return `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
+			WHERE state = 'delivered' AND delivered_at < ? ORDER BY delivered_at LIMIT ?)`
+	})
 )
 
 func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {

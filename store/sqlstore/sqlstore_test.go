@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/store/storetest"
@@ -39,7 +40,22 @@ func openSQLite(t *testing.T, cfg sqlstore.Config) *sqlstore.DB {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openSQLite(t, sqlstore.Config{}) })
+	t.Run("sqlite", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T) store.Store { return openSQLite(t, sqlstore.Config{}) })
+	})
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			base := testdb.URL(t, dialect) // skips, or fails with ORDERLY_TEST_REQUIRE_SERVICES=1
+			storetest.Run(t, func(t *testing.T) store.Store {
+				db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: testdb.Fresh(t, base), MaxConns: 8})
+				if err != nil {
+					t.Fatalf("open %s: %v", dialect, err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				return db
+			})
+		})
+	}
 }
 
 func TestInjectedClock(t *testing.T) {
@@ -78,8 +94,7 @@ func TestOpenURL(t *testing.T) {
 		{"SQLitePrefix", func(p string) string { return "sqlite:" + p }, "", ""},
 		{"FilePrefix", func(p string) string { return "file:" + p }, "", ""},
 		{"PathWithURIMetacharacters", func(p string) string { return p }, "50% #1 ?x=y&z", ""},
-		{"Postgres", func(string) string { return "postgres://localhost/orderly" }, "", orderly.EINVALID},
-		{"MySQL", func(string) string { return "mysql://localhost/orderly" }, "", orderly.EINVALID},
+		{"MySQLWithoutDatabase", func(string) string { return "mysql://root@127.0.0.1:1" }, "", orderly.EINVALID},
 		{"UnknownScheme", func(string) string { return "redis://localhost" }, "", orderly.EINVALID},
 	}
 	for _, c := range cases {

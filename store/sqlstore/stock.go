@@ -13,8 +13,12 @@ import (
 )
 
 var (
-	qStockUpsert = sqlText(`INSERT INTO stock (sku, available) VALUES (?, ?)
-		ON CONFLICT (sku) DO UPDATE SET available = excluded.available`)
+	qStockUpsert = newQuery(func(d *dialect) string {
+		if d == mysqlDialect {
+			return `INSERT INTO stock (sku, available) VALUES (?, ?) ON DUPLICATE KEY UPDATE available = VALUES(available)`
+		}
+		return `INSERT INTO stock (sku, available) VALUES (?, ?) ON CONFLICT (sku) DO UPDATE SET available = excluded.available`
+	})
 	qStockGet     = sqlText(`SELECT available, held, sold FROM stock WHERE sku = ?`)
 	qStockList    = sqlText(`SELECT sku, available, held, sold FROM stock ORDER BY sku`)
 	qStockReserve = sqlText(`UPDATE stock SET available = available - ?, held = held + ? WHERE sku = ? AND available >= ?`)

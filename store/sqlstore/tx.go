@@ -8,28 +8,22 @@ import (
 	"fmt"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
-
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
 )
 
 // tx implements store.Tx on one *sql.Tx, running the statements prepared for its handle.
 type tx struct {
-	q     *sql.Tx
-	db    *DB
-	stmts []*sql.Stmt
+	q          *sql.Tx
+	db         *DB
+	stmts      []*sql.Stmt
+	savepoints int // nesting depth: each level has its own name (MySQL replaces a same-named one)
 }
 
 var _ store.Tx = (*tx)(nil)
 
 var (
 	qNow = newQuery(func(d *dialect) string { return d.now })
-
-	qSavepoint         = sqlText(`SAVEPOINT sp`)
-	qRollbackSavepoint = sqlText(`ROLLBACK TO SAVEPOINT sp`)
-	qReleaseSavepoint  = sqlText(`RELEASE SAVEPOINT sp`)
 )
 
 // Now implements store.Tx.
@@ -44,22 +38,28 @@ func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	return fromMS(v), nil
 }
 
-// Savepoint implements store.Tx.
+// Savepoint implements store.Tx. The savepoint statements are not prepared: MySQL does
+// not prepare them.
 func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
-	if _, err := t.exec(ctx, "savepoint", qSavepoint); err != nil {
-		return err
+	t.savepoints++
+	defer func() { t.savepoints-- }()
+	name := fmt.Sprintf("sp%d", t.savepoints)
+	if _, err := t.q.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
 	}
 	if ferr := fn(); ferr != nil {
-		if _, err := t.exec(ctx, "rollback to savepoint", qRollbackSavepoint); err != nil {
-			return errors.Join(ferr, err)
+		if _, err := t.q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: %w", err))
 		}
-		if _, err := t.exec(ctx, "release savepoint", qReleaseSavepoint); err != nil {
-			return errors.Join(ferr, err)
+		if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+			return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
 		}
 		return ferr
 	}
-	_, err := t.exec(ctx, "release savepoint", qReleaseSavepoint)
-	return err
+	if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
 }
 
 // stmt returns q's prepared statement bound to this transaction.
@@ -72,7 +72,7 @@ func (t *tx) stmt(ctx context.Context, q *query) *sql.Stmt {
 func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int64, error) {
 	res, err := t.stmt(ctx, q).ExecContext(ctx, args...)
 	if err != nil {
-		return 0, translate(err, what)
+		return 0, t.translate(err, what)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -118,8 +118,7 @@ func jsonList[T any](vs []T) string {
 	return string(b)
 }
 
-// translate maps driver errors to domain errors: no rows → ENOTFOUND (with what), unique
-// violation → ECONFLICT. Other errors are wrapped with what.
+// translate maps sql.ErrNoRows to ENOTFOUND (with what) and wraps other errors with what.
 func translate(err error, what string) error {
 	if err == nil {
 		return nil
@@ -127,9 +126,14 @@ func translate(err error, what string) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return orderly.Errorf(orderly.ENOTFOUND, "%s not found", what)
 	}
-	var se *sqlite.Error
-	if errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// translate maps driver errors to domain errors: no rows → ENOTFOUND (with what), unique
+// violation → ECONFLICT. Other errors are wrapped with what.
+func (t *tx) translate(err error, what string) error {
+	if err != nil && t.db.d.unique(err) {
 		return orderly.Errorf(orderly.ECONFLICT, "%s already exists", what)
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return translate(err, what)
 }

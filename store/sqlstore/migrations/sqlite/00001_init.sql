@@ -92,7 +92,7 @@ CREATE TABLE payments (
 CREATE TABLE outbox (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
     topic           TEXT    NOT NULL,
-    key             TEXT    NOT NULL,
+    message_key     TEXT    NOT NULL,
     payload         TEXT    NOT NULL,
     state           TEXT    NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'dead')),
     attempts        INTEGER NOT NULL DEFAULT 0,

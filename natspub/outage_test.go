@@ -1,0 +1,167 @@
+package natspub_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/natspub"
+)
+
+const natsServerBin = "/usr/sbin/nats-server"
+
+// natsServer is a nats-server process of one test, with JetStream storing in dir.
+type natsServer struct {
+	t      *testing.T
+	port   string
+	dir    string
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+}
+
+// startNATSServer starts a nats-server of the test's own on a free port, with JetStream
+// storing in a temporary directory, and waits until it accepts connections. The test is
+// skipped when the binary is missing (failed with ORDERLY_TEST_REQUIRE_SERVICES=1). The
+// process is killed at cleanup.
+func startNATSServer(t *testing.T) *natsServer {
+	t.Helper()
+	if _, err := os.Stat(natsServerBin); err != nil {
+		requireService(t, "this test starts its own "+natsServerBin+" (apt-get install nats-server): "+err.Error())
+	}
+	s := &natsServer{t: t, port: freePort(t), dir: t.TempDir()}
+	t.Cleanup(s.stop)
+	s.start()
+	return s
+}
+
+// start runs the server on s.port and s.dir and waits until it accepts connections.
+func (s *natsServer) start() {
+	t := s.t
+	t.Helper()
+	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	// Not t.Context(): it ends before the cleanups, which delete the stream through this server.
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cmd, s.cancel = exec.CommandContext(ctx, natsServerBin,
+		"-a", "127.0.0.1", "-p", s.port, "-js", "-sd", filepath.Join(s.dir, "jetstream")), cancel
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if err := s.cmd.Start(); err != nil {
+		s.cmd = nil
+		cancel()
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "nats-server accepts connections on :"+s.port, func() bool {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+s.port, 100*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+}
+
+// stop kills the server and waits for it to exit. Safe to call twice.
+func (s *natsServer) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cancel()
+	s.cmd = nil
+	if s.t.Failed() {
+		if b, err := os.ReadFile(filepath.Join(s.dir, "server.log")); err == nil {
+			s.t.Logf("nats-server log:\n%s", b)
+		}
+	}
+}
+
+func (s *natsServer) url() string { return "nats://127.0.0.1:" + s.port }
+
+// freePort returns a TCP port on 127.0.0.1 that nobody listened on a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// eventually polls cond every 20 ms until it holds, failing the test after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// TestOutage: with the server gone, Call fails within PublishTimeout instead of blocking
+// the relay; after the server comes back (same port, same store) the retry succeeds, the
+// client reconnected on its own, and the stream holds each outbox message exactly once,
+// also when a message stored before the outage is published again.
+func TestOutage(t *testing.T) {
+	t.Parallel()
+	srv := startNATSServer(t)
+	const timeout = time.Second
+	b := setup(t, srv.url(), natspub.Config{PublishTimeout: timeout})
+	call := b.p.Handler().Call
+	m1 := message(1, orderly.TopicOrderClosed, "ord-1", orderly.OrderRef{OrderID: "ord-1"})
+	m2 := message(2, orderly.TopicOrderPaid, "ord-2", orderly.OrderRef{OrderID: "ord-2"})
+	if err := call(t.Context(), m1); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.stop()
+	start := time.Now()
+	err := call(t.Context(), m2)
+	elapsed := time.Since(start)
+	t.Logf("Call with the server down: %v after %v", err, elapsed)
+	if err == nil {
+		t.Fatal("Call succeeded with the server down")
+	}
+	if errors.Is(err, context.Canceled) || elapsed > timeout+250*time.Millisecond {
+		t.Fatalf("Call took %v (PublishTimeout %v): %v", elapsed, timeout, err)
+	}
+
+	srv.start()
+	start = time.Now()
+	eventually(t, 15*time.Second, "the publisher reconnects", b.p.Connected)
+	t.Logf("reconnected %v after the restart", time.Since(start))
+	if err := call(t.Context(), m2); err != nil {
+		t.Fatalf("retry after the restart: %v", err)
+	}
+	// The relay crashed after publishing m1 and before marking it delivered: it sends m1 again.
+	ack, err := b.p.Publish(t.Context(), m1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Duplicate {
+		t.Errorf("m1 published again after the restart was stored again: %+v", ack)
+	}
+	got := readAll(t, b.js, b.cfg.Stream, 2)
+	if got[0].MsgID != "1" || got[1].MsgID != "2" {
+		t.Fatalf("msg ids %q, %q; want 1, 2", got[0].MsgID, got[1].MsgID)
+	}
+}
