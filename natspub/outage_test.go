@@ -145,6 +145,16 @@ func TestOutage(t *testing.T) {
 		t.Fatalf("Call took %v (PublishTimeout %v): %v", elapsed, timeout, err)
 	}
 
+	// Once the client has noticed, a publish fails at once: nothing waits in a client buffer.
+	eventually(t, 5*time.Second, "the publisher notices the outage", func() bool { return !b.p.Connected() })
+	start = time.Now()
+	err = call(t.Context(), m2)
+	elapsed = time.Since(start)
+	t.Logf("Call while reconnecting: %v after %v", err, elapsed)
+	if err == nil || elapsed > timeout/2 {
+		t.Fatalf("Call while reconnecting: %v after %v; want an error at once", err, elapsed)
+	}
+
 	srv.start()
 	start = time.Now()
 	eventually(t, 15*time.Second, "the publisher reconnects", b.p.Connected)

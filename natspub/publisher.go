@@ -233,14 +233,18 @@ func (p *Publisher) Publish(ctx context.Context, m *orderly.Message) (*jetstream
 		jetstream.WithMsgID(p.MsgID(m.ID)),
 		// De-duplication works per stream: refuse a subject another stream captured.
 		jetstream.WithExpectStream(p.cfg.Stream))
-	if err != nil {
-		err = fmt.Errorf("natspub: publish message %d to %s: %w", m.ID, subject, err)
-		if errors.Is(err, nats.ErrMaxPayload) {
-			return nil, outbox.Permanent(err)
-		}
-		return nil, err
+	switch {
+	case err == nil:
+		return ack, nil
+	case errors.Is(err, nats.ErrMaxPayload):
+		return nil, outbox.Permanent(fmt.Errorf("natspub: publish message %d to %s: %w", m.ID, subject, err))
+	case errors.Is(err, nats.ErrReconnectBufExceeded):
+		return nil, fmt.Errorf("natspub: publish message %d to %s: not connected to NATS (reconnecting): %w", m.ID, subject, err)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return nil, fmt.Errorf("natspub: publish message %d to %s: no ack in time (PublishTimeout %v): %w", m.ID, subject, p.cfg.PublishTimeout, err)
+	default:
+		return nil, fmt.Errorf("natspub: publish message %d to %s: %w", m.ID, subject, err)
 	}
-	return ack, nil
 }
 
 // Handler returns the outbox handler that publishes messages with Publish: use it as the

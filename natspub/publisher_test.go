@@ -18,7 +18,43 @@ import (
 	"github.com/orderlyhq/orderly/outbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(anchored{m}) }
+
+// anchored runs the tests while an anchor stream exists on the shared NATS server.
+// nats-server (2.9) removes an account's JetStream directory when its last stream is
+// deleted; a stream created at that moment by a parallel test fails with "error creating
+// store for stream" (err_code 10049). With the anchor, the tests' deletions never remove
+// the last stream.
+type anchored struct{ m *testing.M }
+
+func (a anchored) Run() int {
+	url := os.Getenv("ORDERLY_TEST_NATS_URL")
+	if url == "" {
+		return a.m.Run()
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return a.m.Run() // the tests report the unreachable server
+	}
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	defer func() { nc.Close(); <-closed }()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return a.m.Run()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	name := "ORDERLY_TEST_ANCHOR_" + rand.Text()[:12]
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"orderlytest_anchor." + name}}); err != nil {
+		return a.m.Run()
+	}
+	code := a.m.Run()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = js.DeleteStream(ctx, name)
+	return code
+}
 
 // requireService skips the test when the variable naming a service's address is unset, or
 // fails it when ORDERLY_TEST_REQUIRE_SERVICES=1 (DESIGN.md §9).

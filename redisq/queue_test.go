@@ -141,8 +141,8 @@ func TestKeys(t *testing.T) {
 			t.Errorf("dueKey(%q) = %q, want prefix %q", prefix, k, prefix+":")
 		}
 		// Redis Cluster hashes only the first {…} of a key: it must be the queue's tag.
-		open, close := strings.Index(k, "{"), strings.Index(k, "}")
-		if open < 0 || close < open || k[open:close+1] != "{delay}" {
+		lo, hi := strings.Index(k, "{"), strings.Index(k, "}")
+		if lo < 0 || hi < lo || k[lo:hi+1] != "{delay}" {
 			t.Errorf("dueKey(%q) = %q, want first hash tag {delay}", prefix, k)
 		}
 	}

@@ -131,6 +131,51 @@ type Tx interface {
 	OutboxRedrive(ctx context.Context, id int64, now time.Time) (bool, error)
 	// OutboxDeleteDelivered deletes up to limit messages delivered before the given time.
 	OutboxDeleteDelivered(ctx context.Context, before time.Time, limit int) (int64, error)
+
+	// LeaseAcquire takes or renews lease Name for Owner until Now+TTL. It succeeds when the
+	// lease is free, expired or already Owner's; a change of owner increments the fencing
+	// token. ok=false (and the current holder's lease) when another owner holds it unexpired.
+	LeaseAcquire(ctx context.Context, params *LeaseParams) (lease *Lease, ok bool, err error)
+	// LeaseCheck is the fence of a job's write transaction: it locks the lease row (where
+	// the dialect has row locks, so no takeover can commit before this transaction ends)
+	// and reports whether owner still holds it with token, unexpired at now.
+	LeaseCheck(ctx context.Context, name, owner string, token int64, now time.Time) (bool, error)
+	// LeaseRelease ends owner's lease early (at shutdown), when token is still current.
+	LeaseRelease(ctx context.Context, name, owner string, token int64) error
+	// JobRunInsert records one run of a periodic job.
+	JobRunInsert(ctx context.Context, run *JobRun) error
+	// JobRunList returns up to limit runs of job ("" for all jobs), newest first.
+	JobRunList(ctx context.Context, job string, limit int) ([]*JobRun, error)
+}
+
+// LeaseParams is the input of Tx.LeaseAcquire.
+type LeaseParams struct {
+	Name  string
+	Owner string
+	Now   time.Time
+	TTL   time.Duration
+}
+
+// Lease is time-bound ownership of a periodic job by one instance.
+type Lease struct {
+	Name      string
+	Owner     string
+	Token     int64 // fencing token: writes made under an older token are refused
+	ExpiresAt time.Time
+}
+
+// JobRun is one run of a periodic job: when, by which instance under which lease token,
+// how many rows it looked at and changed, and its error ("" when it succeeded).
+type JobRun struct {
+	ID         int64     `json:"id"`
+	Job        string    `json:"job"`
+	Instance   string    `json:"instance"`
+	Token      int64     `json:"token"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Scanned    int64     `json:"scanned"`
+	Changed    int64     `json:"changed"`
+	Error      string    `json:"error,omitempty"`
 }
 
 // OrderInsertParams is the input of Tx.OrderInsert.

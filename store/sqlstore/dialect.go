@@ -34,6 +34,9 @@ type dialect struct {
 	// lockRows is appended to a SELECT that claims rows; skipLocked to one that claims
 	// rows other transactions may be claiming. Empty where the database has one writer.
 	lockRows, skipLocked string
+	// forceIndex(name) makes a claim scan the named index in order: MySQL otherwise may
+	// sort a small table in full and lock every matching row, not just the LIMIT it returns.
+	forceIndex func(name string) string
 }
 
 var sqliteDialect = &dialect{
@@ -47,9 +50,10 @@ var sqliteDialect = &dialect{
 	retry: func(error) bool { return false }, // one writer: no deadlocks
 	// unixepoch('subsec') is the integer millisecond clock divided by 1000.0; ROUND only
 	// undoes the float error of that division.
-	now:    `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`,
-	ids:    `SELECT value AS v FROM json_each(?)`,
-	intIDs: `SELECT value AS v FROM json_each(?)`,
+	now:        `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`,
+	ids:        `SELECT value AS v FROM json_each(?)`,
+	intIDs:     `SELECT value AS v FROM json_each(?)`,
+	forceIndex: func(string) string { return "" },
 }
 
 var postgresDialect = &dialect{
@@ -73,6 +77,7 @@ var postgresDialect = &dialect{
 	intIDs:     `SELECT v::bigint FROM jsonb_array_elements_text(?::jsonb) AS t(v)`,
 	lockRows:   ` FOR UPDATE`,
 	skipLocked: ` FOR UPDATE SKIP LOCKED`,
+	forceIndex: func(string) string { return "" },
 }
 
 var mysqlDialect = &dialect{
@@ -94,6 +99,49 @@ var mysqlDialect = &dialect{
 	intIDs:     `SELECT v FROM JSON_TABLE(?, '$[*]' COLUMNS (v BIGINT PATH '$')) AS t`,
 	lockRows:   ` FOR UPDATE`,
 	skipLocked: ` FOR UPDATE SKIP LOCKED`,
+	forceIndex: func(name string) string { return " FORCE INDEX (" + name + ")" },
+}
+
+// updateByIDs builds an UPDATE of the rows of table whose idCol is in the id list ids (a
+// d.ids or d.intIDs subquery), with extra conditions where ("" for none). MySQL runs a
+// single-table UPDATE … WHERE id IN (subquery) as a scan of the whole table, so there it
+// is a join, which puts the id list before SET: build the arguments with byIDsArgs.
+func (d *dialect) updateByIDs(table, idCol, ids, set, where string) string {
+	if d == mysqlDialect {
+		q := "UPDATE " + table + " FORCE INDEX (PRIMARY) JOIN (" + ids + ") AS j ON " + table + "." + idCol + " = j.v SET " + set
+		if where != "" {
+			q += " WHERE " + where
+		}
+		return q
+	}
+	q := "UPDATE " + table + " SET " + set + " WHERE " + idCol + " IN (" + ids + ")"
+	if where != "" {
+		q += " AND " + where
+	}
+	return q
+}
+
+// selectByIDs builds a SELECT of cols from the rows of table whose idCol is in the id list
+// ids, with conditions where and a tail (ORDER BY, locking). The id list's parameter comes
+// first in every dialect. On MySQL it is a join driven by the list, for the reason of
+// updateByIDs, so that a locking read locks only the listed rows.
+func (d *dialect) selectByIDs(cols, table, idCol, ids, where, tail string) string {
+	if d == mysqlDialect {
+		return "SELECT STRAIGHT_JOIN " + cols + " FROM (" + ids + ") AS j JOIN " + table + " FORCE INDEX (PRIMARY) ON " +
+			table + "." + idCol + " = j.v WHERE " + where + tail
+	}
+	return "SELECT " + cols + " FROM " + table + " WHERE " + idCol + " IN (" + ids + ") AND " + where + tail
+}
+
+// byIDsArgs orders the arguments of an updateByIDs statement.
+func (d *dialect) byIDsArgs(ids any, set, where []any) []any {
+	args := make([]any, 0, 1+len(set)+len(where))
+	if d == mysqlDialect {
+		args = append(append(append(args, ids), set...), where...)
+	} else {
+		args = append(append(append(args, set...), ids), where...)
+	}
+	return args
 }
 
 // typed is a placeholder for a value of SQL type typ where the database cannot infer it

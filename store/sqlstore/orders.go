@@ -24,13 +24,12 @@ var (
 	// qOrdersLock selects (and locks, where the dialect has row locks) the orders of a
 	// transition that pass its guards; qOrdersTransition then changes exactly those.
 	qOrdersLock = newQuery(func(d *dialect) string {
-		return `SELECT id FROM orders WHERE id IN (` + d.ids + `) AND state = ?
-			AND pay_status IN (` + d.ids + `) AND close_at <= ? ORDER BY id` + d.lockRows
+		return d.selectByIDs("orders.id", "orders", "id", d.ids, `state = ? AND pay_status IN (`+d.ids+`) AND close_at <= ?`,
+			` ORDER BY orders.id`+d.lockRows)
 	})
 	qOrdersTransition = newQuery(func(d *dialect) string {
-		return `UPDATE orders SET state = ?, version = version + 1, pay_status = COALESCE(?, pay_status),
-			close_reason = COALESCE(?, close_reason), closed_at = COALESCE(?, closed_at), paid_at = COALESCE(?, paid_at)
-			WHERE id IN (` + d.ids + `) AND state = ?`
+		return d.updateByIDs("orders", "id", d.ids, `state = ?, version = version + 1, pay_status = COALESCE(?, pay_status),
+			close_reason = COALESCE(?, close_reason), closed_at = COALESCE(?, closed_at), paid_at = COALESCE(?, paid_at)`, `state = ?`)
 	})
 	qTransitionsInsert = newQuery(func(d *dialect) string {
 		return `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at, trace_id)
@@ -42,11 +41,11 @@ var (
 			WHERE id = ? AND state = ? AND pay_status IN (` + d.ids + `) AND (? = '' OR current_payment_id = ?)`
 	})
 	qOrdersDue = newQuery(func(d *dialect) string {
-		return `SELECT id, flow, pay_status, current_payment_id, coupon_id, close_at FROM orders
+		return `SELECT id, flow, pay_status, current_payment_id, coupon_id, close_at FROM orders` + d.forceIndex("orders_state_wake_at") + `
 			WHERE state = 'pending_payment' AND wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
 	})
 	qOrdersSetWakeAt = newQuery(func(d *dialect) string {
-		return `UPDATE orders SET wake_at = ? WHERE state = 'pending_payment' AND id IN (` + d.ids + `)`
+		return d.updateByIDs("orders", "id", d.ids, `wake_at = ?`, `state = 'pending_payment'`)
 	})
 	qOrderNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM orders WHERE state = 'pending_payment'`)
 	qOrdersOverdueCount = sqlText(`SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ?`)
@@ -148,8 +147,8 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 		paidAt = sql.NullInt64{Int64: ms(p.Now), Valid: true}
 	}
 	ids := jsonList(changed)
-	n, err := t.exec(ctx, fmt.Sprintf("transition orders %s -> %s", p.From, p.To), qOrdersTransition,
-		p.To, nullString(string(p.SetPayStatus)), nullString(string(p.CloseReason)), closedAt, paidAt, ids, p.From)
+	n, err := t.exec(ctx, fmt.Sprintf("transition orders %s -> %s", p.From, p.To), qOrdersTransition, t.db.d.byIDsArgs(ids,
+		[]any{p.To, nullString(string(p.SetPayStatus)), nullString(string(p.CloseReason)), closedAt, paidAt}, []any{p.From})...)
 	if err != nil {
 		return nil, err
 	} else if n != int64(len(changed)) {
@@ -211,7 +210,7 @@ func (t *tx) OrdersSetWakeAt(ctx context.Context, ids []string, wakeAt time.Time
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := t.exec(ctx, "set wake_at", qOrdersSetWakeAt, ms(wakeAt), jsonList(ids))
+	_, err := t.exec(ctx, "set wake_at", qOrdersSetWakeAt, t.db.d.byIDsArgs(jsonList(ids), []any{ms(wakeAt)}, nil)...)
 	return err
 }
 

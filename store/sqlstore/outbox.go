@@ -25,18 +25,17 @@ var (
 		return qs
 	}()
 	qOutboxDue = newQuery(func(d *dialect) string {
-		return `SELECT id FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?
+		return `SELECT id FROM outbox` + d.forceIndex("outbox_state_next_attempt_at") + ` WHERE state = 'pending' AND next_attempt_at <= ?
 			ORDER BY next_attempt_at, id LIMIT ?` + d.skipLocked
 	})
 	qOutboxLease = newQuery(func(d *dialect) string {
-		return `UPDATE outbox SET next_attempt_at = ?, attempts = attempts + 1 WHERE id IN (` + d.intIDs + `)`
+		return d.updateByIDs("outbox", "id", d.intIDs, `next_attempt_at = ?, attempts = attempts + 1`, "")
 	})
 	qOutboxByIDs = newQuery(func(d *dialect) string {
 		return `SELECT ` + messageColumns + ` FROM outbox WHERE id IN (` + d.intIDs + `) ORDER BY id`
 	})
 	qOutboxDelivered = newQuery(func(d *dialect) string {
-		return `UPDATE outbox SET state = 'delivered', delivered_at = ?, last_error = ''
-			WHERE state = 'pending' AND id IN (` + d.intIDs + `)`
+		return d.updateByIDs("outbox", "id", d.intIDs, `state = 'delivered', delivered_at = ?, last_error = ''`, `state = 'pending'`)
 	})
 	qOutboxFailed  = sqlText(`UPDATE outbox SET state = ?, next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'`)
 	qOutboxList    = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE state = ? ORDER BY id LIMIT ?`)
@@ -117,7 +116,7 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 		return nil, nil
 	}
 	list := jsonList(ids)
-	if _, err := t.exec(ctx, "lease outbox", qOutboxLease, ms(p.LeaseUntil), list); err != nil {
+	if _, err := t.exec(ctx, "lease outbox", qOutboxLease, t.db.d.byIDsArgs(list, []any{ms(p.LeaseUntil)}, nil)...); err != nil {
 		return nil, err
 	}
 	rows, err = t.query(ctx, qOutboxByIDs, list)
@@ -136,7 +135,7 @@ func (t *tx) OutboxMarkDelivered(ctx context.Context, ids []int64, now time.Time
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := t.exec(ctx, "mark delivered", qOutboxDelivered, ms(now), jsonList(ids))
+	_, err := t.exec(ctx, "mark delivered", qOutboxDelivered, t.db.d.byIDsArgs(jsonList(ids), []any{ms(now)}, nil)...)
 	return err
 }
 

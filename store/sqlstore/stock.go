@@ -28,11 +28,11 @@ var (
 	qReservationInsert = sqlText(`INSERT INTO reservations (order_id, sku, quantity, state, updated_at)
 		VALUES (?, ?, ?, 'held', ?)`)
 	qReservationsHeld = newQuery(func(d *dialect) string {
-		return `SELECT order_id, sku, quantity FROM reservations WHERE order_id IN (` + d.ids + `) AND state = 'held'
-			ORDER BY order_id, sku` + d.lockRows
+		return d.selectByIDs("reservations.order_id, reservations.sku, quantity", "reservations", "order_id", d.ids,
+			`state = 'held'`, ` ORDER BY reservations.order_id, reservations.sku`+d.lockRows)
 	})
 	qReservationsMark = newQuery(func(d *dialect) string {
-		return `UPDATE reservations SET state = ?, updated_at = ? WHERE order_id IN (` + d.ids + `) AND state = 'held'`
+		return d.updateByIDs("reservations", "order_id", d.ids, `state = ?, updated_at = ?`, `state = 'held'`)
 	})
 	qReservationList = sqlText(`SELECT order_id, sku, quantity, state FROM reservations
 		WHERE ? = '' OR order_id = ? ORDER BY order_id, sku`)
@@ -110,7 +110,7 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 	if err != nil || len(moved) == 0 {
 		return nil, err
 	}
-	if _, err := t.exec(ctx, to+" reservations", qReservationsMark, to, ms(now), ids); err != nil {
+	if _, err := t.exec(ctx, to+" reservations", qReservationsMark, t.db.d.byIDsArgs(ids, []any{to, ms(now)}, nil)...); err != nil {
 		return nil, err
 	}
 	perSKU := map[string]int64{}
@@ -183,8 +183,9 @@ var (
 	// orders. An order freezes only its own coupon_id, so a coupon frozen by a listed order
 	// is that order's coupon: the pairs need not be matched one by one.
 	qCouponsRelease = newQuery(func(d *dialect) string {
-		return `UPDATE coupons SET state = CASE WHEN expires_at IS NOT NULL AND expires_at <= ? THEN 'expired' ELSE 'available' END,
-			order_id = NULL WHERE state = 'frozen' AND id IN (` + d.ids + `) AND order_id IN (` + d.ids + `)`
+		return d.updateByIDs("coupons", "id", d.ids,
+			`state = CASE WHEN expires_at IS NOT NULL AND expires_at <= ? THEN 'expired' ELSE 'available' END, order_id = NULL`,
+			`state = 'frozen' AND order_id IN (`+d.ids+`)`)
 	})
 	qCouponUse = sqlText(`UPDATE coupons SET state = 'used' WHERE id = ? AND state = 'frozen' AND order_id = ?`)
 )
@@ -255,7 +256,7 @@ func (t *tx) CouponsRelease(ctx context.Context, refs []orderly.CouponRef, now t
 	for i, r := range refs {
 		coupons[i], orders[i] = r.CouponID, r.OrderID
 	}
-	return t.exec(ctx, "release coupons", qCouponsRelease, ms(now), jsonList(coupons), jsonList(orders))
+	return t.exec(ctx, "release coupons", qCouponsRelease, t.db.d.byIDsArgs(jsonList(coupons), []any{ms(now)}, []any{jsonList(orders)})...)
 }
 
 // CouponUse implements store.Tx.

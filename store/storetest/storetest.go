@@ -53,6 +53,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Coupons", testCoupons},
 		{"Payments", testPayments},
 		{"Outbox", testOutbox},
+		{"Leases", testLeases},
+		{"Claims", testClaims},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -106,7 +106,7 @@ CREATE TABLE outbox (
     last_error      VARCHAR(2000) NOT NULL DEFAULT '',
     created_at      BIGINT       NOT NULL,
     delivered_at    BIGINT,
-    INDEX outbox_state_next_attempt_at (state, next_attempt_at),
+    INDEX outbox_state_next_attempt_at (state, next_attempt_at, id),
     INDEX outbox_state_delivered_at (state, delivered_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
