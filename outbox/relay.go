@@ -18,6 +18,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/telemetry"
 )
@@ -44,11 +45,11 @@ type Config struct {
 	Lease time.Duration
 	// CallTimeout bounds one Handler.Call; 10 s.
 	CallTimeout time.Duration
-	// Retention is how long delivered messages are kept; 7 days. RetentionInterval is how
-	// often they are deleted; 1 min.
-	Retention, RetentionInterval time.Duration
-	Logger                       *slog.Logger
-	Metrics                      *telemetry.Metrics
+	// Retention is how long delivered messages are kept; 7 days. The Retention method
+	// deletes older ones; it runs as a leased job.
+	Retention time.Duration
+	Logger    *slog.Logger
+	Metrics   *telemetry.Metrics
 }
 
 // Relay delivers outbox messages. Start it once; Stop is idempotent.
@@ -66,7 +67,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 		return nil, errors.New("outbox: Config.Store is required")
 	}
 	if cfg.BatchSize < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 ||
-		cfg.Lease < 0 || cfg.CallTimeout < 0 || cfg.Retention < 0 || cfg.RetentionInterval < 0 {
+		cfg.Lease < 0 || cfg.CallTimeout < 0 || cfg.Retention < 0 {
 		return nil, errors.New("outbox: Config values must not be negative")
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 200)
@@ -77,7 +78,6 @@ func NewRelay(cfg Config) (*Relay, error) {
 	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
 	cfg.Retention = cmp.Or(cfg.Retention, 7*24*time.Hour)
-	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, time.Minute)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
 	if cfg.MaxBackoff < cfg.MinBackoff {
@@ -124,18 +124,9 @@ func (r *Relay) run(ctx context.Context) {
 	defer close(r.done)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	lastRetention := time.Now()
 	for {
 		if _, err := r.Drain(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("outbox relay pass failed", "error", err)
-		}
-		if time.Since(lastRetention) >= r.cfg.RetentionInterval {
-			lastRetention = time.Now()
-			if n, err := r.DeleteDelivered(ctx); err != nil && ctx.Err() == nil {
-				r.cfg.Logger.Error("outbox retention failed", "error", err)
-			} else if n > 0 {
-				r.cfg.Logger.Debug("outbox retention", "deleted", n)
-			}
 		}
 		poll.Reset(r.cfg.PollInterval)
 		select {
@@ -332,11 +323,22 @@ func (r *Relay) backoff(attempts int64) time.Duration {
 // DeleteDelivered deletes delivered messages older than the retention, in batches, and
 // returns how many it deleted.
 func (r *Relay) DeleteDelivered(ctx context.Context) (int64, error) {
+	_, n, err := r.Retention(ctx, nil)
+	return n, err
+}
+
+// Retention is the outbox retention job (a job.Func): it deletes delivered messages older
+// than Config.Retention in batches of 1000, each transaction fenced by the job's lease.
+func (r *Relay) Retention(ctx context.Context, fence job.Fence) (scanned, deleted int64, err error) {
 	const batch = 1000
-	var total int64
 	for {
 		var n int64
 		err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			if fence != nil {
+				if err := fence(ctx, tx); err != nil {
+					return err
+				}
+			}
 			now, err := tx.Now(ctx)
 			if err != nil {
 				return err
@@ -344,9 +346,9 @@ func (r *Relay) DeleteDelivered(ctx context.Context) (int64, error) {
 			n, err = tx.OutboxDeleteDelivered(ctx, now.Add(-r.cfg.Retention), batch)
 			return err
 		})
-		total += n
+		deleted += n
 		if err != nil || n < batch {
-			return total, err
+			return deleted, deleted, err
 		}
 	}
 }

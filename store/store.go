@@ -57,11 +57,15 @@ type Tx interface {
 	// OrdersDue claims up to Limit open orders whose wake_at <= Now, oldest wake_at first,
 	// locking them where the dialect can (FOR UPDATE SKIP LOCKED).
 	OrdersDue(ctx context.Context, params *OrdersDueParams) ([]*DueOrder, error)
+	// OrdersOpen returns open orders: those in IDs when set, else up to Limit with
+	// id > AfterID, by id (keyset pagination over every open order).
+	OrdersOpen(ctx context.Context, params *OrdersOpenParams) ([]*DueOrder, error)
 	// OrdersSetWakeAt moves the wake_at of open orders (used to back off payment inspection).
 	OrdersSetWakeAt(ctx context.Context, ids []string, wakeAt time.Time) error
 	// OrderNextWakeAt returns the earliest wake_at among open orders; ok=false if none.
 	OrderNextWakeAt(ctx context.Context) (wakeAt time.Time, ok bool, err error)
-	// OrdersOverdueCount counts open orders whose close_at < before.
+	// OrdersOverdueCount counts open orders whose close_at and wake_at are both < before
+	// (a paying order whose inspection is scheduled later is not overdue).
 	OrdersOverdueCount(ctx context.Context, before time.Time) (int64, error)
 	// OrderList returns up to Limit orders with id > AfterID, by id (keyset pagination).
 	OrderList(ctx context.Context, params *ListParams) ([]*orderly.Order, error)
@@ -224,9 +228,18 @@ type OrderSetPayStatusParams struct {
 type OrdersDueParams struct {
 	Now   time.Time
 	Limit int
+	// IDs, when set, restricts the claim to these orders (ids from a delay queue).
+	IDs []string
 }
 
-// DueOrder is an open order whose wake_at passed.
+// OrdersOpenParams is the input of Tx.OrdersOpen.
+type OrdersOpenParams struct {
+	IDs     []string
+	AfterID string
+	Limit   int
+}
+
+// DueOrder is an open order, as the close path sees it.
 type DueOrder struct {
 	ID               string
 	Flow             string
@@ -234,6 +247,7 @@ type DueOrder struct {
 	CurrentPaymentID string
 	CouponID         string
 	CloseAt          time.Time
+	WakeAt           time.Time
 }
 
 // ListParams is a keyset page request.

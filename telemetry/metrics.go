@@ -28,6 +28,10 @@ type Metrics struct {
 	PaymentInspections *prometheus.CounterVec
 	// Callbacks counts payment callbacks by status and result (applied, duplicate, refund).
 	Callbacks *prometheus.CounterVec
+	// ClockOffset is the database clock minus this instance's clock, in seconds, as last
+	// measured by the timer. The database clock decides what is due; a large offset only
+	// makes the timer wake at the wrong moment until it is measured again.
+	ClockOffset prometheus.Gauge
 	// OutboxDelivered, OutboxRetried and OutboxDead count relay outcomes by topic.
 	OutboxDelivered *prometheus.CounterVec
 	OutboxRetried   *prometheus.CounterVec
@@ -62,6 +66,9 @@ func NewMetrics() *Metrics {
 		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_payment_callbacks_total", Help: "Payment callbacks handled, by status and result.",
 		}, []string{"status", "result"}),
+		ClockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderly_clock_offset_seconds", Help: "Database clock minus this instance's clock, in seconds.",
+		}),
 		OutboxDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_outbox_delivered_total", Help: "Outbox messages delivered, by topic.",
 		}, []string{"topic"}),
@@ -76,7 +83,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 	)
 	return m
 }

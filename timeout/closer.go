@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/telemetry"
@@ -51,6 +53,8 @@ type DelayQueue interface {
 	ClaimDue(ctx context.Context, now time.Time, limit int) ([]string, error)
 	// Scores returns the CloseAt recorded for each of ids; ids the queue lacks are absent.
 	Scores(ctx context.Context, ids []string) (map[string]time.Time, error)
+	// Earliest returns the earliest CloseAt in the queue; ok=false when it is empty.
+	Earliest(ctx context.Context) (at time.Time, ok bool, err error)
 	// Remove deletes ids (orders that left pending_payment); missing ids are ignored.
 	Remove(ctx context.Context, ids []string) error
 }
@@ -65,13 +69,19 @@ type Config struct {
 	DelayQueue DelayQueue
 	// BatchSize is the number of orders claimed and closed per transaction; 1000.
 	BatchSize int
-	// SweepInterval is the period of the sweep; 15 s.
-	SweepInterval time.Duration
-	// DeepCheckInterval is the period of the deep check; 5 min.
-	DeepCheckInterval time.Duration
 	// DeepCheckTolerance is how overdue an open order may be before the deep check counts it
 	// as missed by the timer; 5 s.
 	DeepCheckTolerance time.Duration
+	// MaxSleep caps one sleep of the precise timer: a lost wake-up or a deadline created on
+	// another instance costs at most this much. 5 s; use ~200 ms on MySQL, which has no
+	// cross-instance notification.
+	MaxSleep time.Duration
+	// ClockCheckInterval is how often the timer measures this instance's offset to the
+	// database clock, which decides what is due; 10 s.
+	ClockCheckInterval time.Duration
+	// Notify, when set, tells the other instances that an order due at closeAt was created
+	// earlier than this instance's earliest deadline (PostgreSQL NOTIFY).
+	Notify func(ctx context.Context, closeAt time.Time)
 	// InspectionBackoff is how long a paying order waits between inspections; 2 s.
 	InspectionBackoff time.Duration
 	// InspectionHold is how long after close_at a paying order whose payment stays unknown is
@@ -88,13 +98,16 @@ type Config struct {
 }
 
 // Closer runs the close path. CloseDue may be called directly (tests, tools); Start runs
-// the timer, the sweep and the deep check in the background.
+// the precise timer in the background; Sweep and DeepCheck are job.Func bodies, run under
+// a lease by package job (so one instance runs each at a time).
 type Closer struct {
 	cfg Config
 
 	armMu sync.Mutex
 	armed time.Time // the wake_at the timer sleeps until; zero when it sleeps without one
 	arm   chan struct{}
+
+	offset atomic.Int64 // database clock − local clock, in ns (see measureOffset)
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -106,7 +119,7 @@ func NewCloser(cfg Config) (*Closer, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("timeout: Config.Store is required")
 	}
-	if cfg.BatchSize < 0 || cfg.SweepInterval < 0 || cfg.DeepCheckInterval < 0 || cfg.DeepCheckTolerance < 0 ||
+	if cfg.BatchSize < 0 || cfg.MaxSleep < 0 || cfg.ClockCheckInterval < 0 || cfg.DeepCheckTolerance < 0 ||
 		cfg.InspectionBackoff < 0 || cfg.InspectionHold < 0 || cfg.InspectionTimeout < 0 || cfg.PassTimeout < 0 {
 		return nil, errors.New("timeout: Config values must not be negative")
 	}
@@ -114,8 +127,8 @@ func NewCloser(cfg Config) (*Closer, error) {
 		cfg.Flows = orderly.DefaultFlows()
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
-	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, 15*time.Second)
-	cfg.DeepCheckInterval = cmp.Or(cfg.DeepCheckInterval, 5*time.Minute)
+	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, 5*time.Second)
+	cfg.ClockCheckInterval = cmp.Or(cfg.ClockCheckInterval, 10*time.Second)
 	cfg.DeepCheckTolerance = cmp.Or(cfg.DeepCheckTolerance, 5*time.Second)
 	cfg.InspectionBackoff = cmp.Or(cfg.InspectionBackoff, 2*time.Second)
 	cfg.InspectionHold = cmp.Or(cfg.InspectionHold, time.Minute)
@@ -140,16 +153,22 @@ type PassResult struct {
 // (DESIGN.md §4), inspecting the in-flight payments of paying orders between batches.
 // trigger names the caller in audit rows and metrics.
 func (c *Closer) CloseDue(ctx context.Context, trigger string) (PassResult, error) {
+	return c.closeDue(ctx, trigger, nil)
+}
+
+// closeDue is CloseDue with an optional fence checked in every transaction (the lease of
+// the sweep or the deep check).
+func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) (PassResult, error) {
 	var total PassResult
 	for {
-		res, paying, err := c.closeBatch(ctx, trigger, nil)
+		res, paying, err := c.closeBatch(ctx, trigger, nil, nil, fence)
 		total.Claimed += res.Claimed
 		total.Closed += res.Closed
 		if err != nil {
 			return total, err
 		}
 		if len(paying) > 0 {
-			closed, err := c.inspect(ctx, trigger, paying)
+			closed, err := c.inspect(ctx, trigger, paying, fence)
 			total.Inspected += len(paying)
 			total.Closed += closed
 			if err != nil {
@@ -163,11 +182,11 @@ func (c *Closer) CloseDue(ctx context.Context, trigger string) (PassResult, erro
 	}
 }
 
-// closeBatch is one transaction of the close path: claim up to BatchSize due orders (or
-// only those in only, when set), close the unpaid and failed ones with the guarded update,
+// closeBatch is one transaction of the close path: claim up to BatchSize due orders (only
+// those of ids when set; or take the orders in only, already claimed), close the unpaid and failed ones with the guarded update,
 // write their outbox messages and audit rows, and push back the wake_at of paying orders
 // that need inspection, which it returns.
-func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder) (PassResult, []*store.DueOrder, error) {
+func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence) (PassResult, []*store.DueOrder, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PassTimeout)
 	defer cancel()
 	var (
@@ -178,13 +197,18 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 	)
 	err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		res, paying, closed = PassResult{}, nil, nil
+		if fence != nil {
+			if err := fence(ctx, tx); err != nil {
+				return err
+			}
+		}
 		var err error
 		if now, err = tx.Now(ctx); err != nil {
 			return err
 		}
 		due := only
 		if due == nil {
-			if due, err = tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: c.cfg.BatchSize}); err != nil {
+			if due, err = tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: c.cfg.BatchSize, IDs: ids}); err != nil {
 				return err
 			}
 		}
@@ -264,7 +288,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 
 // inspect settles the payments of paying orders, a few at a time, and closes the orders
 // whose attempt turned out failed. It returns how many it closed.
-func (c *Closer) inspect(ctx context.Context, trigger string, paying []*store.DueOrder) (int, error) {
+func (c *Closer) inspect(ctx context.Context, trigger string, paying []*store.DueOrder, fence job.Fence) (int, error) {
 	if c.cfg.Inspector == nil {
 		return 0, nil
 	}
@@ -297,6 +321,6 @@ func (c *Closer) inspect(ctx context.Context, trigger string, paying []*store.Du
 	if len(failed) == 0 {
 		return 0, nil
 	}
-	res, _, err := c.closeBatch(ctx, trigger, failed)
+	res, _, err := c.closeBatch(ctx, trigger, failed, nil, fence)
 	return res.Closed, err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -12,6 +13,12 @@ import (
 // re-arms when the deadline is earlier than the one it sleeps until, and the delay queue,
 // when configured, records it (a failure there is logged: the sweep covers it).
 func (c *Closer) Created(ctx context.Context, id string, closeAt time.Time) {
+	c.armMu.Lock()
+	earliest := c.armed.IsZero() || closeAt.Before(c.armed)
+	c.armMu.Unlock()
+	if earliest && c.cfg.Notify != nil {
+		c.cfg.Notify(ctx, closeAt)
+	}
 	c.Arm(closeAt)
 	if c.cfg.DelayQueue != nil {
 		if err := c.cfg.DelayQueue.Add(ctx, []DelayItem{{OrderID: id, CloseAt: closeAt}}); err != nil {
@@ -37,8 +44,8 @@ func (c *Closer) Arm(closeAt time.Time) {
 	}
 }
 
-// Start runs the precise timer, the sweep and the deep check in the background until ctx
-// ends or Stop is called. It returns an error when already started.
+// Start runs the precise timer in the background until ctx ends or Stop is called. It
+// returns an error when already started.
 func (c *Closer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -46,14 +53,16 @@ func (c *Closer) Start(ctx context.Context) error {
 		return errors.New("timeout: closer already started")
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.wg.Add(3)
-	go func() { defer c.wg.Done(); c.runTimer(ctx) }()
-	go func() { defer c.wg.Done(); c.runPeriodic(ctx, TriggerSweep, c.cfg.SweepInterval, c.sweep) }()
-	go func() { defer c.wg.Done(); c.runPeriodic(ctx, TriggerDeepCheck, c.cfg.DeepCheckInterval, c.deepCheck) }()
+	c.wg.Add(1)
+	if c.cfg.DelayQueue != nil {
+		go func() { defer c.wg.Done(); c.runQueue(ctx) }()
+	} else {
+		go func() { defer c.wg.Done(); c.runTimer(ctx) }()
+	}
 	return nil
 }
 
-// Stop stops the background loops and waits for the pass in progress. Safe to call twice.
+// Stop stops the timer and waits for the pass in progress. Safe to call twice.
 func (c *Closer) Stop() {
 	c.mu.Lock()
 	cancel := c.cancel
@@ -65,32 +74,68 @@ func (c *Closer) Stop() {
 	c.wg.Wait()
 }
 
-// maxTimerSleep caps one sleep of the timer, so that a jump of the local clock or a lost
-// wake-up costs at most this much (the sweep covers the rest).
-const maxTimerSleep = 5 * time.Second
+// ClockOffset returns the last measured offset of the database clock to this instance's
+// clock (database − local).
+func (c *Closer) ClockOffset() time.Duration { return time.Duration(c.offset.Load()) }
+
+// dbNow estimates the database clock from the local one.
+func (c *Closer) dbNow() time.Time { return time.Now().Add(c.ClockOffset()) }
+
+// measureOffset reads the database clock and sets the offset to it from the midpoint of
+// the local clock around the read. A large offset is logged; it never causes an early
+// close, because the database clock decides what is due.
+func (c *Closer) measureOffset(ctx context.Context) {
+	before := time.Now()
+	var db time.Time
+	err := c.cfg.Store.Read(ctx, func(tx store.Tx) (err error) {
+		db, err = tx.Now(ctx)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("measure clock offset", "error", err)
+		}
+		return
+	}
+	after := time.Now()
+	offset := db.Sub(before.Add(after.Sub(before) / 2))
+	c.offset.Store(int64(offset))
+	c.cfg.Metrics.ClockOffset.Set(offset.Seconds())
+	if offset > time.Second || offset < -time.Second {
+		c.cfg.Logger.Warn("this instance's clock is off the database clock", "offset", offset)
+	}
+}
 
 // runTimer is the precise timer: it sleeps until the earliest wake_at among open orders (an
 // indexed MIN query; nothing is kept per order, so memory does not grow with them), runs
-// a claim-and-close pass, and re-arms. Arm wakes it early for an earlier deadline.
+// a claim-and-close pass, and re-arms. Arm wakes it early for an earlier deadline. Sleeps
+// are computed on the database clock (local clock + measured offset) and capped at
+// MaxSleep.
 func (c *Closer) runTimer(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	c.measureOffset(ctx)
+	lastMeasure := time.Now()
 	idle := false // the last pass found nothing due although the earliest wake_at had passed
 	for {
+		if time.Since(lastMeasure) >= c.cfg.ClockCheckInterval {
+			c.measureOffset(ctx)
+			lastMeasure = time.Now()
+		}
 		next, ok, err := c.nextWakeAt(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		sleep := maxTimerSleep
+		sleep := c.cfg.MaxSleep
 		switch {
 		case err != nil:
 			c.cfg.Logger.Error("timer: earliest deadline", "error", err)
-			sleep = time.Second
+			sleep = min(time.Second, c.cfg.MaxSleep)
 		case ok:
 			// +1 ms: stored times are whole milliseconds and the database clock truncates.
-			sleep = min(max(time.Until(next)+time.Millisecond, 0), maxTimerSleep)
+			sleep = min(max(next.Sub(c.dbNow())+time.Millisecond, 0), c.cfg.MaxSleep)
 			if idle && sleep == 0 {
-				sleep = 2 * time.Millisecond // the database clock lags ours; don't spin
+				sleep = 2 * time.Millisecond // the offset estimate is a little off; don't spin
 			}
 		}
 		c.armMu.Lock()
@@ -112,7 +157,7 @@ func (c *Closer) runTimer(ctx context.Context) {
 			continue
 		case <-timer.C:
 		}
-		if !ok || time.Now().Before(next) {
+		if !ok || c.dbNow().Before(next) {
 			idle = false
 			continue
 		}
@@ -132,37 +177,24 @@ func (c *Closer) nextWakeAt(ctx context.Context) (next time.Time, ok bool, err e
 	return next, ok, err
 }
 
-// runPeriodic runs fn every interval until ctx ends.
-func (c *Closer) runPeriodic(ctx context.Context, name string, interval time.Duration, fn func(context.Context) error) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		if err := fn(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Error(name+" failed", "error", err)
-		}
-	}
-}
-
-// sweep is the periodic compensating scan: the same claim-and-close, independent of the
-// timer, catching whatever it missed (crash, lost wake-up).
-func (c *Closer) sweep(ctx context.Context) error {
-	res, err := c.CloseDue(ctx, TriggerSweep)
+// Sweep is the periodic compensating scan, a job.Func: the same claim-and-close as the
+// timer, independent of it, catching whatever it missed (crash, lost wake-up, lost Redis
+// data). It returns the orders claimed and closed.
+func (c *Closer) Sweep(ctx context.Context, fence job.Fence) (scanned, changed int64, err error) {
+	res, err := c.closeDue(ctx, TriggerSweep, fence)
 	if res.Closed > 0 {
 		c.cfg.Logger.Info("sweep closed orders the timer had not", "closed", res.Closed)
 	}
-	return err
+	return int64(res.Claimed), int64(res.Closed), err
 }
 
-// deepCheck counts open orders overdue by more than the tolerance (each one means the
-// timer failed), exports and logs the count, and closes them.
-func (c *Closer) deepCheck(ctx context.Context) error {
+// DeepCheck is a job.Func: it counts open orders overdue by more than the tolerance
+// (each one means the timer failed; paying orders held for inspection are not counted),
+// exports and logs the count, and closes them. With a delay queue it also repairs the
+// queue (see repairQueue).
+func (c *Closer) DeepCheck(ctx context.Context, fence job.Fence) (scanned, changed int64, err error) {
 	var overdue int64
-	err := c.cfg.Store.Read(ctx, func(tx store.Tx) error {
+	err = c.cfg.Store.Read(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -171,12 +203,19 @@ func (c *Closer) deepCheck(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if overdue > 0 {
 		c.cfg.Metrics.OverdueOrders.Add(float64(overdue))
 		c.cfg.Logger.Warn("deep check found overdue open orders", "count", overdue, "tolerance", c.cfg.DeepCheckTolerance)
 	}
-	_, err = c.CloseDue(ctx, TriggerDeepCheck)
-	return err
+	res, err := c.closeDue(ctx, TriggerDeepCheck, fence)
+	scanned, changed = int64(res.Claimed), int64(res.Closed)
+	if err == nil && c.cfg.DelayQueue != nil {
+		var repaired, seen int64
+		seen, repaired, err = c.repairQueue(ctx)
+		scanned += seen
+		changed += repaired
+	}
+	return scanned, changed, err
 }

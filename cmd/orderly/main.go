@@ -63,7 +63,12 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 func serveFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "addr", Value: ":8080", Usage: "HTTP listen address", Sources: env("addr")},
-		&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH)", Sources: env("database-url")},
+		&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
+		&cli.StringFlag{Name: "instance-id", Usage: "name of this instance in leases and job runs (default host:pid)", Sources: env("instance-id")},
+		&cli.StringFlag{Name: "timer", Value: "db", Usage: "what drives the precise timer: db or redis", Sources: env("timer")},
+		&cli.StringFlag{Name: "redis-url", Usage: "Redis for --timer redis, e.g. redis://127.0.0.1:6379/0", Sources: env("redis-url")},
+		&cli.StringFlag{Name: "nats-url", Usage: "NATS JetStream to publish outbox events to, e.g. nats://127.0.0.1:4222", Sources: env("nats-url")},
+		&cli.DurationFlag{Name: "timer-poll", Usage: "cap of the timer's sleep (default 200ms on MySQL, 5s elsewhere)", Sources: env("timer-poll")},
 		&cli.StringFlag{Name: "callback-secret", Usage: "HMAC secret of payment callbacks; generated and printed once when empty", Sources: env("callback-secret")},
 		&cli.DurationFlag{Name: "payment-timeout", Value: defaults.PaymentTimeout, Usage: "default time a buyer has to pay", Sources: env("payment-timeout")},
 		&cli.DurationFlag{Name: "grace-period", Usage: "extra time after the payment deadline before closing (close_at = expires_at + grace)", Sources: env("grace-period")},
@@ -92,6 +97,8 @@ func serverConfig(cmd *cli.Command, logger *slog.Logger) ServerConfig {
 		InspectionHold: cmd.Duration("inspection-hold"), CloseBatchSize: cmd.Int("close-batch-size"),
 		OutboxMaxAttempts: cmd.Int64("outbox-max-attempts"), OutboxPollInterval: cmd.Duration("outbox-poll-interval"),
 		OutboxRetention: cmd.Duration("outbox-retention"), Logger: logger,
+		InstanceID: cmd.String("instance-id"), Timer: cmd.String("timer"), RedisURL: cmd.String("redis-url"),
+		NATSURL: cmd.String("nats-url"), TimerPoll: cmd.Duration("timer-poll"),
 	}
 }
 

@@ -8,15 +8,20 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/job"
+	"github.com/orderlyhq/orderly/natspub"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/redisq"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
@@ -27,8 +32,21 @@ import (
 // packages it wires.
 type ServerConfig struct {
 	Addr           string // listen address; ":8080"; "127.0.0.1:0" picks a free port
-	DatabaseURL    string // "" → ./orderly.db
+	DatabaseURL    string // "" → ./orderly.db; postgres://… or mysql://… for many instances
 	CallbackSecret []byte // required
+	// InstanceID names this instance in leases, job runs and logs; host:pid by default.
+	InstanceID string
+	// Timer selects what drives the precise timer: "db" (default: the earliest wake_at in
+	// the database; PostgreSQL NOTIFY or a MySQL poll across instances) or "redis" (the
+	// Redis delay queue at RedisURL).
+	Timer    string
+	RedisURL string
+	// NATSURL, when set, publishes outbox events (order.closed, order.paid, …) to NATS
+	// JetStream; without it they are logged and kept in the outbox table.
+	NATSURL string
+	// TimerPoll caps the timer's sleep: 200 ms on MySQL (no cross-instance wake-up), 5 s
+	// elsewhere.
+	TimerPoll time.Duration
 
 	PaymentTimeout    time.Duration // default time to pay; 30 min
 	GracePeriod       time.Duration // close_at = expires_at + this; 0
@@ -54,13 +72,22 @@ type Server struct {
 	Payments *payment.Service
 	Closer   *timeout.Closer
 	Relay    *outbox.Relay
+	Jobs     []*job.Runner
 	Metrics  *telemetry.Metrics
 
-	listener net.Listener
-	http     *http.Server
-	served   chan error
-	cancel   context.CancelFunc
+	queue     *redisq.Queue
+	publisher *natspub.Publisher
+
+	listener  net.Listener
+	http      *http.Server
+	served    chan error
+	cancel    context.CancelFunc
+	listening chan struct{} // closed when the LISTEN loop ended
 }
+
+// timerChannel is the PostgreSQL NOTIFY channel of earlier deadlines; the payload is the
+// close_at in unix milliseconds.
+const timerChannel = "orderly_timer"
 
 // OpenServer opens the database (applying migrations), builds the services, starts the
 // timer, sweep, deep check and outbox relay, and starts serving HTTP on cfg.Addr. On error
@@ -71,6 +98,21 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	}
 	cfg.Addr = cmp.Or(cfg.Addr, ":8080")
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, defaults.SweepInterval)
+	cfg.DeepCheckInterval = cmp.Or(cfg.DeepCheckInterval, defaults.DeepCheckInterval)
+	if cfg.InstanceID == "" {
+		host, _ := os.Hostname()
+		cfg.InstanceID = fmt.Sprintf("%s:%d", cmp.Or(host, "orderly"), os.Getpid())
+	}
+	switch cfg.Timer {
+	case "", "db":
+	case "redis":
+		if cfg.RedisURL == "" {
+			return nil, errors.New("--timer redis needs --redis-url")
+		}
+	default:
+		return nil, fmt.Errorf("--timer must be db or redis, not %q", cfg.Timer)
+	}
 	s := &Server{cfg: cfg, Gateway: payment.NewSimGateway(), Metrics: telemetry.NewMetrics()}
 	defer func() {
 		if err != nil {
@@ -103,20 +145,59 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	}
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = s.Payments.RefundHandler()
+	events := eventLog(cfg.Logger)
+	if cfg.NATSURL != "" {
+		if s.publisher, err = natspub.New(ctx, natspub.Config{URL: cfg.NATSURL, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+		h := s.publisher.Handler()
+		events = &h
+	}
 	if relay, err = outbox.NewRelay(outbox.Config{
-		Store: s.Store, Handlers: handlers, Default: eventLog(cfg.Logger), MaxAttempts: cfg.OutboxMaxAttempts,
+		Store: s.Store, Handlers: handlers, Default: events, MaxAttempts: cfg.OutboxMaxAttempts, BatchSize: 1000,
 		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: cfg.Logger, Metrics: s.Metrics,
 	}); err != nil {
 		return nil, err
 	}
-	if closer, err = timeout.NewCloser(timeout.Config{
-		Store: s.Store, Inspector: s.Payments, BatchSize: cfg.CloseBatchSize, SweepInterval: cfg.SweepInterval,
-		DeepCheckInterval: cfg.DeepCheckInterval, InspectionHold: cfg.InspectionHold, WakeRelay: wakeRelay,
-		Logger: cfg.Logger, Metrics: s.Metrics,
-	}); err != nil {
+	tcfg := timeout.Config{
+		Store: s.Store, Inspector: s.Payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
+		WakeRelay: wakeRelay, Logger: cfg.Logger, Metrics: s.Metrics, MaxSleep: cfg.TimerPoll,
+	}
+	if s.Store.Dialect() == "mysql" {
+		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, 200*time.Millisecond)
+	}
+	if s.Store.Notifies() {
+		tcfg.Notify = func(ctx context.Context, closeAt time.Time) {
+			if err := s.Store.Notify(ctx, timerChannel, strconv.FormatInt(closeAt.UnixMilli(), 10)); err != nil {
+				cfg.Logger.Warn("notify other instances of an earlier deadline", "error", err)
+			}
+		}
+	}
+	if cfg.Timer == "redis" {
+		if s.queue, err = redisq.New(ctx, redisq.Config{URL: cfg.RedisURL}); err != nil {
+			return nil, err
+		}
+		tcfg.DelayQueue = s.queue
+	}
+	if closer, err = timeout.NewCloser(tcfg); err != nil {
 		return nil, err
 	}
 	s.Closer, s.Relay = closer, relay
+	for _, j := range []struct {
+		name     string
+		interval time.Duration
+		run      job.Func
+	}{
+		{"sweep", cfg.SweepInterval, closer.Sweep},
+		{"deep_check", cfg.DeepCheckInterval, closer.DeepCheck},
+		{"outbox_retention", time.Minute, relay.Retention},
+	} {
+		r, err := job.New(job.Config{Store: s.Store, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		s.Jobs = append(s.Jobs, r)
+	}
 
 	workers, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
@@ -125,6 +206,24 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	}
 	if err := closer.Start(workers); err != nil {
 		return nil, err
+	}
+	for _, r := range s.Jobs {
+		if err := r.Start(workers); err != nil {
+			return nil, err
+		}
+	}
+	if s.Store.Notifies() {
+		s.listening = make(chan struct{})
+		go func() {
+			defer close(s.listening)
+			_ = s.Store.Listen(workers, timerChannel, func(payload string) {
+				if ms, err := strconv.ParseInt(payload, 10, 64); err == nil {
+					closer.Arm(time.UnixMilli(ms).UTC())
+				} else {
+					closer.Arm(time.Time{}) // (re)connected: re-read the earliest deadline
+				}
+			}, func(err error) { cfg.Logger.Warn("listen for timer notifications", "error", err) })
+		}()
 	}
 
 	api := httpapi.New(httpapi.Config{
@@ -176,6 +275,9 @@ func (s *Server) Close() error {
 	} else if s.listener != nil {
 		errs = append(errs, s.listener.Close())
 	}
+	for _, r := range s.Jobs {
+		r.Stop()
+	}
 	if s.Closer != nil {
 		s.Closer.Stop()
 	}
@@ -184,6 +286,15 @@ func (s *Server) Close() error {
 	}
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.listening != nil {
+		<-s.listening
+	}
+	if s.publisher != nil {
+		s.publisher.Close()
+	}
+	if s.queue != nil {
+		errs = append(errs, s.queue.Close())
 	}
 	if s.Store != nil {
 		errs = append(errs, s.Store.Close())

@@ -54,6 +54,7 @@ type Config struct {
 // DB is a store.Store on a SQL database.
 type DB struct {
 	d      *dialect
+	dsn    string // the driver's data source name (for LISTEN connections)
 	writer *sql.DB
 	reader *sql.DB // == writer except on SQLite
 	now    func() time.Time
@@ -71,7 +72,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{d: d, now: cfg.Now}
+	db := &DB{d: d, dsn: dsn, now: cfg.Now}
 	if d == sqliteDialect {
 		err = db.openSQLite(ctx, dsn, cfg.SkipMigrate)
 	} else {

@@ -11,6 +11,9 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
+// dueColumns are the columns of a store.DueOrder.
+const dueColumns = `orders.id, flow, pay_status, current_payment_id, coupon_id, close_at, wake_at`
+
 const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
 	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version`
 
@@ -41,14 +44,22 @@ var (
 			WHERE id = ? AND state = ? AND pay_status IN (` + d.ids + `) AND (? = '' OR current_payment_id = ?)`
 	})
 	qOrdersDue = newQuery(func(d *dialect) string {
-		return `SELECT id, flow, pay_status, current_payment_id, coupon_id, close_at FROM orders` + d.forceIndex("orders_state_wake_at") + `
+		return `SELECT ` + dueColumns + ` FROM orders` + d.forceIndex("orders_state_wake_at") + `
 			WHERE state = 'pending_payment' AND wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
 	})
+	qOrdersDueByIDs = newQuery(func(d *dialect) string {
+		return d.selectByIDs(dueColumns, "orders", "id", d.ids, `state = 'pending_payment' AND wake_at <= ?`,
+			` ORDER BY wake_at LIMIT ?`+d.skipLocked)
+	})
+	qOrdersOpenByIDs = newQuery(func(d *dialect) string {
+		return d.selectByIDs(dueColumns, "orders", "id", d.ids, `state = 'pending_payment'`, ` ORDER BY orders.id`)
+	})
+	qOrdersOpenPage  = sqlText(`SELECT ` + dueColumns + ` FROM orders WHERE state = 'pending_payment' AND id > ? ORDER BY id LIMIT ?`)
 	qOrdersSetWakeAt = newQuery(func(d *dialect) string {
 		return d.updateByIDs("orders", "id", d.ids, `wake_at = ?`, `state = 'pending_payment'`)
 	})
 	qOrderNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM orders WHERE state = 'pending_payment'`)
-	qOrdersOverdueCount = sqlText(`SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ?`)
+	qOrdersOverdueCount = sqlText(`SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ? AND wake_at < ?`)
 	qOrderList          = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? ORDER BY id LIMIT ?`)
 	qTransitionList     = sqlText(`SELECT id, order_id, from_state, to_state, event, cause, actor, at, trace_id
 		FROM order_transitions WHERE order_id = ? ORDER BY id`)
@@ -184,7 +195,28 @@ func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusPa
 // OrdersDue implements store.Tx. SQLite has one writer, so a plain SELECT inside the write
 // transaction is a claim; dialects with row locks add FOR UPDATE SKIP LOCKED.
 func (t *tx) OrdersDue(ctx context.Context, p *store.OrdersDueParams) ([]*store.DueOrder, error) {
-	rows, err := t.query(ctx, qOrdersDue, ms(p.Now), p.Limit)
+	if p.IDs != nil {
+		if len(p.IDs) == 0 {
+			return nil, nil
+		}
+		return t.dueOrders(ctx, qOrdersDueByIDs, jsonList(p.IDs), ms(p.Now), p.Limit)
+	}
+	return t.dueOrders(ctx, qOrdersDue, ms(p.Now), p.Limit)
+}
+
+// OrdersOpen implements store.Tx.
+func (t *tx) OrdersOpen(ctx context.Context, p *store.OrdersOpenParams) ([]*store.DueOrder, error) {
+	if p.IDs != nil {
+		if len(p.IDs) == 0 {
+			return nil, nil
+		}
+		return t.dueOrders(ctx, qOrdersOpenByIDs, jsonList(p.IDs))
+	}
+	return t.dueOrders(ctx, qOrdersOpenPage, p.AfterID, p.Limit)
+}
+
+func (t *tx) dueOrders(ctx context.Context, q *query, args ...any) ([]*store.DueOrder, error) {
+	rows, err := t.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("due orders: %w", err)
 	}
@@ -194,12 +226,12 @@ func (t *tx) OrdersDue(ctx context.Context, p *store.OrdersDueParams) ([]*store.
 		var (
 			d                   store.DueOrder
 			paymentID, couponID sql.NullString
-			closeAt             int64
+			closeAt, wakeAt     int64
 		)
-		if err := rows.Scan(&d.ID, &d.Flow, &d.PayStatus, &paymentID, &couponID, &closeAt); err != nil {
+		if err := rows.Scan(&d.ID, &d.Flow, &d.PayStatus, &paymentID, &couponID, &closeAt, &wakeAt); err != nil {
 			return nil, fmt.Errorf("due orders: %w", err)
 		}
-		d.CurrentPaymentID, d.CouponID, d.CloseAt = paymentID.String, couponID.String, fromMS(closeAt)
+		d.CurrentPaymentID, d.CouponID, d.CloseAt, d.WakeAt = paymentID.String, couponID.String, fromMS(closeAt), fromMS(wakeAt)
 		out = append(out, &d)
 	}
 	return out, rows.Err()
@@ -229,7 +261,7 @@ func (t *tx) OrderNextWakeAt(ctx context.Context) (time.Time, bool, error) {
 // OrdersOverdueCount implements store.Tx.
 func (t *tx) OrdersOverdueCount(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
-	err := t.queryRow(ctx, qOrdersOverdueCount, ms(before)).Scan(&n)
+	err := t.queryRow(ctx, qOrdersOverdueCount, ms(before), ms(before)).Scan(&n)
 	return n, translate(err, "overdue orders")
 }
 

@@ -499,12 +499,12 @@ func testOrdersDue(t *testing.T, open opener) {
 		})
 	}
 	late := &store.DueOrder{ID: "late", Flow: orderly.FlowStandard, PayStatus: orderly.PayUnpaid, CouponID: "coupon-1",
-		CloseAt: now.Add(-2 * time.Minute)}
+		CloseAt: now.Add(-2 * time.Minute), WakeAt: now.Add(-2 * time.Minute)}
 	paying := &store.DueOrder{ID: "paying", Flow: orderly.FlowStandard, PayStatus: orderly.PayPaying,
-		CurrentPaymentID: "pay-1", CloseAt: now.Add(-time.Minute)}
-	boundary := &store.DueOrder{ID: "boundary", Flow: orderly.FlowStandard, PayStatus: orderly.PayUnpaid, CloseAt: now}
+		CurrentPaymentID: "pay-1", CloseAt: now.Add(-time.Minute), WakeAt: now.Add(-time.Minute)}
+	boundary := &store.DueOrder{ID: "boundary", Flow: orderly.FlowStandard, PayStatus: orderly.PayUnpaid, CloseAt: now, WakeAt: now}
 	future := &store.DueOrder{ID: "future", Flow: orderly.FlowStandard, PayStatus: orderly.PayUnpaid,
-		CloseAt: now.Add(time.Millisecond)}
+		CloseAt: now.Add(time.Millisecond), WakeAt: now.Add(time.Millisecond)}
 
 	equal(t, "due at now, oldest wake_at first", due(now, 10), []*store.DueOrder{late, paying, boundary})
 	equal(t, "due at now, limit 2", due(now, 2), []*store.DueOrder{late, paying})
@@ -514,14 +514,34 @@ func testOrdersDue(t *testing.T, open opener) {
 	inTx(t, s, func(tx store.Tx) error {
 		return tx.OrdersSetWakeAt(ctx, []string{"late", "closed", "missing"}, now.Add(10*time.Minute))
 	})
+	late.WakeAt = now.Add(10 * time.Minute)
 	equal(t, "due at now after backing off late", due(now, 10), []*store.DueOrder{paying, boundary})
 	equal(t, "due after late's new wake_at", due(now.Add(10*time.Minute), 10),
 		[]*store.DueOrder{paying, boundary, future, late})
 
 	// Moving a wake_at earlier makes the order due before its close_at.
 	inTx(t, s, func(tx store.Tx) error { return tx.OrdersSetWakeAt(ctx, []string{"future"}, now.Add(-time.Hour)) })
+	future.WakeAt = now.Add(-time.Hour)
 	equal(t, "due at now after waking future early", due(now, 10), []*store.DueOrder{future, paying, boundary})
+
+	// Claims restricted to ids (from a delay queue) and the open orders by id and by page.
+	byIDs := write(t, s, func(tx store.Tx) ([]*store.DueOrder, error) {
+		return tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: 10, IDs: []string{"boundary", "late", "paid", "missing"}})
+	})
+	equal(t, "due among ids (late backed off, paid not open)", byIDs, []*store.DueOrder{boundary})
+	openOrders := read(t, s, func(tx store.Tx) ([]*store.DueOrder, error) {
+		return tx.OrdersOpen(ctx, &store.OrdersOpenParams{IDs: []string{"late", "paid", "closed", "missing"}})
+	})
+	equal(t, "open among ids", openOrders, []*store.DueOrder{late})
+	page1 := read(t, s, func(tx store.Tx) ([]*store.DueOrder, error) {
+		return tx.OrdersOpen(ctx, &store.OrdersOpenParams{Limit: 2})
+	})
+	page2 := read(t, s, func(tx store.Tx) ([]*store.DueOrder, error) {
+		return tx.OrdersOpen(ctx, &store.OrdersOpenParams{AfterID: page1[len(page1)-1].ID, Limit: 10})
+	})
+	equal(t, "open orders, keyset pages", append(page1, page2...), []*store.DueOrder{boundary, future, late, paying})
 	inTx(t, s, func(tx store.Tx) error { return tx.OrdersSetWakeAt(ctx, nil, now) })
+	future.WakeAt = now.Add(-time.Hour)
 
 	// A closed order is never due, whatever its wake_at.
 	inTx(t, s, func(tx store.Tx) error {
@@ -589,16 +609,17 @@ func testOrdersOverdueCount(t *testing.T, open opener) {
 	p.CloseAt = now.Add(-time.Hour)
 	insertOrder(t, s, p)
 	insertOrder(t, s, closedOpts("closed", now.Add(-time.Minute)))
-	// wake_at does not matter: an order backed off for inspection is still overdue.
+	// An order whose inspection is scheduled later (wake_at pushed back) is not overdue.
 	inTx(t, s, func(tx store.Tx) error { return tx.OrdersSetWakeAt(ctx, []string{"a"}, now.Add(time.Hour)) })
 	for _, c := range []struct {
 		before time.Time
 		want   int64
 	}{
 		{now.Add(-time.Hour), 0},
-		{now.Add(-time.Second), 1},
-		{now, 2},
-		{now.Add(time.Millisecond), 3},
+		{now.Add(-time.Second), 0},
+		{now, 1},
+		{now.Add(time.Millisecond), 2},
+		{now.Add(time.Hour + time.Millisecond), 3},
 	} {
 		got := read(t, s, func(tx store.Tx) (int64, error) { return tx.OrdersOverdueCount(ctx, c.before) })
 		if got != c.want {
