@@ -76,6 +76,9 @@ type Config struct {
 	// another instance costs at most this much. 5 s; use ~200 ms on MySQL, which has no
 	// cross-instance notification.
 	MaxSleep time.Duration
+	// Clock is this instance's clock (time.Now); tests skew it. It only times the timer's
+	// sleeps: the database clock decides what is due.
+	Clock func() time.Time
 	// ClockCheckInterval is how often the timer measures this instance's offset to the
 	// database clock, which decides what is due; 10 s.
 	ClockCheckInterval time.Duration
@@ -138,6 +141,9 @@ func NewCloser(cfg Config) (*Closer, error) {
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
 	if cfg.WakeRelay == nil {
 		cfg.WakeRelay = func() {}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	return &Closer{cfg: cfg, arm: make(chan struct{}, 1)}, nil
 }

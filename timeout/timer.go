@@ -79,13 +79,13 @@ func (c *Closer) Stop() {
 func (c *Closer) ClockOffset() time.Duration { return time.Duration(c.offset.Load()) }
 
 // dbNow estimates the database clock from the local one.
-func (c *Closer) dbNow() time.Time { return time.Now().Add(c.ClockOffset()) }
+func (c *Closer) dbNow() time.Time { return c.cfg.Clock().Add(c.ClockOffset()) }
 
 // measureOffset reads the database clock and sets the offset to it from the midpoint of
 // the local clock around the read. A large offset is logged; it never causes an early
 // close, because the database clock decides what is due.
 func (c *Closer) measureOffset(ctx context.Context) {
-	before := time.Now()
+	before := c.cfg.Clock()
 	var db time.Time
 	err := c.cfg.Store.Read(ctx, func(tx store.Tx) (err error) {
 		db, err = tx.Now(ctx)
@@ -97,7 +97,7 @@ func (c *Closer) measureOffset(ctx context.Context) {
 		}
 		return
 	}
-	after := time.Now()
+	after := c.cfg.Clock()
 	offset := db.Sub(before.Add(after.Sub(before) / 2))
 	c.offset.Store(int64(offset))
 	c.cfg.Metrics.ClockOffset.Set(offset.Seconds())

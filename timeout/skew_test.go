@@ -1,0 +1,218 @@
+package timeout_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/testdb"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/redisq"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+// waitClosed waits (polling the database, bounded by limit) until none of ids is open
+// and returns the orders.
+func waitClosed(t *testing.T, s store.Store, ids []string, limit time.Duration) []*orderly.Order {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(limit)
+	for {
+		var orders []*orderly.Order
+		err := s.Read(ctx, func(tx store.Tx) error {
+			orders = orders[:0]
+			for _, id := range ids {
+				o, err := tx.OrderGet(ctx, id)
+				if err != nil {
+					return err
+				}
+				orders = append(orders, o)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := 0
+		for _, o := range orders {
+			if o.State == orderly.StatePendingPayment {
+				open++
+			}
+		}
+		if open == 0 {
+			return orders
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d orders still open after %s", open, len(ids), limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func createOrders(t *testing.T, svc *order.Service, n int) []string {
+	t.Helper()
+	if _, err := svc.SetStock(context.Background(), "sku", int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i := range n {
+		o, _, err := svc.CreateOrder(context.Background(), &orderly.CreateOrderParams{UserID: "u", Currency: "USD",
+			PaymentTimeoutSeconds: 1, Items: []orderly.Item{{SKU: "sku", Quantity: 1, UnitPrice: 100}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = o.ID
+	}
+	return ids
+}
+
+// TestClockSkew runs the timer of an instance whose clock is off the database's by ±2 s,
+// or jumps by ±1 h while orders wait: no order closes early (the database clock decides)
+// and none is missed or left waiting for the sweep (the timer measures its offset).
+func TestClockSkew(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		skew, jump    time.Duration
+		maxLatenessMS int64
+	}{
+		{"ahead 2s", 2 * time.Second, 0, 500},
+		{"behind 2s", -2 * time.Second, 0, 500},
+		{"jumps ahead 1h", 0, time.Hour, 500},
+		{"jumps back 1h", 0, -time.Hour, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "o.db")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var skew atomic.Int64
+			skew.Store(int64(tc.skew))
+			closer, err := timeout.NewCloser(timeout.Config{Store: s, ClockCheckInterval: 50 * time.Millisecond,
+				Clock: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc, err := order.NewService(order.Config{Store: s, OnCreated: closer.Created})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := closer.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer closer.Stop()
+			ids := createOrders(t, svc, 20)
+			if tc.jump != 0 {
+				skew.Add(int64(tc.jump))
+			}
+			for _, o := range waitClosed(t, s, ids, 5*time.Second) {
+				lateness := o.ClosedAt.Sub(o.CloseAt).Milliseconds()
+				if lateness < 0 || lateness > tc.maxLatenessMS {
+					t.Errorf("order %s closed %d ms after close_at, want 0–%d", o.ID, lateness, tc.maxLatenessMS)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisDataLoss: with the Redis delay queue driving the timer, losing Redis's data
+// (the queue's key deleted, as by FLUSHALL or a restart without persistence) delays closes
+// by at most one sweep interval and loses nothing; the deep check puts the missing
+// orders back into the queue.
+func TestRedisDataLoss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	redisURL := testdb.URL(t, "redis")
+	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "o.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prefix := "orderlytest-timeout-" + time.Now().Format("150405.000000")
+	q, err := redisq.New(ctx, redisq.Config{URL: redisURL, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	closer, err := timeout.NewCloser(timeout.Config{Store: s, DelayQueue: q, MaxSleep: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := order.NewService(order.Config{Store: s, OnCreated: closer.Created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closer.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Stop()
+
+	// With the queue intact, the queue closes the orders.
+	kept := createOrders(t, svc, 10)
+	for _, o := range waitClosed(t, s, kept, 5*time.Second) {
+		if l := o.ClosedAt.Sub(o.CloseAt); l < 0 || l > time.Second {
+			t.Errorf("queued order closed %s after close_at", l)
+		}
+	}
+	// Lose the data: the queue no longer knows these orders. A sweep (here every
+	// 500 ms) still closes them, within one interval of close_at.
+	lost := createOrders(t, svc, 10)
+	if n, _ := q.Len(ctx); n != 10 {
+		t.Fatalf("queue holds %d, want 10", n)
+	}
+	if err := q.Remove(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	const sweepInterval = 500 * time.Millisecond
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		ticker := time.NewTicker(sweepInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-ticker.C:
+				_, _, _ = closer.Sweep(sweepCtx, nil)
+			}
+		}
+	}()
+	for _, o := range waitClosed(t, s, lost, 5*time.Second) {
+		if l := o.ClosedAt.Sub(o.CloseAt); l < 0 || l > sweepInterval+200*time.Millisecond {
+			t.Errorf("order lost from the queue closed %s after close_at, want within one sweep interval", l)
+		}
+	}
+	stopSweep()
+	<-sweepDone
+
+	// The deep check repairs the queue: open orders missing from it are added back.
+	if _, err := svc.SetStock(ctx, "sku", 1); err != nil {
+		t.Fatal(err)
+	}
+	later, _, err := svc.CreateOrder(ctx, &orderly.CreateOrderParams{UserID: "u", Currency: "USD", PaymentTimeoutSeconds: 3600,
+		Items: []orderly.Item{{SKU: "sku", Quantity: 1, UnitPrice: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Remove(ctx, []string{later.ID}); err != nil {
+		t.Fatal(err)
+	}
+	scanned, repaired, err := closer.DeepCheck(ctx, nil)
+	if err != nil || repaired != 1 || scanned < 1 {
+		t.Fatalf("deep check: scanned %d repaired %d, %v; want the one missing order repaired", scanned, repaired, err)
+	}
+	scores, err := q.Scores(ctx, []string{later.ID})
+	if err != nil || !scores[later.ID].Equal(later.CloseAt) {
+		t.Fatalf("queue score of the repaired order %v (%v), want %s", scores[later.ID], err, later.CloseAt)
+	}
+}
