@@ -10,10 +10,10 @@ import (
 
 // SetStock implements orderly.CatalogService.
 func (s *Service) SetStock(ctx context.Context, sku string, available int64) (st *orderly.Stock, err error) {
-	if sku == "" || len(sku) > MaxIDLength {
-		return nil, orderly.Errorf(orderly.EINVALID, "sku must be 1–%d characters", MaxIDLength)
-	} else if available < 0 {
-		return nil, orderly.Errorf(orderly.EINVALID, "available must not be negative")
+	if !ValidID(sku) {
+		return nil, orderly.Errorf(orderly.EINVALID, "sku %s", idRule)
+	} else if available < 0 || available > MaxStock {
+		return nil, orderly.Errorf(orderly.EINVALID, "available must be 0–%d units", int64(MaxStock))
 	}
 	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		st, err = tx.StockSet(ctx, sku, available)
@@ -34,8 +34,8 @@ func (s *Service) Stock(ctx context.Context, sku string) (st *orderly.Stock, err
 // CreateCoupon implements orderly.CatalogService.
 func (s *Service) CreateCoupon(ctx context.Context, p *orderly.CreateCouponParams) (*orderly.Coupon, error) {
 	switch {
-	case p.UserID == "" || len(p.UserID) > MaxIDLength:
-		return nil, orderly.Errorf(orderly.EINVALID, "user_id must be 1–%d characters", MaxIDLength)
+	case !ValidID(p.UserID):
+		return nil, orderly.Errorf(orderly.EINVALID, "user_id %s", idRule)
 	case p.AmountOff <= 0:
 		return nil, orderly.Errorf(orderly.EINVALID, "amount_off must be positive (minor units)")
 	case !currencyRE.MatchString(p.Currency):

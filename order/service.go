@@ -14,6 +14,8 @@ import (
 	"math"
 	"regexp"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -32,6 +34,28 @@ const (
 )
 
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+
+// MaxStock is the largest number of units a SKU may hold (available, held and sold
+// together stay far from int64 overflow): 10^12.
+const MaxStock = 1_000_000_000_000
+
+// ValidID reports whether s can name a user, SKU, coupon or channel: 1–MaxIDLength bytes
+// of valid UTF-8 without control characters, so that it reads back as written through
+// JSON and URLs.
+func ValidID(s string) bool {
+	if s == "" || len(s) > MaxIDLength || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// idRule is the error text of an invalid id.
+const idRule = "must be 1–128 bytes of UTF-8 without control characters"
 
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
@@ -94,23 +118,23 @@ func NewID() (string, error) {
 // validate checks p and returns the items' total in minor units. Errors: EINVALID.
 func validate(p *orderly.CreateOrderParams) (int64, error) {
 	switch {
-	case p.UserID == "" || len(p.UserID) > MaxIDLength:
-		return 0, orderly.Errorf(orderly.EINVALID, "user_id must be 1–%d characters", MaxIDLength)
+	case !ValidID(p.UserID):
+		return 0, orderly.Errorf(orderly.EINVALID, "user_id %s", idRule)
 	case !currencyRE.MatchString(p.Currency):
 		return 0, orderly.Errorf(orderly.EINVALID, "currency must be an ISO 4217 code such as USD")
 	case len(p.Items) == 0 || len(p.Items) > MaxItems:
 		return 0, orderly.Errorf(orderly.EINVALID, "items must hold 1–%d lines", MaxItems)
 	case p.PaymentTimeoutSeconds < 0 || p.PaymentTimeoutSeconds > int64(MaxPaymentTimeout/time.Second):
 		return 0, orderly.Errorf(orderly.EINVALID, "payment_timeout_seconds must be 0 (default) to %d", int64(MaxPaymentTimeout/time.Second))
-	case len(p.CouponID) > MaxIDLength:
-		return 0, orderly.Errorf(orderly.EINVALID, "coupon_id is longer than %d characters", MaxIDLength)
+	case p.CouponID != "" && !ValidID(p.CouponID):
+		return 0, orderly.Errorf(orderly.EINVALID, "coupon_id %s", idRule)
 	}
 	var total int64
 	seen := make(map[string]bool, len(p.Items))
 	for i, it := range p.Items {
 		switch {
-		case it.SKU == "" || len(it.SKU) > MaxIDLength:
-			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].sku must be 1–%d characters", i, MaxIDLength)
+		case !ValidID(it.SKU):
+			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].sku %s", i, idRule)
 		case seen[it.SKU]:
 			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].sku %q appears twice; merge the lines", i, it.SKU)
 		case it.Quantity <= 0 || it.Quantity > MaxQuantity:

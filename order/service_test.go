@@ -101,6 +101,9 @@ func TestCreateOrderWritesNothingOnError(t *testing.T) {
 		{"zero quantity", params("A", 0), orderly.EINVALID},
 		{"duplicate sku", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Items: []orderly.Item{{SKU: "A", Quantity: 1}, {SKU: "A", Quantity: 1}}}, orderly.EINVALID},
 		{"overflow", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Items: []orderly.Item{{SKU: "A", Quantity: 1_000_000, UnitPrice: 1 << 50}}}, orderly.EINVALID},
+		{"control character in sku", params("A\x00", 1), orderly.EINVALID},
+		{"invalid UTF-8 in sku", params("\xff\xfe", 1), orderly.EINVALID},
+		{"newline in user_id", &orderly.CreateOrderParams{UserID: "u1\n", Currency: "USD", Items: params("A", 1).Items}, orderly.EINVALID},
 		{"unknown flow", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Flow: "group_buy", Items: params("A", 1).Items}, orderly.EINVALID},
 		{"timeout too long", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", PaymentTimeoutSeconds: 8 * 24 * 3600, Items: params("A", 1).Items}, orderly.EINVALID},
 	} {
@@ -119,6 +122,35 @@ func TestCreateOrderWritesNothingOnError(t *testing.T) {
 	}
 	if n := countOrders(t, e); n != 0 {
 		t.Fatalf("%d orders written by failed creates", n)
+	}
+}
+
+// TestSetStockLimits: stock is bounded so that releases can never overflow int64, and
+// SKUs must read back as written.
+func TestSetStockLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	for _, tc := range []struct {
+		sku       string
+		available int64
+		code      string
+	}{
+		{"A", order.MaxStock, ""},
+		{"A", order.MaxStock + 1, orderly.EINVALID},
+		{"A", 1<<63 - 1, orderly.EINVALID},
+		{"A", -1, orderly.EINVALID},
+		{"\x00", 1, orderly.EINVALID},
+		{"\xff\xfe", 1, orderly.EINVALID},
+		{"tシャツ-M", 1, ""},
+	} {
+		_, err := e.Orders.SetStock(ctx, tc.sku, tc.available)
+		if got := orderly.ErrorCode(err); got != tc.code {
+			t.Errorf("SetStock(%q, %d) = %v, want code %q", tc.sku, tc.available, err, tc.code)
+		}
+	}
+	if s := e.StockOf(t, "A"); s.Available != order.MaxStock {
+		t.Fatalf("stock %+v after refused sets, want the last accepted value", s)
 	}
 }
 

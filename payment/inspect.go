@@ -112,6 +112,14 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 	if err != nil {
 		return err
 	}
+	if o.State == orderly.StateClosed {
+		// The order's current attempt paid after the close and was returned: say so.
+		if _, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{ID: o.ID, State: orderly.StateClosed,
+			From: []orderly.PayStatus{orderly.PayUnpaid, orderly.PayFailed, orderly.PayPaying}, To: orderly.PayRefunded,
+			IfPaymentID: ref.PaymentID}); err != nil {
+			return err
+		}
+	}
 	if o.State == orderly.StateRefunding {
 		flow, err := s.cfg.Flows.Get(o.Flow)
 		if err != nil {

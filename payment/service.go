@@ -57,8 +57,8 @@ func NewService(cfg Config) (*Service, error) {
 // pay_status paying) before the gateway is asked, so that a callback racing the gateway's
 // answer finds it. A gateway error marks the attempt failed and is returned.
 func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPaymentParams) (*orderly.Payment, error) {
-	if len(params.Channel) > order.MaxIDLength {
-		return nil, orderly.Errorf(orderly.EINVALID, "channel is longer than %d characters", order.MaxIDLength)
+	if params.Channel != "" && !order.ValidID(params.Channel) {
+		return nil, orderly.Errorf(orderly.EINVALID, "channel must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
 	}
 	id, err := order.NewID()
 	if err != nil {

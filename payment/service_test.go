@@ -114,8 +114,8 @@ func TestLatePaymentIsRefunded(t *testing.T) {
 	}
 	e.Drain(t)
 	got := e.OrderOf(t, o.ID)
-	if got.State != orderly.StateClosed || got.CloseReason != orderly.CloseReasonPaymentTimeout {
-		t.Fatalf("order is %s/%s, want closed for payment_timeout", got.State, got.CloseReason)
+	if got.State != orderly.StateClosed || got.CloseReason != orderly.CloseReasonPaymentTimeout || got.PayStatus != orderly.PayRefunded {
+		t.Fatalf("order is %s/%s pay_status %s, want closed for payment_timeout, refunded", got.State, got.CloseReason, got.PayStatus)
 	}
 	pay, _ := e.Payments.Payment(ctx, p.ID)
 	if pay.State != orderly.PaymentRefunded || pay.ChannelTxnID != "txn-late" || pay.RefundedAt == nil {

@@ -41,18 +41,29 @@ func (g *SimGateway) Create(_ context.Context, p *orderly.Payment) error {
 	return nil
 }
 
-// Query implements orderly.Gateway; an attempt it never saw is GatewayUnknown.
+// Query implements orderly.Gateway; an attempt it never saw (created before a restart)
+// is pending, so that inspection cancels it instead of holding its order open.
 func (g *SimGateway) Query(_ context.Context, paymentID string) (*orderly.GatewayPayment, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if _, ok := g.payments[paymentID]; !ok {
+		return &orderly.GatewayPayment{Status: orderly.GatewayPending}, nil
+	}
 	return g.view(paymentID), nil
 }
 
-// Cancel implements orderly.Gateway.
+// Cancel implements orderly.Gateway. An attempt the simulated gateway never saw (its
+// memory starts empty at every restart) is recorded as cancelled: nobody can pay it
+// through this gateway any more, and money arriving by callback later is refunded.
 func (g *SimGateway) Cancel(_ context.Context, paymentID string) (*orderly.GatewayPayment, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if p, ok := g.payments[paymentID]; ok && p.status == orderly.GatewayPending {
+	p, ok := g.payments[paymentID]
+	if !ok {
+		p = &simPayment{status: orderly.GatewayPending}
+		g.payments[paymentID] = p
+	}
+	if p.status == orderly.GatewayPending {
 		p.status = orderly.GatewayFailed
 	}
 	return g.view(paymentID), nil

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -136,6 +137,12 @@ func mysqlDSN(raw string) (string, error) {
 }
 
 func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate bool) error {
+	if skipMigrate {
+		// Reading an existing database (verify, simulate --target): don't create one.
+		if _, err := os.Stat(path); err != nil {
+			return orderly.Errorf(orderly.EINVALID, "database file %s: %v", path, err)
+		}
+	}
 	const pragmas = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
 	// The DSN is a SQLite URI filename: escape the characters it gives a meaning to, or a
 	// path with '?', '#' or '%' names another file and loses the pragmas.
