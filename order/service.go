@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"math"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -226,7 +228,9 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 			if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash}); err != nil {
 				return err
 			}
-			for _, it := range p.Items {
+			// Reserve in SKU order: every transaction that locks several stock rows takes them
+			// in the same order (release and commit do too), so they cannot deadlock.
+			for _, it := range slices.SortedFunc(slices.Values(p.Items), func(a, b orderly.Item) int { return strings.Compare(a.SKU, b.SKU) }) {
 				ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: id, SKU: it.SKU, Quantity: it.Quantity, Now: now})
 				if err != nil {
 					return err

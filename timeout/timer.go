@@ -78,6 +78,10 @@ func (c *Closer) Stop() {
 // clock (database − local).
 func (c *Closer) ClockOffset() time.Duration { return time.Duration(c.offset.Load()) }
 
+// maxOffsetRTT is the slowest database clock read that still measures the offset: the
+// offset is known to ± half the round trip.
+const maxOffsetRTT = 250 * time.Millisecond
+
 // dbNow estimates the database clock from the local one.
 func (c *Closer) dbNow() time.Time { return c.cfg.Clock().Add(c.ClockOffset()) }
 
@@ -98,6 +102,9 @@ func (c *Closer) measureOffset(ctx context.Context) {
 		return
 	}
 	after := c.cfg.Clock()
+	if rtt := after.Sub(before); rtt > maxOffsetRTT || rtt < 0 {
+		return // a slow read (a busy pool, a clock jump mid-read) says nothing precise; keep the last offset
+	}
 	offset := db.Sub(before.Add(after.Sub(before) / 2))
 	c.offset.Store(int64(offset))
 	c.cfg.Metrics.ClockOffset.Set(offset.Seconds())

@@ -27,7 +27,7 @@ var (
 	// qOrdersLock selects (and locks, where the dialect has row locks) the orders of a
 	// transition that pass its guards; qOrdersTransition then changes exactly those.
 	qOrdersLock = newQuery(func(d *dialect) string {
-		return d.selectByIDs("orders.id", "orders", "id", d.ids, `state = ? AND pay_status IN (`+d.ids+`) AND close_at <= ?`,
+		return d.selectByIDs("orders.id", "orders", "id", d.ids, `state = ? AND pay_status IN (`+stateIn+`) AND close_at <= ?`,
 			` ORDER BY orders.id`+d.lockRows)
 	})
 	qOrdersTransition = newQuery(func(d *dialect) string {
@@ -41,7 +41,7 @@ var (
 	})
 	qOrderSetPayStatus = newQuery(func(d *dialect) string {
 		return `UPDATE orders SET pay_status = ?, version = version + 1, current_payment_id = COALESCE(?, current_payment_id)
-			WHERE id = ? AND state = ? AND pay_status IN (` + d.ids + `) AND (? = '' OR current_payment_id = ?)`
+			WHERE id = ? AND state = ? AND pay_status IN (` + stateIn + `) AND (? = '' OR current_payment_id = ?)`
 	})
 	qOrdersDue = newQuery(func(d *dialect) string {
 		return `SELECT ` + dueColumns + ` FROM orders` + d.forceIndex("orders_state_wake_at") + `
@@ -142,7 +142,8 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 	if p.CloseAtBy != nil {
 		closeAtBy = ms(*p.CloseAtBy)
 	}
-	rows, err := t.query(ctx, qOrdersLock, jsonList(p.IDs), p.From, jsonList(payIn), closeAtBy)
+	args := append(append([]any{jsonList(p.IDs), p.From}, stateArgs(payIn)...), closeAtBy)
+	rows, err := t.query(ctx, qOrdersLock, args...)
 	if err != nil {
 		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
 	}
@@ -187,8 +188,11 @@ func scanStrings(rows *sql.Rows) ([]string, error) {
 
 // OrderSetPayStatus implements store.Tx.
 func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusParams) (bool, error) {
-	n, err := t.exec(ctx, "set pay status of order "+p.ID, qOrderSetPayStatus, p.To, nullString(p.SetPaymentID),
-		p.ID, p.State, jsonList(p.From), p.IfPaymentID, p.IfPaymentID)
+	if len(p.From) == 0 {
+		return false, fmt.Errorf("set pay status of order %s: no From statuses", p.ID)
+	}
+	args := append([]any{p.To, nullString(p.SetPaymentID), p.ID, p.State}, stateArgs(p.From)...)
+	n, err := t.exec(ctx, "set pay status of order "+p.ID, qOrderSetPayStatus, append(args, p.IfPaymentID, p.IfPaymentID)...)
 	return n == 1, err
 }
 

@@ -17,11 +17,9 @@ var (
 	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qPaymentGet         = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
 	qPaymentList        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)
-	qPaymentSetState    = newQuery(func(d *dialect) string {
-		return `UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
+	qPaymentSetState    = sqlText(`UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
 			fail_reason = COALESCE(?, fail_reason), succeeded_at = COALESCE(?, succeeded_at), refunded_at = COALESCE(?, refunded_at)
-			WHERE id = ? AND state IN (` + d.ids + `)`
-	})
+			WHERE id = ? AND state IN (` + stateIn + `)`)
 )
 
 func scanPayment(r rowScanner) (*orderly.Payment, error) {
@@ -78,7 +76,11 @@ func (t *tx) PaymentList(ctx context.Context, orderID string) ([]*orderly.Paymen
 
 // PaymentSetState implements store.Tx.
 func (t *tx) PaymentSetState(ctx context.Context, p *store.PaymentSetStateParams) (bool, error) {
-	n, err := t.exec(ctx, "payment "+p.ID, qPaymentSetState, p.To, nullString(p.ChannelTxnID), nullString(p.FailReason),
-		nullMS(p.SucceededAt), nullMS(p.RefundedAt), p.ID, jsonList(p.From))
+	if len(p.From) == 0 {
+		return false, fmt.Errorf("set state of payment %s: no From states", p.ID)
+	}
+	args := append([]any{p.To, nullString(p.ChannelTxnID), nullString(p.FailReason), nullMS(p.SucceededAt),
+		nullMS(p.RefundedAt), p.ID}, stateArgs(p.From)...)
+	n, err := t.exec(ctx, "payment "+p.ID, qPaymentSetState, args...)
 	return n == 1, err
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -111,6 +112,24 @@ func timePtr(v sql.NullInt64) *time.Time {
 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// stateSlots is the number of placeholders of a guard on a state column ("state IN (…)"):
+// every state list of the domain fits. Guards are plain IN lists, not id-list subqueries,
+// so that PostgreSQL re-checks them on the new row version when a concurrent transaction
+// changed the row first (an UPDATE that waited for a lock must see the committed state).
+const stateSlots = 5
+
+// stateIn is the placeholder list of a state guard.
+var stateIn = "?" + strings.Repeat(", ?", stateSlots-1)
+
+// stateArgs pads a list of states to stateSlots arguments by repeating its last element.
+func stateArgs[T ~string](states []T) []any {
+	args := make([]any, stateSlots)
+	for i := range args {
+		args[i] = string(states[min(i, len(states)-1)])
+	}
+	return args
+}
 
 // jsonList encodes a list as the JSON array parameter of dialect.ids.
 func jsonList[T any](vs []T) string {

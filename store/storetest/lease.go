@@ -233,3 +233,48 @@ func testClaims(t *testing.T, open opener) {
 		equal(t, "c2", getCoupon(t, s, c2.ID).State, orderly.CouponFrozen)
 	})
 }
+
+// testGuardRecheck: a guarded update that waits for a concurrent transaction's row lock
+// judges its guard on the row as that transaction left it. Here a failure (initiated →
+// failed) holds the payment row while a success (initiated|failed → succeeded) waits: the
+// success must apply, or money would be acknowledged and never recorded (I2).
+func testGuardRecheck(t *testing.T, open opener) {
+	t.Run("PaymentSuccessAfterFailure", func(t *testing.T) { testPaymentSuccessAfterFailure(t, open) })
+}
+
+func testPaymentSuccessAfterFailure(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	o := insertOrder(t, s, &orderOpts{})
+	p := insertPayment(t, s, &paymentOpts{OrderID: o.ID})
+	locked, release := make(chan struct{}), make(chan struct{})
+	failed := make(chan error, 1)
+	go func() {
+		failed <- s.InTx(t.Context(), func(tx store.Tx) error {
+			if _, err := tx.PaymentSetState(t.Context(), &store.PaymentSetStateParams{ID: p.ID,
+				From: []orderly.PaymentState{orderly.PaymentInitiated}, To: orderly.PaymentFailed, FailReason: "expired"}); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	<-locked
+	succeeded := make(chan bool, 1)
+	go func() {
+		ok := write(t, s, func(tx store.Tx) (bool, error) {
+			return tx.PaymentSetState(t.Context(), &store.PaymentSetStateParams{ID: p.ID, ChannelTxnID: "txn",
+				From: []orderly.PaymentState{orderly.PaymentInitiated, orderly.PaymentFailed}, To: orderly.PaymentSucceeded})
+		})
+		succeeded <- ok
+	}()
+	time.Sleep(100 * time.Millisecond) // let the success reach the lock (or, on SQLite, the writer queue)
+	close(release)
+	if err := <-failed; err != nil {
+		t.Fatal(err)
+	}
+	if ok := <-succeeded; !ok {
+		t.Fatal("the success that waited for the failure's lock changed nothing")
+	}
+	equal(t, "payment after both", getPayment(t, s, p.ID).State, orderly.PaymentSucceeded)
+}

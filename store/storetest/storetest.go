@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},
+		{"GuardRecheck", testGuardRecheck},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
