@@ -180,8 +180,8 @@ func (db *DB) openPool(ctx context.Context, dsn string, cfg Config) error {
 		return fmt.Errorf("open %s: %w", db.d.name, err)
 	}
 	db.writer, db.reader = h, h
-	h.SetMaxOpenConns(cmp.Or(cfg.MaxConns, 16))
-	h.SetMaxIdleConns(cmp.Or(cfg.MaxConns, 16))
+	h.SetMaxOpenConns(cmp.Or(cfg.MaxConns, 40))
+	h.SetMaxIdleConns(cmp.Or(cfg.MaxConns, 40))
 	h.SetConnMaxIdleTime(5 * time.Minute)
 	if err := h.PingContext(ctx); err != nil {
 		return fmt.Errorf("open %s: %w", db.d.name, err)
