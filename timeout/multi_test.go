@@ -2,6 +2,7 @@ package timeout_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -182,7 +183,7 @@ func TestRolledBackBatchIsClosedByAnother(t *testing.T) {
 				}
 				return errDied
 			})
-			if err != errDied {
+			if !errors.Is(err, errDied) {
 				t.Fatalf("dying transaction: %v", err)
 			}
 			closer, err := timeout.NewCloser(timeout.Config{Store: s})

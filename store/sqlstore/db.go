@@ -204,7 +204,7 @@ func prepareAll(ctx context.Context, d *dialect, h *sql.DB) ([]*sql.Stmt, error)
 	stmts := make([]*sql.Stmt, len(queries))
 	for _, q := range queries {
 		text := d.rebind(q.build(d))
-		s, err := h.PrepareContext(ctx, text)
+		s, err := h.PrepareContext(ctx, text) //nolint:sqlclosecheck // kept for the DB's life, closed by DB.Close
 		if err != nil {
 			for _, p := range stmts[:q.id] {
 				_ = p.Close()

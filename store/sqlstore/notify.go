@@ -41,11 +41,10 @@ func (db *DB) Listen(ctx context.Context, channel string, fn func(payload string
 		ReconnectDelay: time.Second,
 	}
 	l.Handle(channel, listenHandler(fn))
-	err := l.Listen(ctx)
-	if ctx.Err() != nil {
-		return nil
+	if err := l.Listen(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("listen %s: %w", channel, err)
 	}
-	return err
+	return nil // ended by ctx
 }
 
 // listenHandler adapts fn to pgxlisten, with a backlog call after each connection.

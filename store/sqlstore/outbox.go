@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -96,20 +95,8 @@ func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams)
 
 // OutboxClaim implements store.Tx.
 func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*orderly.Message, error) {
-	rows, err := t.query(ctx, qOutboxDue, ms(p.Now), p.Limit)
+	ids, err := t.dueMessageIDs(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("claim outbox: %w", err)
-	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("claim outbox: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
 	if len(ids) == 0 {
@@ -119,7 +106,7 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 	if _, err := t.exec(ctx, "lease outbox", qOutboxLease, t.db.d.byIDsArgs(list, []any{ms(p.LeaseUntil)}, nil)...); err != nil {
 		return nil, err
 	}
-	rows, err = t.query(ctx, qOutboxByIDs, list)
+	rows, err := t.query(ctx, qOutboxByIDs, list)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
@@ -128,6 +115,24 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
 	return msgs, nil
+}
+
+// dueMessageIDs selects (and locks, skipping rows other relays hold) the due messages.
+func (t *tx) dueMessageIDs(ctx context.Context, p *store.OutboxClaimParams) ([]int64, error) {
+	rows, err := t.query(ctx, qOutboxDue, ms(p.Now), p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // OutboxMarkDelivered implements store.Tx.

@@ -71,7 +71,7 @@ func (t *tx) stmt(ctx context.Context, q *query) *sql.Stmt {
 // exec runs a statement and returns the number of rows it changed; errors are translated
 // with what (see translate).
 func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int64, error) {
-	res, err := t.stmt(ctx, q).ExecContext(ctx, args...)
+	res, err := t.stmt(ctx, q).ExecContext(ctx, args...) //nolint:sqlclosecheck // a transaction's statements close with it
 	if err != nil {
 		return 0, t.translate(err, what)
 	}
@@ -83,11 +83,11 @@ func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int6
 }
 
 func (t *tx) query(ctx context.Context, q *query, args ...any) (*sql.Rows, error) {
-	return t.stmt(ctx, q).QueryContext(ctx, args...)
+	return t.stmt(ctx, q).QueryContext(ctx, args...) //nolint:sqlclosecheck // the caller closes the rows; the statement closes with the transaction
 }
 
 func (t *tx) queryRow(ctx context.Context, q *query, args ...any) *sql.Row {
-	return t.stmt(ctx, q).QueryRowContext(ctx, args...)
+	return t.stmt(ctx, q).QueryRowContext(ctx, args...) //nolint:sqlclosecheck // the statement closes with the transaction
 }
 
 // ms converts a time to unix milliseconds, the stored form.
