@@ -283,20 +283,26 @@ func (s *Service) OrderHistory(ctx context.Context, id string) (trail []*orderly
 	return trail, err
 }
 
+// load reads an order about to change, its flow and the database's now.
+func (s *Service) load(ctx context.Context, tx store.Tx, id string) (*orderly.Order, *orderly.Flow, time.Time, error) {
+	cur, err := tx.OrderGet(ctx, id)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	flow, err := s.cfg.Flows.Get(cur.Flow)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	now, err := tx.Now(ctx)
+	return cur, flow, now, err
+}
+
 // CancelOrder implements orderly.OrderService. The buyer may cancel while a payment attempt
 // is in flight; a success that arrives afterwards is refunded (I2).
 func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*orderly.Order, error) {
 	var o *orderly.Order
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		cur, err := tx.OrderGet(ctx, id)
-		if err != nil {
-			return err
-		}
-		flow, err := s.cfg.Flows.Get(cur.Flow)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
+		cur, flow, now, err := s.load(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -340,15 +346,7 @@ func (s *Service) ApplyEvent(ctx context.Context, id string, event orderly.Event
 	}
 	var o *orderly.Order
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		cur, err := tx.OrderGet(ctx, id)
-		if err != nil {
-			return err
-		}
-		flow, err := s.cfg.Flows.Get(cur.Flow)
-		if err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
+		cur, flow, now, err := s.load(ctx, tx, id)
 		if err != nil {
 			return err
 		}

@@ -23,13 +23,9 @@ const queueDrift = 5 * time.Second
 func (c *Closer) runQueue(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	c.measureOffset(ctx)
-	lastMeasure := time.Now()
+	var lastMeasure time.Time
 	for {
-		if time.Since(lastMeasure) >= c.cfg.ClockCheckInterval {
-			c.measureOffset(ctx)
-			lastMeasure = time.Now()
-		}
+		c.measureOffsetEvery(ctx, &lastMeasure)
 		sleep := c.cfg.MaxSleep
 		next, ok, err := c.cfg.DelayQueue.Earliest(ctx)
 		switch {

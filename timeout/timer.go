@@ -113,6 +113,14 @@ func (c *Closer) measureOffset(ctx context.Context) {
 	}
 }
 
+// measureOffsetEvery measures the clock offset when ClockCheckInterval passed since *last.
+func (c *Closer) measureOffsetEvery(ctx context.Context, last *time.Time) {
+	if time.Since(*last) >= c.cfg.ClockCheckInterval {
+		c.measureOffset(ctx)
+		*last = time.Now()
+	}
+}
+
 // runTimer is the precise timer: it sleeps until the earliest wake_at among open orders (an
 // indexed MIN query; nothing is kept per order, so memory does not grow with them), runs
 // a claim-and-close pass, and re-arms. Arm wakes it early for an earlier deadline. Sleeps
@@ -121,14 +129,10 @@ func (c *Closer) measureOffset(ctx context.Context) {
 func (c *Closer) runTimer(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	c.measureOffset(ctx)
-	lastMeasure := time.Now()
+	var lastMeasure time.Time
 	idle := false // the last pass found nothing due although the earliest wake_at had passed
 	for {
-		if time.Since(lastMeasure) >= c.cfg.ClockCheckInterval {
-			c.measureOffset(ctx)
-			lastMeasure = time.Now()
-		}
+		c.measureOffsetEvery(ctx, &lastMeasure)
 		next, ok, err := c.nextWakeAt(ctx)
 		if ctx.Err() != nil {
 			return
