@@ -36,7 +36,7 @@ func openDialect(t *testing.T, dialect string) *sqlstore.DB {
 
 // seed inserts n open orders of one unit of SKU "sku" each, with a frozen coupon each,
 // due at closeAt.
-func seed(t *testing.T, s store.Store, n int, closeAt time.Time) []string {
+func seed(t testing.TB, s store.Store, n int, closeAt time.Time) []string {
 	t.Helper()
 	ctx := t.Context()
 	ids := make([]string, n)
