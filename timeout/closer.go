@@ -111,6 +111,9 @@ type Closer struct {
 	arm   chan struct{}
 
 	offset atomic.Int64 // database clock − local clock, in ns (see measureOffset)
+	// inspections feeds the background inspection workers while the timer runs; nil
+	// before Start, and then inspections run inline.
+	inspections chan []*store.DueOrder
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -174,11 +177,15 @@ func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) 
 			return total, err
 		}
 		if len(paying) > 0 {
-			closed, err := c.inspect(ctx, trigger, paying, fence)
 			total.Inspected += len(paying)
-			total.Closed += closed
-			if err != nil {
-				return total, err
+			// The timer must not wait for gateways: while it runs, inspections run in the
+			// background; the sweep, the deep check and direct calls inspect inline.
+			if trigger != TriggerTimer || !c.inspectAsync(paying) {
+				closed, err := c.inspect(ctx, trigger, paying, fence)
+				total.Closed += closed
+				if err != nil {
+					return total, err
+				}
 			}
 		}
 		if res.Claimed < c.cfg.BatchSize {
@@ -290,6 +297,39 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		}
 	}
 	return res, paying, nil
+}
+
+// inspectAsync hands paying orders to the background inspection workers, without
+// blocking; it reports false when there are none or their queue is full (then the caller
+// inspects inline). The orders' wake_at was pushed back by InspectionBackoff, so nobody
+// else inspects them meanwhile.
+func (c *Closer) inspectAsync(paying []*store.DueOrder) bool {
+	c.mu.Lock()
+	ch := c.inspections
+	c.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case ch <- paying:
+		return true
+	default:
+		return false
+	}
+}
+
+// runInspections is one background inspection worker.
+func (c *Closer) runInspections(ctx context.Context, ch <-chan []*store.DueOrder) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case paying := <-ch:
+			if _, err := c.inspect(ctx, TriggerTimer, paying, nil); err != nil && ctx.Err() == nil {
+				c.cfg.Logger.Warn("payment inspection pass failed; the orders are retried after the backoff", "error", err)
+			}
+		}
+	}
 }
 
 // inspect settles the payments of paying orders, a few at a time, and closes the orders

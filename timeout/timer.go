@@ -53,6 +53,12 @@ func (c *Closer) Start(ctx context.Context) error {
 		return errors.New("timeout: closer already started")
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
+	c.inspections = make(chan []*store.DueOrder, 64)
+	const inspectors = 2
+	for range inspectors {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); c.runInspections(ctx, c.inspections) }()
+	}
 	c.wg.Add(1)
 	if c.cfg.DelayQueue != nil {
 		go func() { defer c.wg.Done(); c.runQueue(ctx) }()
@@ -72,6 +78,9 @@ func (c *Closer) Stop() {
 	}
 	cancel()
 	c.wg.Wait()
+	c.mu.Lock()
+	c.inspections = nil
+	c.mu.Unlock()
 }
 
 // ClockOffset returns the last measured offset of the database clock to this instance's
