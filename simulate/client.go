@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -18,12 +21,66 @@ import (
 // maxResponseBytes bounds what the client reads of one response.
 const maxResponseBytes = 1 << 20
 
-// client speaks the HTTP contract of DESIGN.md §7. A semaphore caps the requests in flight.
+// client speaks the HTTP contract of DESIGN.md §7 to one or more servers that share one
+// database. Requests are spread round robin over the targets; a request that gets no
+// answer (connection refused or reset, the server died mid-request) is sent again to the
+// next target, for up to retryFor. A semaphore caps the requests in flight; a request
+// keeps its slot through its retries.
 type client struct {
-	base   string
-	hc     *http.Client
-	sem    chan struct{}
-	secret []byte
+	targets  []*target
+	next     atomic.Uint32 // round-robin cursor
+	hc       *http.Client
+	sem      chan struct{}
+	secret   []byte
+	retryFor time.Duration // ≤ 0: never send a request again
+	pause    time.Duration // a target that did not answer is avoided this long; targetPause
+	// retries counts tries sent again after a try that got no answer.
+	retries atomic.Int64
+}
+
+// target is one server.
+type target struct {
+	base string
+	// downUntil is when (unix ns) a target that did not answer may be picked first again;
+	// until then requests go to the others when one of them is not avoided too.
+	downUntil atomic.Int64
+}
+
+// Pacing of retries.
+const (
+	targetPause     = 500 * time.Millisecond // a target that did not answer is avoided this long
+	retryBackoffMin = 50 * time.Millisecond  // pause after every target failed once, doubling …
+	retryBackoffMax = time.Second            // … up to this
+	// A 409 conflict ("the row changed concurrently; retry") is sent again this many times,
+	// after conflictPause, doubling.
+	maxConflictRetries = 3
+	conflictPause      = 20 * time.Millisecond
+)
+
+func newClient(bases []string, hc *http.Client, concurrency int, secret []byte, retryFor time.Duration) *client {
+	c := &client{hc: hc, sem: make(chan struct{}, concurrency), secret: secret, retryFor: retryFor, pause: targetPause}
+	for _, b := range bases {
+		c.targets = append(c.targets, &target{base: b})
+	}
+	return c
+}
+
+// pick returns the index of the target of the next try: the first one not avoided,
+// starting after prev (prev < 0: at the next one in round-robin order); when every target
+// is avoided, the one it started at.
+func (c *client) pick(prev int) int {
+	n := len(c.targets)
+	start := prev + 1
+	if prev < 0 {
+		start = int((c.next.Add(1) - 1) % uint32(n)) //nolint:gosec // n is a handful of targets
+	}
+	now := time.Now().UnixNano()
+	for i := range n {
+		if k := (start + i) % n; c.targets[k].downUntil.Load() <= now {
+			return k
+		}
+	}
+	return start % n
 }
 
 // problem is an RFC 9457 problem document.
@@ -46,9 +103,31 @@ type httpError struct {
 	Problem      *problem // set when the body was a problem document
 	Body         string   // the start of any other body
 	Err          error    // transport or decoding error
+	// Tries is the number of times the request was sent (more than 1 when a target did
+	// not answer and the request went to another one).
+	Tries int
+	// noAnswer marks a try that got no complete answer: a transport error or a body cut off.
+	noAnswer bool
+	// unsent marks a noAnswer try that certainly did not reach the server (the connection
+	// was refused).
+	unsent bool
+	// earlier are the tries before the last that got no answer, as "target: error".
+	earlier []string
 }
 
 func (e *httpError) Error() string {
+	msg := e.message()
+	if e.Tries > 1 {
+		msg += fmt.Sprintf(" (after %d tries", e.Tries)
+		if len(e.earlier) > 0 {
+			msg += "; before: " + strings.Join(e.earlier, "; ")
+		}
+		msg += ")"
+	}
+	return msg
+}
+
+func (e *httpError) message() string {
 	switch {
 	case e.Err != nil && e.Status == 0:
 		return fmt.Sprintf("%s %s: %v", e.Method, e.Path, e.Err)
@@ -70,28 +149,98 @@ func (e *httpError) code() string {
 
 // do sends one request with a JSON body (raw bytes or a value to encode; nil for none) and
 // decodes a 2xx answer into out (nil to discard). Any other status, a transport error or an
-// undecodable body is an *httpError.
+// undecodable body is an *httpError. See send for how a request that gets no answer is
+// sent again.
 func (c *client) do(ctx context.Context, method, path string, body any, header http.Header, out any) error {
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return &httpError{Method: method, Path: path, Err: ctx.Err()}
-	}
-	defer func() { <-c.sem }()
+	_, err := c.send(ctx, method, path, body, header, out)
+	return err
+}
 
-	var rd io.Reader
+// send is do that also reports whether the request may have taken effect more than once:
+// a try got no answer after it may have reached its server, and the request was sent
+// again. A request that gets no answer (a transport error, a body cut off) is sent to the
+// next target, skipping targets that did not answer in the last targetPause, with a
+// growing pause each time every target failed, until one answers or retryFor has passed
+// since the first try and every target was tried once after the first failure (a try may
+// have waited long on a server that then died). An answer ends it, but for a 409 conflict
+// (a row changed concurrently, nothing was done), which the server asks to retry: it is
+// sent again up to maxConflictRetries times. Any other answer is the caller's to judge.
+func (c *client) send(ctx context.Context, method, path string, body any, header http.Header, out any) (ambiguous bool, err error) {
+	var raw []byte
 	switch b := body.(type) {
 	case nil:
 	case []byte:
-		rd = bytes.NewReader(b)
+		raw = b
 	default:
-		enc, err := json.Marshal(b)
-		if err != nil {
-			return &httpError{Method: method, Path: path, Err: err}
+		if raw, err = json.Marshal(b); err != nil {
+			return false, &httpError{Method: method, Path: path, Err: err, Tries: 1}
 		}
-		rd = bytes.NewReader(enc)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false, &httpError{Method: method, Path: path, Err: ctx.Err(), Tries: 1}
+	}
+	defer func() { <-c.sem }()
+	deadline := time.Now().Add(c.retryFor)
+	backoff := retryBackoffMin
+	conflicts := 0
+	var earlier []string
+	k := c.pick(-1)
+	for try := 1; ; try++ {
+		err := c.once(ctx, c.targets[k].base, method, path, body != nil, raw, header, out)
+		var he *httpError
+		if err == nil || !errors.As(err, &he) {
+			return ambiguous, err
+		}
+		he.Tries, he.earlier = try, earlier
+		if he.Status == http.StatusConflict && he.code() == orderly.ECONFLICT && conflicts < maxConflictRetries && ctx.Err() == nil {
+			conflicts++
+			if sleepUntil(ctx, time.Now().Add(conflictPause<<(conflicts-1))) != nil {
+				return ambiguous, err
+			}
+			k = c.pick(k)
+			continue
+		}
+		if !he.noAnswer || ctx.Err() != nil || c.retryFor <= 0 || (!time.Now().Before(deadline) && try > len(c.targets)) {
+			return ambiguous, err
+		}
+		ambiguous = ambiguous || !he.unsent
+		earlier = append(earlier, c.targets[k].base+": "+errorText(he))
+		c.targets[k].downUntil.Store(time.Now().Add(c.pause).UnixNano())
+		c.retries.Add(1)
+		if try%len(c.targets) == 0 {
+			if sleepUntil(ctx, time.Now().Add(backoff)) != nil {
+				return ambiguous, err
+			}
+			backoff = min(2*backoff, retryBackoffMax)
+		}
+		k = c.pick(k)
+	}
+}
+
+// errorText is the cause of a try that got no answer, without the method and addresses.
+func errorText(he *httpError) string {
+	var oe *net.OpError
+	if errors.As(he.Err, &oe) && oe.Err != nil {
+		return oe.Op + ": " + oe.Err.Error()
+	}
+	var ue *url.Error
+	if errors.As(he.Err, &ue) {
+		return ue.Err.Error()
+	}
+	return he.Err.Error()
+}
+
+// once sends the request to one target; hasBody says whether raw is a body (even empty).
+// An Orderly-Signature key in header, whatever its value, has once sign raw with the
+// client's secret at the time of sending (payment.Sign).
+func (c *client) once(ctx context.Context, base, method, path string, hasBody bool, raw []byte, header http.Header, out any) error {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return &httpError{Method: method, Path: path, Err: err}
 	}
@@ -102,14 +251,19 @@ func (c *client) do(ctx context.Context, method, path string, body any, header h
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
+	if _, ok := header[payment.SignatureHeader]; ok {
+		// Signed now, not when the caller asked: the wait for a free slot and the tries
+		// before may have taken long, and the server refuses stale signatures.
+		req.Header.Set(payment.SignatureHeader, payment.Sign(c.secret, time.Now(), raw))
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return &httpError{Method: method, Path: path, Err: err}
+		return &httpError{Method: method, Path: path, Err: err, noAnswer: true, unsent: refused(err)}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return &httpError{Method: method, Path: path, Status: resp.StatusCode, Err: err}
+		return &httpError{Method: method, Path: path, Status: resp.StatusCode, Err: err, noAnswer: true}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		e := &httpError{Method: method, Path: path, Status: resp.StatusCode}
@@ -127,6 +281,13 @@ func (c *client) do(ctx context.Context, method, path string, body any, header h
 		}
 	}
 	return nil
+}
+
+// refused reports whether a transport error says the connection could not be made: the
+// request never reached a server.
+func refused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 func (c *client) setStock(ctx context.Context, sku string, available int64) error {
@@ -167,13 +328,16 @@ type orderRequest struct {
 	PaymentTimeoutSeconds int64          `json:"payment_timeout_seconds"`
 }
 
-func (c *client) createOrder(ctx context.Context, req *orderRequest, idempotencyKey string) (*orderly.Order, error) {
-	var o orderly.Order
-	err := c.do(ctx, http.MethodPost, "/v1/orders", req, http.Header{"Idempotency-Key": {idempotencyKey}}, &o)
+// createOrder creates an order; ambiguous reports that a try without answer may have
+// created it, so that the answer (the same order, by its Idempotency-Key) shows it as it is
+// now, not as created.
+func (c *client) createOrder(ctx context.Context, req *orderRequest, idempotencyKey string) (o *orderly.Order, ambiguous bool, err error) {
+	o = &orderly.Order{}
+	ambiguous, err = c.send(ctx, http.MethodPost, "/v1/orders", req, http.Header{"Idempotency-Key": {idempotencyKey}}, o)
 	if err == nil && o.ID == "" {
 		err = &httpError{Method: http.MethodPost, Path: "/v1/orders", Status: http.StatusCreated, Err: fmt.Errorf("answer has no order id")}
 	}
-	return &o, err
+	return o, ambiguous, err
 }
 
 func (c *client) order(ctx context.Context, id string) (*orderly.Order, error) {
@@ -181,19 +345,24 @@ func (c *client) order(ctx context.Context, id string) (*orderly.Order, error) {
 	return &o, c.do(ctx, http.MethodGet, "/v1/orders/"+url.PathEscape(id), nil, nil, &o)
 }
 
-func (c *client) cancel(ctx context.Context, id string) (*orderly.Order, error) {
-	var o orderly.Order
-	return &o, c.do(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/cancel", nil, nil, &o)
+// cancel cancels an order; ambiguous reports that a try without answer may have cancelled
+// it before the one that answered (which then finds it closed).
+func (c *client) cancel(ctx context.Context, id string) (o *orderly.Order, ambiguous bool, err error) {
+	o = &orderly.Order{}
+	ambiguous, err = c.send(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/cancel", nil, nil, o)
+	return o, ambiguous, err
 }
 
-func (c *client) startPayment(ctx context.Context, orderID string) (*orderly.Payment, error) {
-	var p orderly.Payment
+// startPayment starts a payment attempt; ambiguous reports that a try without answer may
+// have started another attempt, unknown to the caller.
+func (c *client) startPayment(ctx context.Context, orderID string) (p *orderly.Payment, ambiguous bool, err error) {
+	p = &orderly.Payment{}
 	path := "/v1/orders/" + url.PathEscape(orderID) + "/payments"
-	err := c.do(ctx, http.MethodPost, path, nil, nil, &p)
+	ambiguous, err = c.send(ctx, http.MethodPost, path, nil, nil, p)
 	if err == nil && p.ID == "" {
 		err = &httpError{Method: http.MethodPost, Path: path, Status: http.StatusCreated, Err: fmt.Errorf("answer has no payment_id")}
 	}
-	return &p, err
+	return p, ambiguous, err
 }
 
 func (c *client) payments(ctx context.Context, orderID string) ([]*orderly.Payment, error) {
@@ -224,10 +393,9 @@ func encodeCallback(cb *callbackBody) []byte {
 	return b
 }
 
-// callback posts a callback body, signed now; anything but 200 is an error.
+// callback posts a callback body, signed as each try is sent; anything but 200 is an error.
 func (c *client) callback(ctx context.Context, body []byte) error {
-	h := http.Header{payment.SignatureHeader: {payment.Sign(c.secret, time.Now(), body)}}
-	return c.do(ctx, http.MethodPost, "/v1/payments/callback", body, h, nil)
+	return c.do(ctx, http.MethodPost, "/v1/payments/callback", body, http.Header{payment.SignatureHeader: nil}, nil)
 }
 
 // timeLayout is the HTTP contract's time format: RFC 3339 UTC with milliseconds.

@@ -21,12 +21,35 @@ const (
 	DefaultPaymentTimeout = 3 * time.Second
 	DefaultConcurrency    = 32
 	DefaultDrain          = 30 * time.Second
+	// DefaultRetryFor is Config.RetryFor with more than one target.
+	DefaultRetryFor = 15 * time.Second
+)
+
+// Phases of a run, in order, as passed to Config.OnPhase and shown in progress lines.
+const (
+	PhaseSeed   = "seed"   // stock the SKUs, issue the coupons
+	PhaseSend   = "send"   // send the orders and play their buyers
+	PhaseSettle = "settle" // wait for every order, refund, release and the outbox to settle
+	PhaseVerify = "verify" // verify.Check on Config.Store
 )
 
 // Config configures Run. Zero values mean the defaults.
 type Config struct {
-	// Target is the server's base URL, e.g. "http://127.0.0.1:8080". Required.
+	// Targets are the base URLs of the servers, e.g. "http://127.0.0.1:8080": one, or
+	// several instances that share one database. Requests go to them round robin; one that
+	// gets no answer is sent to the next (see RetryFor). Required, unless Target is set.
+	Targets []string
+	// Target is the base URL of a single server, kept for compatibility: non-empty means
+	// Targets = [Target] (setting both to different values is an error).
 	Target string
+	// RetryFor is how long a request that got no answer (connection refused or reset: the
+	// server died or restarts) keeps being sent again, to the next target each time, with a
+	// short pause once every target failed. Order creations carry an Idempotency-Key, so a
+	// create sent again never makes two orders; callbacks are idempotent; a payment start
+	// sent again may start a second attempt, which the checks accept (never applied, its
+	// buyer never pays it). Default 0 with one target (no retry) and DefaultRetryFor (15 s)
+	// with several; negative never retries.
+	RetryFor time.Duration
 	// CallbackSecret signs the payment callbacks (payment.Sign); it must be the server's
 	// callback secret, or every callback is refused with 401.
 	CallbackSecret []byte
@@ -54,16 +77,33 @@ type Config struct {
 	// Drain is how long after the last order's close_at the run waits at most for closes,
 	// refunds, releases and the outbox to settle. Default DefaultDrain (30 s).
 	Drain time.Duration
+	// OnPhase, when set, is called with the name of each phase (PhaseSeed, …) as the run
+	// enters it, on Run's goroutine; it must return quickly.
+	OnPhase func(phase string)
 }
 
 // withDefaults returns cfg with defaults applied, or an error saying what is invalid.
 func (cfg Config) withDefaults() (Config, error) {
 	var errs []error
-	if cfg.Target == "" {
-		errs = append(errs, errors.New("target: is required"))
-	} else if u, err := url.Parse(cfg.Target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("target: %q is not an http(s) URL", cfg.Target))
+	cfg.Target = strings.TrimRight(cfg.Target, "/")
+	targets := make([]string, len(cfg.Targets))
+	for i, t := range cfg.Targets {
+		targets[i] = strings.TrimRight(t, "/")
 	}
+	switch {
+	case cfg.Target != "" && len(targets) == 0:
+		targets = []string{cfg.Target}
+	case cfg.Target != "" && (len(targets) != 1 || targets[0] != cfg.Target):
+		errs = append(errs, errors.New("target: set Target or Targets, not both"))
+	case len(targets) == 0:
+		errs = append(errs, errors.New("target: is required"))
+	}
+	for _, t := range targets {
+		if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("target: %q is not an http(s) URL", t))
+		}
+	}
+	cfg.Targets = targets
 	if cfg.Orders < 0 {
 		errs = append(errs, errors.New("orders: must not be negative"))
 	}
@@ -82,12 +122,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	if len(errs) > 0 {
 		return cfg, fmt.Errorf("simulate: invalid config: %w", errors.Join(errs...))
 	}
-	cfg.Target = strings.TrimRight(cfg.Target, "/")
 	cfg.Orders = cmp.Or(cfg.Orders, DefaultOrders)
 	cfg.Rate = cmp.Or(cfg.Rate, DefaultRate)
 	cfg.PaymentTimeout = cmp.Or(cfg.PaymentTimeout, DefaultPaymentTimeout)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	cfg.Drain = cmp.Or(cfg.Drain, DefaultDrain)
+	if cfg.RetryFor == 0 && len(cfg.Targets) > 1 {
+		cfg.RetryFor = DefaultRetryFor
+	}
 	return cfg, nil
 }
 

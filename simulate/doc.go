@@ -25,6 +25,15 @@
 //     held = 0 at rest, sold = what the paid orders bought); I5 (no order left open); and,
 //     when Config.Store is set, verify.Check on the database (all of I1–I7).
 //
+// The traffic goes to Config.Targets, one server or several instances sharing one
+// database, round robin per request. A request that gets no answer (the instance was
+// killed, or restarts) is sent again to the next target (Config.RetryFor): order creations
+// carry an Idempotency-Key and callbacks are idempotent, so that is safe; a cancel whose
+// retry finds the order closed by the buyer counts as done; a payment start sent again may
+// have started an attempt its buyer never learns of, which the checks allow (one per such
+// start) but never as the applied one. A 409 conflict is sent again a few times, as the
+// server asks.
+//
 // Run returns a Result whose JSON shape is stable (the CLI prints it); Result.Summary is
 // the human version.
 package simulate

@@ -45,8 +45,16 @@ type fakeServer struct {
 	orders   map[string]*orderly.Order
 	payments map[string]*orderly.Payment
 	byOrder  map[string][]*orderly.Payment
-	reserved map[string]bool // order id → reservations still held
-	requests map[string]int  // by route, for assertions
+	reserved map[string]bool  // order id → reservations still held
+	requests map[string]int   // by route, for assertions
+	byKey    map[string]keyed // user + "\x00" + Idempotency-Key → the order it created
+	mux      *http.ServeMux
+}
+
+// keyed is an order created with an Idempotency-Key, and the body that created it.
+type keyed struct {
+	orderID string
+	body    string
 }
 
 func newFakeServer(t *testing.T, secret []byte, opts fakeOptions) (*fakeServer, *httptest.Server) {
@@ -55,8 +63,10 @@ func newFakeServer(t *testing.T, secret []byte, opts fakeOptions) (*fakeServer, 
 		stock: map[string]*orderly.Stock{}, coupons: map[string]*orderly.Coupon{},
 		orders: map[string]*orderly.Order{}, payments: map[string]*orderly.Payment{},
 		byOrder: map[string][]*orderly.Payment{}, reserved: map[string]bool{}, requests: map[string]int{},
+		byKey: map[string]keyed{},
 	}
 	mux := http.NewServeMux()
+	f.mux = mux
 	for pattern, h := range map[string]func(w http.ResponseWriter, r *http.Request, now time.Time){
 		"PUT /v1/inventory/{sku}":       f.setStock,
 		"GET /v1/inventory/{sku}":       f.getStock,
@@ -193,8 +203,19 @@ func (f *fakeServer) createOrder(w http.ResponseWriter, r *http.Request, now tim
 	if f.opts.onOrder != nil {
 		f.opts.onOrder(f.requests["POST /v1/orders"])
 	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	var req orderRequest
 	if !decodeStrict(w, r, &req) {
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if k, ok := f.byKey[req.UserID+"\x00"+key]; key != "" && ok {
+		if k.body != string(body) {
+			writeProblem(w, http.StatusConflict, orderly.EIDEMPOTENCY, "key used for another request")
+			return
+		}
+		writeJSON(w, http.StatusOK, f.orders[k.orderID])
 		return
 	}
 	if req.UserID == "" || len(req.Items) == 0 || req.Currency != "USD" || req.PaymentTimeoutSeconds < 1 {
@@ -233,6 +254,9 @@ func (f *fakeServer) createOrder(w http.ResponseWriter, r *http.Request, now tim
 		c.State, c.OrderID = orderly.CouponFrozen, o.ID
 	}
 	f.orders[o.ID] = o
+	if key != "" {
+		f.byKey[req.UserID+"\x00"+key] = keyed{orderID: o.ID, body: string(body)}
+	}
 	writeJSON(w, http.StatusCreated, o)
 }
 

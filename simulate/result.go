@@ -53,6 +53,10 @@ type Result struct {
 	// Races counts buyers who paid in time by their clock but whose order the server closed
 	// first (it inspected the payment at close_at); their money was refunded (I2).
 	Races int `json:"-"`
+	// Targets is the number of servers the requests were spread over.
+	Targets int `json:"-"`
+	// Retries counts tries sent again to a target after one that got no answer.
+	Retries int `json:"-"`
 	// Behaviours counts the created orders per buyer behaviour.
 	Behaviours map[string]int `json:"-"`
 	// Verify is the database check, when Config.Store was set.
@@ -111,6 +115,9 @@ func (r *Result) Summary() string {
 			}
 		}
 		fmt.Fprintf(&b, "  buyers      %s\n", strings.Join(parts, ", "))
+	}
+	if r.Targets > 1 || r.Retries > 0 {
+		fmt.Fprintf(&b, "  targets     %d, %d tries sent again after one got no answer\n", r.Targets, r.Retries)
 	}
 	fmt.Fprintf(&b, "  lateness    p50 %s, p90 %s, p99 %s, max %s; early closes %d\n",
 		ms(r.Lateness.P50), ms(r.Lateness.P90), ms(r.Lateness.P99), ms(r.Lateness.Max), r.EarlyCloses)

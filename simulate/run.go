@@ -13,7 +13,7 @@ import (
 	"github.com/orderlyhq/orderly"
 )
 
-// Run seeds the catalogue, sends the orders and plays their buyers against cfg.Target,
+// Run seeds the catalogue, sends the orders and plays their buyers against cfg.Targets,
 // waits for everything to settle and checks the invariants (see the package doc).
 //
 // Violations are not errors: they are in the Result. Run returns an error for an invalid
@@ -30,14 +30,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer r.close()
 	return r.run(ctx)
 }
-
-// Phases of a run, as shown in progress lines.
-const (
-	phaseSeed   = "seed"
-	phaseSend   = "send"
-	phaseSettle = "settle"
-	phaseVerify = "verify"
-)
 
 // runner is one run.
 type runner struct {
@@ -82,6 +74,9 @@ type tracked struct {
 	order    *orderly.Order // as created
 	couponID string
 	payments []*orderly.Payment // attempts started, in order
+	// unknownStarts counts payment starts that were sent again after a try that got no
+	// answer: each may have started one more attempt, which the buyer never learnt of.
+	unknownStarts int
 	// successID is the payment whose success callback the server acknowledged (200), and
 	// successAt when; "" if none was.
 	successID string
@@ -119,10 +114,11 @@ func newRunner(cfg Config) *runner {
 		}
 		hc = &http.Client{Transport: r.own, Timeout: 30 * time.Second}
 	}
-	r.c = &client{base: cfg.Target, hc: hc, sem: make(chan struct{}, cfg.Concurrency), secret: cfg.CallbackSecret}
+	r.c = newClient(cfg.Targets, hc, cfg.Concurrency, cfg.CallbackSecret, cfg.RetryFor)
 	r.plan = newPlan(cfg.Seed, r.prefix, cfg.Orders, r.timeout)
 	r.tracked = make([]*tracked, cfg.Orders)
-	r.setPhase(phaseSeed)
+	seed := PhaseSeed
+	r.phase.Store(&seed)
 	return r
 }
 
@@ -132,7 +128,13 @@ func (r *runner) close() {
 	}
 }
 
-func (r *runner) setPhase(p string) { r.phase.Store(&p) }
+// setPhase enters phase p and tells Config.OnPhase.
+func (r *runner) setPhase(p string) {
+	r.phase.Store(&p)
+	if r.cfg.OnPhase != nil {
+		r.cfg.OnPhase(p)
+	}
+}
 
 // httpProblem records an unexpected answer outside a buyer's script.
 func (r *runner) httpProblem(format string, args ...any) {
@@ -149,6 +151,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	r.begin = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	r.setPhase(PhaseSeed)
 	if r.cfg.Progress != nil {
 		done := make(chan struct{})
 		var wg sync.WaitGroup
@@ -161,13 +164,13 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 		return nil, fmt.Errorf("simulate: seed: %w", err)
 	}
-	r.setPhase(phaseSend)
+	r.setPhase(PhaseSend)
 	r.send(ctx)
-	r.setPhase(phaseSettle)
+	r.setPhase(PhaseSettle)
 	r.settle(ctx)
 	res := r.evaluate()
 	if r.cfg.Store != nil && ctx.Err() == nil {
-		r.setPhase(phaseVerify)
+		r.setPhase(PhaseVerify)
 		if err := r.verify(ctx, res); err != nil {
 			return res, err
 		}
@@ -190,7 +193,7 @@ func (r *runner) progress(done <-chan struct{}) {
 			time.Since(r.begin).Seconds(), *r.phase.Load(), r.sent.Load(), r.cfg.Orders, r.created.Load(),
 			r.outOfStock.Load()+r.couponUnavailable.Load(), r.paidAcks.Load(), r.cancelAcks.Load(),
 			r.closedSeen.Load(), r.latePayments.Load(), r.duplicates.Load())
-		if *r.phase.Load() == phaseSettle {
+		if *r.phase.Load() == PhaseSettle {
 			line += fmt.Sprintf(" unsettled %d", r.open.Load())
 		}
 		fmt.Fprintln(r.cfg.Progress, line)
@@ -266,7 +269,7 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 	if po.useCoupon {
 		req.CouponID = r.couponOf[po.user]
 	}
-	o, err := r.c.createOrder(ctx, req, fmt.Sprintf("%s-order-%d", r.prefix, po.index))
+	o, ambiguous, err := r.c.createOrder(ctx, req, fmt.Sprintf("%s-order-%d", r.prefix, po.index))
 	for now := time.Now().UnixNano(); ; {
 		last := r.lastCreated.Load()
 		if now <= last || r.lastCreated.CompareAndSwap(last, now) {
@@ -289,7 +292,11 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 	r.created.Add(1)
 	t := &tracked{po: po, order: o, couponID: req.CouponID}
 	r.tracked[po.index] = t
-	if o.State != orderly.StatePendingPayment || o.CloseAt.Before(o.ExpiresAt) || o.ExpiresAt.Before(o.CreatedAt) {
+	// A create sent again after a try without answer is answered with the order the first
+	// try made, as it is now: it may have closed for payment timeout meanwhile.
+	replayedClosed := ambiguous && o.State == orderly.StateClosed && o.CloseReason == orderly.CloseReasonPaymentTimeout &&
+		time.Now().After(o.CloseAt.Add(-clockMargin))
+	if (o.State != orderly.StatePendingPayment && !replayedClosed) || o.CloseAt.Before(o.ExpiresAt) || o.ExpiresAt.Before(o.CreatedAt) {
 		t.note("HTTP: order %s was created %s/%s with expires_at %s and close_at %s, want pending_payment/unpaid with close_at ≥ expires_at",
 			o.ID, o.State, o.PayStatus, formatTime(o.ExpiresAt), formatTime(o.CloseAt))
 	}
@@ -328,8 +335,16 @@ func (r *runner) play(ctx context.Context, t *tracked, created time.Time) {
 		if sleepUntil(ctx, created.Add(po.startDelay)) != nil {
 			return
 		}
-		o, err := r.c.cancel(ctx, t.order.ID)
+		o, ambiguous, err := r.c.cancel(ctx, t.order.ID)
 		var he *httpError
+		if ambiguous && errors.As(err, &he) && he.code() == orderly.EILLEGAL {
+			// A try that got no answer may have cancelled the order: then it is closed by
+			// the buyer, and that is the cancel's answer.
+			if cur, rerr := r.c.order(ctx, t.order.ID); rerr == nil && cur.State == orderly.StateClosed &&
+				cur.CloseReason == orderly.CloseReasonBuyerCancelled {
+				o, err = cur, nil
+			}
+		}
 		switch {
 		case ctx.Err() != nil:
 		case errors.As(err, &he) && he.code() == orderly.EILLEGAL && time.Now().After(t.order.CloseAt.Add(-clockMargin)):
@@ -352,7 +367,10 @@ func (r *runner) startPayment(ctx context.Context, t *tracked, at time.Time) *or
 	if sleepUntil(ctx, at) != nil {
 		return nil
 	}
-	p, err := r.c.startPayment(ctx, t.order.ID)
+	p, ambiguous, err := r.c.startPayment(ctx, t.order.ID)
+	if ambiguous {
+		t.unknownStarts++
+	}
 	if err != nil {
 		var he *httpError
 		switch {

@@ -100,7 +100,7 @@ func (r *runner) refreshOrder(ctx context.Context, t *tracked) {
 	if o.State == orderly.StatePendingPayment {
 		return
 	}
-	if len(t.payments) > 0 || paidLike(o.State) {
+	if len(t.payments) > 0 || t.unknownStarts > 0 || paidLike(o.State) {
 		ps, err := r.c.payments(ctx, o.ID)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -243,6 +243,8 @@ func (r *runner) evaluate() *Result {
 		CouponUnavailable:  int(r.couponUnavailable.Load()),
 		LatePayments:       int(r.latePayments.Load()),
 		DuplicateCallbacks: int(r.duplicates.Load()),
+		Targets:            len(r.c.targets),
+		Retries:            int(r.c.retries.Load()),
 	}
 	violate := func(format string, args ...any) {
 		res.Violations = append(res.Violations, fmt.Sprintf(format, args...))
@@ -343,10 +345,22 @@ func (r *runner) evaluate() *Result {
 
 // checkPayments checks I2 on an order's final payments: a closed order keeps no captured
 // money, and the success its buyer was told about is refunded; a paid order has exactly
-// one succeeded payment, the one acknowledged, of the order's amount.
+// one succeeded payment, the one acknowledged, of the order's amount. Attempts the buyer
+// does not know of may come from payment starts sent again after a try that got no answer
+// (one each at most); the rules above keep them from being applied.
 func (r *runner) checkPayments(t *tracked) []string {
 	o, ps := t.final, t.finalPayments
 	var out []string
+	unknown := 0
+	for _, p := range ps {
+		if !slices.ContainsFunc(t.payments, func(q *orderly.Payment) bool { return q.ID == p.ID }) {
+			unknown++
+		}
+	}
+	if unknown > t.unknownStarts {
+		out = append(out, fmt.Sprintf("HTTP: order %s (%s) has %d payment attempts; its buyer started %d, and %d starts sent again after no answer may have added one each",
+			o.ID, t.po.behaviour, len(ps), len(t.payments), t.unknownStarts))
+	}
 	switch {
 	case o.State == orderly.StateClosed:
 		for _, p := range ps {

@@ -147,6 +147,51 @@ func TestConfig(t *testing.T) {
 	}
 }
 
+func TestConfigTargets(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		cfg      Config
+		want     []string
+		retryFor time.Duration
+		wantErr  string
+	}{
+		{name: "Target", cfg: Config{Target: "http://a/"}, want: []string{"http://a"}},
+		{name: "one of Targets", cfg: Config{Targets: []string{"http://a"}}, want: []string{"http://a"}},
+		{name: "both, the same", cfg: Config{Target: "http://a", Targets: []string{"http://a/"}}, want: []string{"http://a"}},
+		{name: "several", cfg: Config{Targets: []string{"http://a/", "https://b:8080"}}, want: []string{"http://a", "https://b:8080"},
+			retryFor: DefaultRetryFor},
+		{name: "several, retry set", cfg: Config{Targets: []string{"http://a", "http://b"}, RetryFor: time.Second},
+			want: []string{"http://a", "http://b"}, retryFor: time.Second},
+		{name: "one, retry set", cfg: Config{Target: "http://a", RetryFor: time.Second}, want: []string{"http://a"}, retryFor: time.Second},
+		{name: "both, different", cfg: Config{Target: "http://a", Targets: []string{"http://b"}}, wantErr: "not both"},
+		{name: "a bad one", cfg: Config{Targets: []string{"http://a", "b:1"}}, wantErr: `"b:1" is not an http(s) URL`},
+		{name: "none", cfg: Config{Targets: []string{}}, wantErr: "target: is required"},
+	}
+	for _, tt := range tests {
+		cfg, err := tt.cfg.withDefaults()
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: error %v, want %q", tt.name, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case !slices.Equal(cfg.Targets, tt.want) || cfg.RetryFor != tt.retryFor:
+			t.Errorf("%s: targets %q, retry for %s; want %q, %s", tt.name, cfg.Targets, cfg.RetryFor, tt.want, tt.retryFor)
+		}
+	}
+}
+
+func TestRunPhases(t *testing.T) {
+	t.Parallel()
+	var phases []string
+	runFake(t, fakeOptions{}, Config{Orders: 5, Rate: 500, Seed: 2, OnPhase: func(p string) { phases = append(phases, p) }})
+	if want := []string{PhaseSeed, PhaseSend, PhaseSettle}; !slices.Equal(phases, want) {
+		t.Errorf("phases %v, want %v", phases, want)
+	}
+}
+
 func TestPlanDeterministic(t *testing.T) {
 	t.Parallel()
 	a, b := newPlan(42, "p", 500, 3*time.Second), newPlan(42, "p", 500, 3*time.Second)

@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -16,25 +21,64 @@ import (
 	"github.com/orderlyhq/orderly/verify"
 )
 
+// Defaults of `simulate` that differ from serve's.
+const (
+	simSweepInterval = 2 * time.Second
+	// killDrain is the Drain of a run with --kill-every: an instance killed right after it
+	// claimed outbox messages leaves them leased (30 s, outbox.Config.Lease) before another
+	// instance delivers them, which must fit before the run gives up settling.
+	killDrain = time.Minute
+)
+
 func simulateCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "simulate",
 		Usage: "drive realistic traffic against a server and check every invariant",
-		Description: "Without --target, starts an in-process server on a temporary SQLite database.\n" +
+		Description: "Without --target and --database-url, starts an in-process server on a temporary SQLite database.\n" +
+			"With --database-url (or --instances, --kill-every), starts --instances `orderly serve` child processes\n" +
+			"on that database (PostgreSQL or MySQL for more than one; default: one on a temporary SQLite file),\n" +
+			"spreads the traffic over them and, with --kill-every, SIGKILLs and restarts one now and then.\n" +
 			"Exits 1 when an invariant is violated or an order closed early.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "target", Usage: "base URL of a running server (default: start one in process)", Sources: env("target")},
 			&cli.StringFlag{Name: "callback-secret", Usage: "the target's callback secret (required with --target)", Sources: env("callback-secret")},
-			&cli.StringFlag{Name: "database-url", Usage: "the target's database, to run the database checks too (optional with --target)", Sources: env("database-url")},
+			&cli.StringFlag{Name: "database-url", Usage: "the target's database, to run the database checks too (optional with --target); without --target, the database of the child instances", Sources: env("database-url")},
 			&cli.IntFlag{Name: "orders", Value: simulate.DefaultOrders, Usage: "number of orders"},
 			&cli.FloatFlag{Name: "rate", Value: 200, Usage: "orders per second"},
 			&cli.DurationFlag{Name: "payment-timeout", Value: simulate.DefaultPaymentTimeout, Usage: "each order's time to pay (whole seconds)"},
-			&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the traffic plan"},
+			&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the traffic plan (and of the choice of instances to kill)"},
 			&cli.IntFlag{Name: "concurrency", Value: simulate.DefaultConcurrency, Usage: "HTTP requests in flight"},
 			&cli.BoolFlag{Name: "json", Usage: "print only the JSON result on stdout"},
+			&cli.IntFlag{Name: "instances", Value: 1, Usage: "number of `orderly serve` child processes on --database-url; more than 1 needs PostgreSQL or MySQL"},
+			&cli.DurationFlag{Name: "kill-every", Usage: "SIGKILL a random instance this often while orders are due, and start it again on the same port (0: never)"},
+			&cli.DurationFlag{Name: "sweep-interval", Value: simSweepInterval, Usage: "period of the servers' sweep (serve --sweep-interval)"},
+			&cli.StringFlag{Name: "timer", Usage: "given to the instances as serve --timer"},
+			&cli.StringFlag{Name: "redis-url", Usage: "given to the instances as serve --redis-url"},
+			&cli.StringFlag{Name: "nats-url", Usage: "given to the instances as serve --nats-url"},
 		},
 		Action: runSimulate,
 	}
+}
+
+// passThrough returns the serve flags given to simulate for its instances, those set only.
+func passThrough(cmd *cli.Command) []string {
+	var args []string
+	for _, name := range []string{"timer", "redis-url", "nats-url"} {
+		if v := cmd.String(name); v != "" {
+			args = append(args, "--"+name, v)
+		}
+	}
+	return args
+}
+
+// sharedDatabase reports whether a database URL names a server several instances can share.
+func sharedDatabase(url string) bool {
+	for _, p := range []string{"postgres://", "postgresql://", "mysql://"} {
+		if strings.HasPrefix(url, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func runSimulate(ctx context.Context, cmd *cli.Command) error {
@@ -47,44 +91,206 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 	if !cmd.Bool("json") && isTerminal(root.ErrWriter) {
 		cfg.Progress = root.ErrWriter
 	}
-	if cfg.Target == "" {
-		dir, err := os.MkdirTemp("", "orderly-simulate-*")
+	dbURL, instances, killEvery, extra := cmd.String("database-url"), cmd.Int("instances"), cmd.Duration("kill-every"), passThrough(cmd)
+	switch {
+	case instances < 1:
+		return cli.Exit("--instances must be at least 1", 2)
+	case killEvery < 0:
+		return cli.Exit("--kill-every must not be negative", 2)
+	case cfg.Target != "" && (instances > 1 || killEvery > 0 || len(extra) > 0):
+		return cli.Exit("--instances, --kill-every, --timer, --redis-url and --nats-url are for the servers simulate starts; they do not go with --target", 2)
+	case cfg.Target != "":
+		return simulateTarget(ctx, cmd, cfg)
+	case instances > 1 && !sharedDatabase(dbURL):
+		return cli.Exit("--instances above 1 needs --database-url postgres://… or mysql://… (SQLite is a single-machine store)", 2)
+	case dbURL != "" || instances > 1 || killEvery > 0 || len(extra) > 0:
+		return simulateCluster(ctx, cmd, cfg)
+	}
+	return simulateInProcess(ctx, cmd, cfg)
+}
+
+// simulateInProcess runs against a server started in this process on a temporary SQLite
+// database.
+func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Config) error {
+	root := cmd.Root()
+	dir, err := os.MkdirTemp("", "orderly-simulate-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logger := slog.New(slog.NewTextHandler(root.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := OpenServer(ctx, ServerConfig{
+		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: []byte(newSecret()),
+		SweepInterval: cmd.Duration("sweep-interval"), Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	cfg.Target, cfg.CallbackSecret, cfg.Store = srv.URL(), srv.cfg.CallbackSecret, srv.Store
+	res, err := simulate.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return report(cmd, res, nil)
+}
+
+// simulateTarget runs against a server someone else started.
+func simulateTarget(ctx context.Context, cmd *cli.Command, cfg simulate.Config) error {
+	if len(cfg.CallbackSecret) == 0 {
+		return cli.Exit("--callback-secret is required with --target", 2)
+	}
+	if url := cmd.String("database-url"); url != "" {
+		db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url, SkipMigrate: true})
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		logger := slog.New(slog.NewTextHandler(root.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		srv, err := OpenServer(ctx, ServerConfig{
-			Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: []byte(newSecret()), Logger: logger,
-		})
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		cfg.Target, cfg.CallbackSecret, cfg.Store = srv.URL(), srv.cfg.CallbackSecret, srv.Store
-	} else {
-		if len(cfg.CallbackSecret) == 0 {
-			return cli.Exit("--callback-secret is required with --target", 2)
-		}
-		if url := cmd.String("database-url"); url != "" {
-			db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url, SkipMigrate: true})
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			cfg.Store = db
-		}
+		defer db.Close()
+		cfg.Store = db
 	}
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	if cmd.Bool("json") {
-		if err := writeJSON(root.Writer, res); err != nil {
+	return report(cmd, res, nil)
+}
+
+// clusterRun is what a run on child instances adds to the result.
+type clusterRun struct {
+	instances int
+	kills     int
+	killEvery time.Duration
+	logs      []string
+}
+
+// clusterReport is the JSON result of a run on child instances: the Result's members,
+// then instances and kills.
+type clusterReport struct {
+	*simulate.Result
+	Instances int `json:"instances"`
+	Kills     int `json:"kills"`
+}
+
+// simulateCluster starts --instances `orderly serve` child processes on --database-url (a
+// temporary SQLite file when it is empty), runs against all of them, SIGKILLs one every
+// --kill-every from the first order until the last deadline, checks the database at the
+// end, and stops them all.
+func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config) error {
+	root := cmd.Root()
+	if len(cfg.CallbackSecret) == 0 {
+		cfg.CallbackSecret = []byte(newSecret())
+	}
+	dbURL := cmd.String("database-url")
+	if dbURL == "" {
+		dir, err := os.MkdirTemp("", "orderly-simulate-db-*")
+		if err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprint(root.Writer, res.Summary())
+		defer os.RemoveAll(dir)
+		dbURL = filepath.Join(dir, "orderly.db")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("simulate: find the orderly binary: %w", err)
+	}
+	logDir, err := os.MkdirTemp("", "orderly-simulate-logs-*")
+	if err != nil {
+		return err
+	}
+	run := &clusterRun{instances: cmd.Int("instances"), killEvery: cmd.Duration("kill-every")}
+	cl, err := startCluster(ctx, clusterConfig{
+		Binary: exe, Instances: run.instances, DatabaseURL: dbURL, CallbackSecret: string(cfg.CallbackSecret),
+		SweepInterval: cmd.Duration("sweep-interval"), Extra: passThrough(cmd), LogDir: logDir,
+	})
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	defer cl.Stop()
+	run.logs = cl.LogPaths()
+	if cmd.Bool("json") {
+		fmt.Fprintf(root.ErrWriter, "orderly simulate: %d instances, logs in %s\n", run.instances, logDir)
+	}
+	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: dbURL, SkipMigrate: true})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	cfg.Targets, cfg.Target, cfg.Store = cl.URLs(), "", db
+	// Also with one instance: it may be killed and take a moment to come back.
+	cfg.RetryFor = simulate.DefaultRetryFor
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		wg      sync.WaitGroup
+		killErr error
+		stop    = make(chan struct{})
+		once    sync.Once
+		timer   *time.Timer
+	)
+	stopKills := func() { once.Do(func() { close(stop) }) }
+	if run.killEvery > 0 {
+		cfg.Drain = killDrain
+		// Orders are due until one payment timeout after the last was sent.
+		due := time.Duration(math.Ceil(max(cfg.PaymentTimeout, time.Second).Seconds())) * time.Second
+		// A seeded, reproducible choice of victims, not a secret.
+		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6b69_6c6c)) //nolint:gosec // "kill" as the stream
+		cfg.OnPhase = func(phase string) {
+			switch phase {
+			case simulate.PhaseSend:
+				wg.Go(func() {
+					if err := cl.killLoop(runCtx, stop, run.killEvery, rng); err != nil {
+						killErr = err
+						cancel(err)
+					}
+				})
+			case simulate.PhaseSettle:
+				timer = time.AfterFunc(due, stopKills)
+			case simulate.PhaseVerify:
+				stopKills()
+			}
+		}
+	}
+	res, err := simulate.Run(runCtx, cfg)
+	stopKills()
+	if timer != nil {
+		timer.Stop()
+	}
+	wg.Wait()
+	if killErr != nil {
+		return fmt.Errorf("simulate: %w", killErr)
+	}
+	if err != nil {
+		return err
+	}
+	run.kills = cl.Kills()
+	for _, c := range cl.Crashes() {
+		res.Violations = append(res.Violations, "crash: "+c)
+	}
+	return report(cmd, res, run)
+}
+
+// report prints the result (JSON or the summary) and turns violations into exit code 1.
+func report(cmd *cli.Command, res *simulate.Result, run *clusterRun) error {
+	out := cmd.Root().Writer
+	switch {
+	case cmd.Bool("json") && run == nil:
+		if err := writeJSON(out, res); err != nil {
+			return err
+		}
+	case cmd.Bool("json"):
+		if err := writeJSON(out, &clusterReport{Result: res, Instances: run.instances, Kills: run.kills}); err != nil {
+			return err
+		}
+	default:
+		fmt.Fprint(out, res.Summary())
+		if run != nil {
+			fmt.Fprintf(out, "  instances   %d `orderly serve` processes, %d killed with SIGKILL and restarted", run.instances, run.kills)
+			if run.killEvery > 0 {
+				fmt.Fprintf(out, " (one every %s while orders were due)", run.killEvery)
+			}
+			fmt.Fprintf(out, "\n  logs        %s\n", strings.Join(run.logs, "\n              "))
+		}
 	}
 	if len(res.Violations) > 0 || res.EarlyCloses > 0 {
 		return cli.Exit(fmt.Sprintf("simulate: %d violations, %d early closes", len(res.Violations), res.EarlyCloses), 1)
@@ -97,7 +303,7 @@ func verifyCommand() *cli.Command {
 		Name:  "verify",
 		Usage: "check invariants I1–I7 against a database at rest",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH)", Sources: env("database-url")},
+			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
 			&cli.DurationFlag{Name: "tolerance", Value: verify.DefaultTolerance, Usage: "how overdue an open order may be"},
 			&cli.BoolFlag{Name: "require-drained", Usage: "treat pending outbox messages as violations"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
