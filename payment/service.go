@@ -93,6 +93,10 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		if err != nil {
 			return err
 		} else if !ok {
+			// The order changed since it was read: most likely closed or paid just now.
+			if cur, err := tx.OrderGet(ctx, o.ID); err == nil && cur.State != orderly.StatePendingPayment {
+				return orderly.Errorf(orderly.ENOTPAYABLE, "order %s is %s", o.ID, cur.State)
+			}
 			return orderly.Errorf(orderly.ECONFLICT, "order %s changed concurrently; retry", o.ID)
 		}
 		return nil

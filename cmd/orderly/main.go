@@ -64,6 +64,8 @@ func serveFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "addr", Value: ":8080", Usage: "HTTP listen address", Sources: env("addr")},
 		&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
+		&cli.IntFlag{Name: "database-max-conns", Value: 20, Usage: "PostgreSQL/MySQL connections of this instance (keep instances × this under the server's limit)", Sources: env("database-max-conns")},
+		&cli.StringFlag{Name: "redis-prefix", Value: "orderly", Usage: "key prefix of the delay queue; one per database sharing a Redis", Sources: env("redis-prefix")},
 		&cli.StringFlag{Name: "instance-id", Usage: "name of this instance in leases and job runs (default host:pid)", Sources: env("instance-id")},
 		&cli.StringFlag{Name: "timer", Value: "db", Usage: "what drives the precise timer: db or redis", Sources: env("timer")},
 		&cli.StringFlag{Name: "redis-url", Usage: "Redis for --timer redis, e.g. redis://127.0.0.1:6379/0", Sources: env("redis-url")},
@@ -99,6 +101,7 @@ func serverConfig(cmd *cli.Command, logger *slog.Logger) ServerConfig {
 		OutboxRetention: cmd.Duration("outbox-retention"), Logger: logger,
 		InstanceID: cmd.String("instance-id"), Timer: cmd.String("timer"), RedisURL: cmd.String("redis-url"),
 		NATSURL: cmd.String("nats-url"), TimerPoll: cmd.Duration("timer-poll"),
+		DatabaseMaxConns: cmd.Int("database-max-conns"), RedisPrefix: cmd.String("redis-prefix"),
 	}
 }
 
@@ -157,7 +160,7 @@ func migrateCommand() *cli.Command {
 		Name:  "migrate",
 		Usage: "apply pending database migrations and exit",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH)", Sources: env("database-url")},
+			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			db, err := sqlstore.Open(ctx, sqlstore.Config{URL: cmd.String("database-url")})

@@ -39,8 +39,11 @@ type ServerConfig struct {
 	// Timer selects what drives the precise timer: "db" (default: the earliest wake_at in
 	// the database; PostgreSQL NOTIFY or a MySQL poll across instances) or "redis" (the
 	// Redis delay queue at RedisURL).
-	Timer    string
-	RedisURL string
+	Timer       string
+	RedisURL    string
+	RedisPrefix string // key prefix of the delay queue; "orderly"
+	// DatabaseMaxConns caps this instance's PostgreSQL/MySQL connections; 20.
+	DatabaseMaxConns int
 	// NATSURL, when set, publishes outbox events (order.closed, order.paid, …) to NATS
 	// JetStream; without it they are logged and kept in the outbox table.
 	NATSURL string
@@ -120,7 +123,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		}
 	}()
 
-	if s.Store, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL}); err != nil {
+	if s.Store, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, MaxConns: cfg.DatabaseMaxConns}); err != nil {
 		return nil, err
 	}
 	var (
@@ -174,7 +177,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		}
 	}
 	if cfg.Timer == "redis" {
-		if s.queue, err = redisq.New(ctx, redisq.Config{URL: cfg.RedisURL}); err != nil {
+		if s.queue, err = redisq.New(ctx, redisq.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix}); err != nil {
 			return nil, err
 		}
 		tcfg.DelayQueue = s.queue

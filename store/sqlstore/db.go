@@ -28,6 +28,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/orderlyhq/orderly"
@@ -48,7 +49,8 @@ type Config struct {
 	Now func() time.Time
 	// SkipMigrate skips applying migrations at open.
 	SkipMigrate bool
-	// MaxConns caps the pool of PostgreSQL and MySQL connections; 16.
+	// MaxConns caps the pool of PostgreSQL and MySQL connections; 20. Mind the server's
+	// limit across instances (PostgreSQL's max_connections is 100 by default).
 	MaxConns int
 }
 
@@ -180,8 +182,8 @@ func (db *DB) openPool(ctx context.Context, dsn string, cfg Config) error {
 		return fmt.Errorf("open %s: %w", db.d.name, err)
 	}
 	db.writer, db.reader = h, h
-	h.SetMaxOpenConns(cmp.Or(cfg.MaxConns, 40))
-	h.SetMaxIdleConns(cmp.Or(cfg.MaxConns, 40))
+	h.SetMaxOpenConns(cmp.Or(cfg.MaxConns, 20))
+	h.SetMaxIdleConns(cmp.Or(cfg.MaxConns, 20))
 	h.SetConnMaxIdleTime(5 * time.Minute)
 	if err := h.PingContext(ctx); err != nil {
 		return fmt.Errorf("open %s: %w", db.d.name, err)
@@ -222,7 +224,24 @@ func (db *DB) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
 	}
-	provider, err := goose.NewProvider(db.d.goose, db.writer, fsys)
+	// Instances starting at once on a fresh database take turns: an advisory lock
+	// serializes their migrations (goose's session locker on PostgreSQL, GET_LOCK on MySQL).
+	var opts []goose.ProviderOption
+	switch db.d {
+	case postgresDialect:
+		l, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return err
+		}
+		opts = append(opts, goose.WithSessionLocker(l))
+	case mysqlDialect:
+		release, err := db.mysqlLock(ctx, "orderly_migrate")
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	provider, err := goose.NewProvider(db.d.goose, db.writer, fsys, opts...)
 	if err != nil {
 		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
 	}
@@ -230,6 +249,24 @@ func (db *DB) Migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate %s: %w", db.d.name, err)
 	}
 	return nil
+}
+
+// mysqlLock takes a MySQL advisory lock on a connection of its own (waiting up to
+// 2 minutes) and returns its release.
+func (db *DB) mysqlLock(ctx context.Context, name string) (func(), error) {
+	conn, err := db.writer.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 120)`, name).Scan(&got); err != nil || got.Int64 != 1 {
+		_ = conn.Close()
+		return nil, fmt.Errorf("lock %s: not granted (%v)", name, err)
+	}
+	return func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, name)
+		_ = conn.Close()
+	}, nil
 }
 
 // Dialect implements store.Store.

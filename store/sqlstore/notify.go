@@ -36,8 +36,12 @@ func (db *DB) Listen(ctx context.Context, channel string, fn func(payload string
 		return nil
 	}
 	l := &pgxlisten.Listener{
-		Connect:        func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, db.dsn) },
-		LogError:       func(_ context.Context, err error) { logErr(err) },
+		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, db.dsn) },
+		LogError: func(ctx context.Context, err error) {
+			if ctx.Err() == nil { // not the shutdown
+				logErr(err)
+			}
+		},
 		ReconnectDelay: time.Second,
 	}
 	l.Handle(channel, listenHandler(fn))

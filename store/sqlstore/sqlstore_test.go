@@ -143,3 +143,30 @@ func TestOpenURL(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentMigrations: instances starting at once on a fresh database all open it:
+// their migrations take turns.
+func TestConcurrentMigrations(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			url := testdb.Fresh(t, testdb.URL(t, dialect))
+			errs := make(chan error, 4)
+			for range 4 {
+				go func() {
+					db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url, MaxConns: 4})
+					if err == nil {
+						err = db.Close()
+					}
+					errs <- err
+				}()
+			}
+			for range 4 {
+				if err := <-errs; err != nil {
+					t.Errorf("open: %v", err)
+				}
+			}
+		})
+	}
+}
