@@ -259,9 +259,12 @@ func (db *DB) mysqlLock(ctx context.Context, name string) (func(), error) {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 120)`, name).Scan(&got); err != nil || got.Int64 != 1 {
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 120)`, name).Scan(&got); err != nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("lock %s: not granted (%v)", name, err)
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	} else if got.Int64 != 1 {
+		_ = conn.Close()
+		return nil, fmt.Errorf("lock %s: not granted within 2 minutes", name)
 	}
 	return func() {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(?)`, name)
