@@ -14,8 +14,11 @@ test: ## run every test with the race detector
 simulate: ## drive 3000 orders at 300/s against an in-process server and check the invariants
 	go run ./cmd/orderly simulate --orders 3000 --rate 300
 
-bench: ## run the Go benchmarks
+bench: ## run the Go benchmarks (burst close on SQLite)
 	go test -run '^$$' -bench . -benchmem ./...
+
+bench-sim: ## the simulate matrix of BENCHMARKS.md (needs PostgreSQL and MariaDB running)
+	scripts/bench.sh 3000 300
 
 lint: ## gofmt, go vet and golangci-lint
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
@@ -26,4 +29,4 @@ lint: ## gofmt, go vet and golangci-lint
 ci: ## what CI runs
 	bash .ci/run
 
-.PHONY: help serve test simulate bench lint ci
+.PHONY: help serve test simulate bench bench-sim lint ci
