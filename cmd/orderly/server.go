@@ -181,6 +181,8 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 			return nil, err
 		}
 		tcfg.DelayQueue = s.queue
+		// Other instances' earlier deadlines reach this one only through the queue: poll it.
+		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, 200*time.Millisecond)
 	}
 	if closer, err = timeout.NewCloser(tcfg); err != nil {
 		return nil, err
