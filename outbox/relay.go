@@ -151,6 +151,10 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 	}
 }
 
+// errLeaseSpent marks messages whose external call was not attempted because earlier
+// calls of the batch used up half of its lease.
+var errLeaseSpent = errors.New("not attempted: earlier calls of the batch used half of its lease")
+
 // outcome is what happened to one message in a batch.
 type outcome struct {
 	msg *orderly.Message
@@ -174,13 +178,21 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 
+	// External calls must end well within the lease, or another relay would claim the same
+	// messages while this one still calls: past half the lease, the rest of the batch is
+	// put back for a later attempt (a hanging broker costs one batch, not the relay).
+	callsUntil := time.Now().Add(r.cfg.Lease / 2)
 	results := make([]outcome, len(msgs))
 	for i, m := range msgs {
 		results[i].msg = m
 		h, ok := r.handler(m.Topic)
-		if !ok {
+		switch {
+		case !ok:
 			results[i].err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
-		} else if h.Call != nil {
+		case h.Call == nil:
+		case time.Now().After(callsUntil):
+			results[i].err = errLeaseSpent
+		default:
 			results[i].err = r.call(ctx, h, m)
 		}
 	}

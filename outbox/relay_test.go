@@ -294,3 +294,39 @@ func TestStartStop(t *testing.T) {
 	e.Relay.Stop()
 	e.Relay.Stop()
 }
+
+// TestHangingCallsGiveBackTheBatch: when external calls are slow (a hanging broker), the
+// relay stops calling once half of the batch's lease is spent and puts the rest back, so
+// no other relay claims messages this one is still calling.
+func TestHangingCallsGiveBackTheBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int64
+	e := enginetest.New(t, enginetest.Options{})
+	relay, err := outbox.NewRelay(outbox.Config{Store: e.Store, Lease: 200 * time.Millisecond, Handlers: map[string]outbox.Handler{
+		"test.slow": {Call: func(ctx context.Context, m *orderly.Message) error {
+			calls.Add(1)
+			time.Sleep(60 * time.Millisecond) // a broker that answers, slowly
+			return nil
+		}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert(t, e, "test.slow", 10)
+	if _, err := relay.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n < 1 || n > 3 {
+		t.Fatalf("%d calls in a 200 ms lease of 60 ms calls, want 1–3 (stop after 100 ms)", n)
+	}
+	pending := list(t, e, orderly.MessagePending)
+	if len(pending) != 10-int(calls.Load()) {
+		t.Fatalf("%d pending after the batch, want the %d not called", len(pending), 10-calls.Load())
+	}
+	for _, m := range pending {
+		if !strings.HasPrefix(m.LastError, "not attempted") {
+			t.Fatalf("pending message %d: last error %q", m.ID, m.LastError)
+		}
+	}
+}
