@@ -70,7 +70,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "timer", Value: "db", Usage: "what drives the precise timer: db or redis", Sources: env("timer")},
 		&cli.StringFlag{Name: "redis-url", Usage: "Redis for --timer redis, e.g. redis://127.0.0.1:6379/0", Sources: env("redis-url")},
 		&cli.StringFlag{Name: "nats-url", Usage: "NATS JetStream to publish outbox events to, e.g. nats://127.0.0.1:4222", Sources: env("nats-url")},
-		&cli.DurationFlag{Name: "timer-poll", Usage: "cap of the timer's sleep (default 200ms on MySQL, 5s elsewhere)", Sources: env("timer-poll")},
+		&cli.DurationFlag{Name: "timer-poll", Usage: "cap of the timer's sleep (0: 200ms on MySQL and with --timer redis, 5s elsewhere)", Sources: env("timer-poll")},
 		&cli.StringFlag{Name: "callback-secret", Usage: "HMAC secret of payment callbacks; generated and printed once when empty", Sources: env("callback-secret")},
 		&cli.DurationFlag{Name: "payment-timeout", Value: defaults.PaymentTimeout, Usage: "default time a buyer has to pay", Sources: env("payment-timeout")},
 		&cli.DurationFlag{Name: "grace-period", Usage: "extra time after the payment deadline before closing (close_at = expires_at + grace)", Sources: env("grace-period")},
