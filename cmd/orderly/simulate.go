@@ -49,7 +49,7 @@ func simulateCommand() *cli.Command {
 			&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of the traffic plan (and of the choice of instances to kill)"},
 			&cli.IntFlag{Name: "concurrency", Value: simulate.DefaultConcurrency, Usage: "HTTP requests in flight"},
 			&cli.BoolFlag{Name: "json", Usage: "print only the JSON result on stdout"},
-			&cli.IntFlag{Name: "instances", Value: 1, Usage: "number of orderly-serve child processes on --database-url; more than 1 needs PostgreSQL or MySQL"},
+			&cli.IntFlag{Name: "instances", Value: 1, Usage: "number of serve child processes (instances) on --database-url; more than 1 needs PostgreSQL or MySQL"},
 			&cli.DurationFlag{Name: "kill-every", Usage: "SIGKILL a random instance this often while orders are due, and start it again on the same port (0: never)"},
 			&cli.DurationFlag{Name: "sweep-interval", Value: simSweepInterval, Usage: "period of the servers' sweep (serve --sweep-interval)"},
 			&cli.StringFlag{Name: "timer", Usage: "given to the instances as serve --timer"},
