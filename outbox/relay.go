@@ -332,13 +332,6 @@ func (r *Relay) backoff(attempts int64) time.Duration {
 	return d
 }
 
-// DeleteDelivered deletes delivered messages older than the retention, in batches, and
-// returns how many it deleted.
-func (r *Relay) DeleteDelivered(ctx context.Context) (int64, error) {
-	_, n, err := r.Retention(ctx, nil)
-	return n, err
-}
-
 // Retention is the outbox retention job (a job.Func): it deletes delivered messages older
 // than Config.Retention in batches of 1000, each transaction fenced by the job's lease.
 func (r *Relay) Retention(ctx context.Context, fence job.Fence) (scanned, deleted int64, err error) {

@@ -263,9 +263,9 @@ func TestRetention(t *testing.T) {
 	e.Clock.Advance(7*24*time.Hour + time.Millisecond)
 	insert(t, e, "test.any", 1)
 	e.Drain(t)
-	n, err := e.Relay.DeleteDelivered(ctx)
+	_, n, err := e.Relay.Retention(ctx, nil)
 	if err != nil || n != 3 {
-		t.Fatalf("DeleteDelivered = %d, %v; want the 3 old ones", n, err)
+		t.Fatalf("Retention deleted %d, %v; want the 3 old ones", n, err)
 	}
 	if d := list(t, e, orderly.MessageDelivered); len(d) != 1 {
 		t.Fatalf("%d delivered left, want 1", len(d))

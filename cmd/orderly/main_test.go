@@ -90,7 +90,7 @@ func TestSimulateCommand(t *testing.T) {
 	}
 }
 
-func TestServeNeedsNoSecretButRejectsBadFlags(t *testing.T) {
+func TestServeConfigErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := newApp(&stdout, &stderr).Run(context.Background(), []string{"orderly", "--log-level", "loud", "serve"})
 	if err == nil || !strings.Contains(err.Error(), "log-level") {
