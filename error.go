@@ -19,6 +19,8 @@ const (
 	ECONFLICT       = "conflict"               // the row changed concurrently; retry (409)
 	EUNAUTHORIZED   = "unauthorized"           // missing or invalid credentials or signature (401)
 	EAMOUNTMISMATCH = "amount-mismatch"        // a callback's amount or currency differs from the attempt's (422)
+	EORDERMISMATCH  = "payment-order-mismatch" // a callback names a payment of another order (422)
+	ECHANNELTXN     = "channel-txn-conflict"   // the gateway's transaction id is recorded on another payment (409)
 	EINTERNAL       = "internal"               // anything else; details are logged, never shown (500)
 )
 

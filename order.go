@@ -69,18 +69,44 @@ type Order struct {
 	Version          int64       `json:"version"` // incremented by every change of state or pay status
 }
 
-// Transition is one row of an order's audit trail (I6): a change from one state to another,
-// caused by Event, recorded in the same transaction as the change.
+// Audit events: changes recorded in the audit trail that are not transitions of a flow.
+// The creation row goes from "" to the flow's initial state; the payment rows keep the
+// state (From == To) and record a change of pay_status.
+const (
+	EventCreate          Event = "create"           // the order was created (From "")
+	EventPaymentStarted  Event = "payment_started"  // an attempt started: pay_status → paying
+	EventPaymentFailed   Event = "payment_failed"   // the current attempt failed, expired or was cancelled: → failed
+	EventPaymentRefunded Event = "payment_refunded" // a payment of a closed order was refunded: → refunded
+)
+
+// AuditEvent reports whether e is an audit event (creation or a pay_status change) rather
+// than an event of a flow.
+func AuditEvent(e Event) bool {
+	switch e {
+	case EventCreate, EventPaymentStarted, EventPaymentFailed, EventPaymentRefunded:
+		return true
+	}
+	return false
+}
+
+// Transition is one row of an order's audit trail (I6): every change of an order's state or
+// pay_status, caused by Event, recorded in the same transaction as the change. A change of
+// state is a transition of the order's flow; a row with From == To and an audit event
+// (AuditEvent) records a change of pay_status only; the first row is the creation (From "",
+// event create). PayStatusFrom and PayStatusTo are "" in rows written before they were
+// recorded.
 type Transition struct {
-	ID      int64     `json:"id"`
-	OrderID string    `json:"order_id"`
-	From    State     `json:"from"`
-	To      State     `json:"to"`
-	Event   Event     `json:"event"`
-	Cause   string    `json:"cause,omitempty"` // free text: close reason, payment id, …
-	Actor   string    `json:"actor"`           // who caused it: "buyer", "timer", "sweep", "payment", "admin", …
-	At      time.Time `json:"at"`
-	TraceID string    `json:"trace_id,omitempty"`
+	ID            int64     `json:"id"`
+	OrderID       string    `json:"order_id"`
+	From          State     `json:"from"`
+	To            State     `json:"to"`
+	Event         Event     `json:"event"`
+	PayStatusFrom PayStatus `json:"pay_status_from,omitempty"`
+	PayStatusTo   PayStatus `json:"pay_status_to,omitempty"`
+	Cause         string    `json:"cause,omitempty"` // free text: close reason, payment id, …
+	Actor         string    `json:"actor"`           // who caused it: "buyer", "timer", "sweep", "payment", "admin", …
+	At            time.Time `json:"at"`
+	TraceID       string    `json:"trace_id,omitempty"`
 }
 
 // Coupon states.

@@ -55,6 +55,8 @@ type PaymentRef struct {
 	PaymentID string `json:"payment_id"`
 	OrderID   string `json:"order_id"`
 	Amount    int64  `json:"amount"`
+	// ChannelTxnID is the capture's transaction at the provider, when known.
+	ChannelTxnID string `json:"channel_txn_id,omitempty"`
 }
 
 // OrderEvent is the payload of order.* events.

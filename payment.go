@@ -10,7 +10,9 @@ import (
 type PaymentState string
 
 // Payment states. A success for an order that is no longer pending payment (closed, or paid
-// by another attempt) goes succeeded → refund_pending → refunded (I2).
+// by another attempt) goes succeeded → refund_pending → refunded (I2). A second capture of
+// an attempt (the provider reports another channel transaction for it) is its own payment,
+// with DuplicateOf set, written refund_pending and refunded.
 const (
 	PaymentInitiated     PaymentState = "initiated"      // started at the gateway, no outcome yet
 	PaymentSucceeded     PaymentState = "succeeded"      // captured and applied to the order
@@ -19,7 +21,8 @@ const (
 	PaymentRefunded      PaymentState = "refunded"       // refund confirmed by the gateway
 )
 
-// Payment is one payment attempt for an order. Amount is in minor units of Currency.
+// Payment is one payment attempt for an order, or one extra capture of an attempt
+// (DuplicateOf set). Amount is in minor units of Currency.
 type Payment struct {
 	ID           string       `json:"payment_id"`
 	OrderID      string       `json:"order_id"`
@@ -33,6 +36,10 @@ type Payment struct {
 	CreatedAt    time.Time    `json:"created_at"`
 	SucceededAt  *time.Time   `json:"succeeded_at,omitempty"`
 	RefundedAt   *time.Time   `json:"refunded_at,omitempty"`
+	// DuplicateOf, when set, is the attempt that this row captured again: the provider
+	// reported a second channel transaction for it. Such a row is never applied to its
+	// order; it is refunded.
+	DuplicateOf string `json:"duplicate_of,omitempty"`
 }
 
 // Callback statuses.
@@ -52,6 +59,39 @@ type Callback struct {
 	Currency     string    `json:"currency"`
 	Status       string    `json:"status"` // CallbackSucceeded, CallbackFailed or CallbackExpired
 	OccurredAt   time.Time `json:"occurred_at"`
+	// Body is the signed request body as received, kept with a refusal (nil: the callback
+	// is stored as the JSON of the fields above).
+	Body []byte `json:"-"`
+}
+
+// Reasons why a signed callback is refused (CallbackRefusal.Reason). The store keeps a
+// CHECK constraint with the same list.
+const (
+	RefusalInvalidInput       = "invalid_input"        // the body is malformed or a field breaks a rule (422)
+	RefusalInvalidStatus      = "invalid_status"       // status is not succeeded, failed or expired (422)
+	RefusalUnknownPayment     = "unknown_payment"      // no payment has payment_id (404)
+	RefusalOrderMismatch      = "order_mismatch"       // the payment belongs to another order (422)
+	RefusalAmountMismatch     = "amount_mismatch"      // a success for another amount than the attempt's (422)
+	RefusalCurrencyMismatch   = "currency_mismatch"    // another currency than the attempt's (422)
+	RefusalChannelTxnConflict = "channel_txn_conflict" // channel_txn_id is recorded on another payment (409)
+)
+
+// CallbackRefusal is a signed callback that was refused, as kept for operators: what it
+// said (Amount in minor units of Currency), why it was refused (Reason, one of the
+// Refusal* constants, and Detail, the problem's detail) and its body. Money a provider says
+// it took and we did not apply is found here.
+type CallbackRefusal struct {
+	ID           int64     `json:"id"`
+	PaymentID    string    `json:"payment_id"` // as named by the callback: it may be unknown
+	OrderID      string    `json:"order_id"`
+	Reason       string    `json:"reason"`
+	Detail       string    `json:"detail"`
+	Status       string    `json:"status"`
+	Amount       int64     `json:"amount"`
+	Currency     string    `json:"currency"`
+	ChannelTxnID string    `json:"channel_txn_id,omitempty"`
+	Body         string    `json:"body"`
+	CreatedAt    time.Time `json:"created_at"`
 }
 
 // CallbackResult says what a callback did.
@@ -59,7 +99,8 @@ type CallbackResult struct {
 	// Applied is false for a duplicate: the callback was acknowledged and changed nothing.
 	Applied bool `json:"applied"`
 	// Refund is true when the payment succeeded for an order that no longer takes it
-	// (closed, or paid by another attempt) and a refund was requested.
+	// (closed, or paid by another attempt), or is a second capture of an attempt, and a
+	// refund was requested.
 	Refund  bool     `json:"refund"`
 	Payment *Payment `json:"payment"`
 }
@@ -92,6 +133,8 @@ type Gateway interface {
 	// Cancel stops an attempt that has no outcome. It returns the gateway's view after the
 	// cancel: GatewaySucceeded when the payment was captured before it could be cancelled.
 	Cancel(ctx context.Context, paymentID string) (*GatewayPayment, error)
-	// Refund returns a captured payment's amount to the payer.
+	// Refund returns a captured payment's amount to the payer. paymentID names the payments
+	// row being refunded: for a second capture (Payment.DuplicateOf set) it is that row's
+	// own id, and the payment.refund message also carries the capture's channel_txn_id.
 	Refund(ctx context.Context, paymentID string, amount int64) error
 }

@@ -26,15 +26,22 @@ type CreateOrderParams struct {
 type OrderService interface {
 	// CreateOrder validates params, reserves stock, freezes the coupon and writes the order
 	// in one transaction. It returns created=false when an earlier call with the same
-	// idempotency key made the order. Errors: EINVALID, EOUTOFSTOCK, ECOUPONUNAVAIL,
-	// EIDEMPOTENCY; nothing is written on error.
+	// idempotency key made the order. The amount after the coupon must be at least 1 minor
+	// unit: an order of amount 0 could only be paid by a callback for 0, so it is refused
+	// (EINVALID) rather than left waiting. Errors: EINVALID, EOUTOFSTOCK, ECOUPONUNAVAIL
+	// (including a coupon larger than the total), EIDEMPOTENCY; nothing is written on error.
 	CreateOrder(ctx context.Context, params *CreateOrderParams) (order *Order, created bool, err error)
 	// Order returns one order. Errors: ENOTFOUND.
 	Order(ctx context.Context, id string) (*Order, error)
 	// OrderHistory returns an order's audit trail, oldest first. Errors: ENOTFOUND.
 	OrderHistory(ctx context.Context, id string) ([]*Transition, error)
 	// CancelOrder closes an unpaid order for the buyer (reason buyer_cancelled) and releases
-	// its stock and coupon through the outbox. Errors: ENOTFOUND, EILLEGAL (not pending).
+	// its stock and coupon through the outbox. An attempt in flight (pay_status paying) is
+	// first cancelled at the gateway; if the gateway says it was captured, the payment is
+	// applied (the order becomes paid) and the cancel is refused with EILLEGAL; otherwise the
+	// attempt is marked failed in the transaction that closes the order. Errors: ENOTFOUND,
+	// EILLEGAL (not pending, or paid meanwhile), ECONFLICT (the gateway could not tell
+	// whether the attempt was captured; retry).
 	CancelOrder(ctx context.Context, id, actor, traceID string) (*Order, error)
 	// ApplyEvent applies a merchant event (ship, complete, refund) to an order.
 	// Errors: ENOTFOUND, EINVALID (event not allowed from outside), EILLEGAL.
@@ -55,9 +62,19 @@ type PaymentService interface {
 	StartPayment(ctx context.Context, params *StartPaymentParams) (*Payment, error)
 	// HandleCallback applies a verified callback at most once (I3); duplicates return
 	// Applied=false and no error. A success for an order that no longer takes it is
-	// recorded and refunded (I2). Errors: ENOTFOUND (unknown payment or order mismatch),
-	// EINVALID, EAMOUNTMISMATCH.
+	// recorded and refunded (I2); a success naming another channel transaction for an
+	// attempt that already captured is recorded as its own payment (DuplicateOf) and
+	// refunded, whatever the order's state. Every refusal is counted, logged and stored
+	// (CallbackRefusals). Errors: ENOTFOUND (unknown payment), EORDERMISMATCH, EINVALID,
+	// EAMOUNTMISMATCH, ECHANNELTXN.
 	HandleCallback(ctx context.Context, cb *Callback) (*CallbackResult, error)
+	// RefuseCallback records a signed callback refused before HandleCallback (its body is
+	// malformed or breaks a rule): counted, logged at warn and stored like the refusals of
+	// HandleCallback. cb holds what could be read; cause is the refusal's error.
+	RefuseCallback(ctx context.Context, cb *Callback, reason string, cause error)
+	// CallbackRefusals returns the refused callbacks that named paymentID, oldest first
+	// (empty, not ENOTFOUND, for a payment id we do not know: callbacks may name one).
+	CallbackRefusals(ctx context.Context, paymentID string) ([]*CallbackRefusal, error)
 	// Payment returns one attempt. Errors: ENOTFOUND.
 	Payment(ctx context.Context, id string) (*Payment, error)
 	// OrderPayments returns an order's attempts, oldest first. Errors: ENOTFOUND.

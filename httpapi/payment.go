@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/orderlyhq/orderly"
@@ -129,7 +130,10 @@ func isCurrencyCode(s string) bool {
 // header before anything is parsed (401 when the secret is unset, the header is missing or
 // malformed, its timestamp is outside the tolerance, or no signature matches). Then the body
 // is decoded strictly (415, 422) and validated (422). Every valid callback, duplicates
-// included, is answered 200 {"received": true, "applied": bool, "refund": bool}.
+// included, is answered 200 {"received": true, "applied": bool, "refund": bool}. Every
+// refusal of a correctly signed callback (a malformed body, 404 unknown payment, 422
+// payment-order-mismatch or amount-mismatch, 409 channel-txn-conflict) is counted, logged
+// and kept: GET /v1/payments/{id}/refusals lists them.
 func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) {
 	body, ok := s.readBody(w, r)
 	if !ok {
@@ -143,13 +147,20 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	var req callbackRequest
 	if !s.decodeBody(w, r, body, &req, bodyRequired) {
+		s.refuseCallback(r, body, &req, orderly.RefusalInvalidInput, invalidf("the body is not a well-formed callback"))
 		return
 	}
 	cb, err := req.callback()
 	if err != nil {
+		reason := orderly.RefusalInvalidInput
+		if !slices.Contains(callbackStatuses, req.Status) {
+			reason = orderly.RefusalInvalidStatus
+		}
+		s.refuseCallback(r, body, &req, reason, err)
 		s.writeError(w, r, err)
 		return
 	}
+	cb.Body = body
 	res, err := s.payments.HandleCallback(r.Context(), cb)
 	if err == nil && res == nil {
 		err = fmt.Errorf("handle callback for payment %s: no result and no error", cb.PaymentID)
@@ -159,6 +170,34 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, &callbackResponse{Received: true, Applied: res.Applied, Refund: res.Refund})
+}
+
+// callbackStatuses are the statuses a callback may report.
+var callbackStatuses = []string{orderly.CallbackSucceeded, orderly.CallbackFailed, orderly.CallbackExpired}
+
+// refuseCallback reports a correctly signed callback refused for its body to the payment
+// service, which counts, logs and stores it with what could be read of it.
+func (s *Server) refuseCallback(r *http.Request, body []byte, req *callbackRequest, reason string, cause error) {
+	s.payments.RefuseCallback(r.Context(), &orderly.Callback{
+		PaymentID: req.PaymentID, OrderID: req.OrderID, ChannelTxnID: req.ChannelTxnID, Amount: req.Amount,
+		Currency: req.Currency, Status: req.Status, Body: body,
+	}, reason, cause)
+}
+
+// listCallbackRefusals handles GET /v1/payments/{id}/refusals: {"refusals": [...]}, the
+// signed callbacks naming this payment id that were refused, oldest first (at most 1000).
+// A payment id we do not know may have refusals too: a callback named it.
+func (s *Server) listCallbackRefusals(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.payments.CallbackRefusals(r.Context(), pathParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp := &refusalsResponse{Refusals: make([]*refusalResponse, 0, len(rs))}
+	for _, rf := range rs {
+		resp.Refusals = append(resp.Refusals, newRefusalResponse(rf))
+	}
+	s.writeJSON(w, r, http.StatusOK, resp)
 }
 
 // verifyCallback checks body's signature; the error is EUNAUTHORIZED.

@@ -55,6 +55,8 @@ var problemKinds = map[string]problemKind{
 	orderly.ECONFLICT:        {http.StatusConflict, "Conflict"},
 	orderly.EUNAUTHORIZED:    {http.StatusUnauthorized, "Unauthorized"},
 	orderly.EAMOUNTMISMATCH:  {http.StatusUnprocessableEntity, "Amount mismatch"},
+	orderly.EORDERMISMATCH:   {http.StatusUnprocessableEntity, "Payment of another order"},
+	orderly.ECHANNELTXN:      {http.StatusConflict, "Channel transaction conflict"},
 	orderly.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},

@@ -55,28 +55,32 @@ func newOrderResponse(o *orderly.Order) *orderResponse {
 
 // transitionResponse is the JSON of an orderly.Transition.
 type transitionResponse struct {
-	ID      int64         `json:"id"`
-	OrderID string        `json:"order_id"`
-	From    orderly.State `json:"from"`
-	To      orderly.State `json:"to"`
-	Event   orderly.Event `json:"event"`
-	Cause   string        `json:"cause,omitempty"`
-	Actor   string        `json:"actor"`
-	At      Time          `json:"at"`
-	TraceID string        `json:"trace_id,omitempty"`
+	ID            int64             `json:"id"`
+	OrderID       string            `json:"order_id"`
+	From          orderly.State     `json:"from"`
+	To            orderly.State     `json:"to"`
+	Event         orderly.Event     `json:"event"`
+	PayStatusFrom orderly.PayStatus `json:"pay_status_from,omitempty"`
+	PayStatusTo   orderly.PayStatus `json:"pay_status_to,omitempty"`
+	Cause         string            `json:"cause,omitempty"`
+	Actor         string            `json:"actor"`
+	At            Time              `json:"at"`
+	TraceID       string            `json:"trace_id,omitempty"`
 }
 
 func newTransitionResponse(t *orderly.Transition) *transitionResponse {
 	return &transitionResponse{
-		ID:      t.ID,
-		OrderID: t.OrderID,
-		From:    t.From,
-		To:      t.To,
-		Event:   t.Event,
-		Cause:   t.Cause,
-		Actor:   t.Actor,
-		At:      Time(t.At),
-		TraceID: t.TraceID,
+		ID:            t.ID,
+		OrderID:       t.OrderID,
+		From:          t.From,
+		To:            t.To,
+		Event:         t.Event,
+		PayStatusFrom: t.PayStatusFrom,
+		PayStatusTo:   t.PayStatusTo,
+		Cause:         t.Cause,
+		Actor:         t.Actor,
+		At:            Time(t.At),
+		TraceID:       t.TraceID,
 	}
 }
 
@@ -99,6 +103,7 @@ type paymentResponse struct {
 	CreatedAt    Time                 `json:"created_at"`
 	SucceededAt  *Time                `json:"succeeded_at,omitempty"`
 	RefundedAt   *Time                `json:"refunded_at,omitempty"`
+	DuplicateOf  string               `json:"duplicate_of,omitempty"`
 }
 
 func newPaymentResponse(p *orderly.Payment) *paymentResponse {
@@ -115,12 +120,49 @@ func newPaymentResponse(p *orderly.Payment) *paymentResponse {
 		CreatedAt:    Time(p.CreatedAt),
 		SucceededAt:  timePtr(p.SucceededAt),
 		RefundedAt:   timePtr(p.RefundedAt),
+		DuplicateOf:  p.DuplicateOf,
 	}
 }
 
 // paymentsResponse is the body of GET /v1/orders/{id}/payments.
 type paymentsResponse struct {
 	Payments []*paymentResponse `json:"payments"`
+}
+
+// refusalResponse is the JSON of an orderly.CallbackRefusal.
+type refusalResponse struct {
+	ID           int64  `json:"id"`
+	PaymentID    string `json:"payment_id"`
+	OrderID      string `json:"order_id"`
+	Reason       string `json:"reason"`
+	Detail       string `json:"detail"`
+	Status       string `json:"status"`
+	Amount       int64  `json:"amount"`
+	Currency     string `json:"currency"`
+	ChannelTxnID string `json:"channel_txn_id,omitempty"`
+	Body         string `json:"body"`
+	CreatedAt    Time   `json:"created_at"`
+}
+
+func newRefusalResponse(r *orderly.CallbackRefusal) *refusalResponse {
+	return &refusalResponse{
+		ID:           r.ID,
+		PaymentID:    r.PaymentID,
+		OrderID:      r.OrderID,
+		Reason:       r.Reason,
+		Detail:       r.Detail,
+		Status:       r.Status,
+		Amount:       r.Amount,
+		Currency:     r.Currency,
+		ChannelTxnID: r.ChannelTxnID,
+		Body:         r.Body,
+		CreatedAt:    Time(r.CreatedAt),
+	}
+}
+
+// refusalsResponse is the body of GET /v1/payments/{id}/refusals.
+type refusalsResponse struct {
+	Refusals []*refusalResponse `json:"refusals"`
 }
 
 // callbackResponse is the body of POST /v1/payments/callback: the callback was received

@@ -129,6 +129,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/orders/{id}/payments", s.listOrderPayments)
 
 	r.Get("/v1/payments/{id}", s.getPayment)
+	r.Get("/v1/payments/{id}/refusals", s.listCallbackRefusals)
 	r.Post("/v1/payments/callback", s.paymentCallback)
 
 	r.Put("/v1/inventory/{sku}", s.setStock)

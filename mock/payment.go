@@ -14,6 +14,11 @@ type PaymentService struct {
 	HandleCallbackFn func(ctx context.Context, cb *orderly.Callback) (*orderly.CallbackResult, error)
 	PaymentFn        func(ctx context.Context, id string) (*orderly.Payment, error)
 	OrderPaymentsFn  func(ctx context.Context, orderID string) ([]*orderly.Payment, error)
+	// RefuseCallbackFn may be left nil, unlike the other fields: the refusal is then
+	// dropped. It is a notification whose absence cannot change a response, and every test
+	// of a malformed callback would otherwise have to set it.
+	RefuseCallbackFn   func(ctx context.Context, cb *orderly.Callback, reason string, cause error)
+	CallbackRefusalsFn func(ctx context.Context, paymentID string) ([]*orderly.CallbackRefusal, error)
 }
 
 // StartPayment calls StartPaymentFn.
@@ -46,4 +51,19 @@ func (s *PaymentService) OrderPayments(ctx context.Context, orderID string) ([]*
 		unset("PaymentService.OrderPayments")
 	}
 	return s.OrderPaymentsFn(ctx, orderID)
+}
+
+// RefuseCallback calls RefuseCallbackFn when it is set.
+func (s *PaymentService) RefuseCallback(ctx context.Context, cb *orderly.Callback, reason string, cause error) {
+	if s.RefuseCallbackFn != nil {
+		s.RefuseCallbackFn(ctx, cb, reason, cause)
+	}
+}
+
+// CallbackRefusals calls CallbackRefusalsFn.
+func (s *PaymentService) CallbackRefusals(ctx context.Context, paymentID string) ([]*orderly.CallbackRefusal, error) {
+	if s.CallbackRefusalsFn == nil {
+		unset("PaymentService.CallbackRefusals")
+	}
+	return s.CallbackRefusalsFn(ctx, paymentID)
 }

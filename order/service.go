@@ -73,7 +73,21 @@ type Config struct {
 	OnCreated func(ctx context.Context, id string, closeAt time.Time)
 	// WakeRelay, when set, is called after a commit that wrote outbox messages.
 	WakeRelay func()
-	Logger    *slog.Logger
+	// Payments cancels an attempt in flight at the gateway before a buyer cancel (package
+	// payment implements it). nil: the attempt is marked failed without asking a gateway,
+	// and a success that arrives later is refunded (I2).
+	Payments PaymentCanceller
+	Logger   *slog.Logger
+}
+
+// PaymentCanceller stops an order's payment attempt at the gateway (package payment
+// implements it; see payment.Service.CancelPayment).
+type PaymentCanceller interface {
+	// CancelPayment cancels attempt paymentID of order orderID at the gateway.
+	// GatewaySucceeded: it was captured first, and has been applied; GatewayFailed: it can
+	// no longer be captured (the caller marks it failed); GatewayUnknown, with or without an
+	// error: the gateway could not tell.
+	CancelPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error)
 }
 
 // Service implements orderly.OrderService and orderly.CatalogService.
@@ -133,6 +147,7 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 	}
 	var total int64
 	seen := make(map[string]bool, len(p.Items))
+
 	for i, it := range p.Items {
 		switch {
 		case !ValidID(it.SKU):
@@ -149,8 +164,16 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 		seen[it.SKU] = true
 		total += it.Quantity * it.UnitPrice
 	}
+	if total < 1 {
+		return 0, errZeroAmount
+	}
 	return total, nil
 }
+
+// errZeroAmount refuses an order of amount 0 (free items, or a coupon equal to the total):
+// it could only be paid by a callback for 0, so it would wait for its close. Shops that
+// give an order away create no order for it.
+var errZeroAmount = orderly.Errorf(orderly.EINVALID, "amount after coupon must be at least 1 minor unit")
 
 // requestHash fingerprints the parts of a create request that define the order.
 func requestHash(p *orderly.CreateOrderParams) string {
@@ -214,10 +237,13 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 				} else if err != nil {
 					return err
 				}
-				if c.AmountOff >= total {
+				if c.AmountOff > total {
 					return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s takes %d off an order of %d; it must be less than the total", c.ID, c.AmountOff, total)
 				}
 				amount -= c.AmountOff
+			}
+			if amount < 1 {
+				return errZeroAmount
 			}
 			expiresAt := now.Add(timeout)
 			o = &orderly.Order{
@@ -226,6 +252,10 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 				CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
 			}
 			if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash}); err != nil {
+				return err
+			}
+			if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: o.State, Event: orderly.EventCreate,
+				PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: now, TraceID: p.TraceID}); err != nil {
 				return err
 			}
 			// Reserve in SKU order: every transaction that locks several stock rows takes them
@@ -297,25 +327,90 @@ func (s *Service) load(ctx context.Context, tx store.Tx, id string) (*orderly.Or
 	return cur, flow, now, err
 }
 
+// cancelRounds bounds how often CancelOrder starts again because a new payment attempt
+// started while it cancelled the previous one at the gateway.
+const cancelRounds = 3
+
+// errAttemptChanged says that the order's attempt in flight changed since it was cancelled
+// at the gateway: cancel the new one too.
+var errAttemptChanged = errors.New("the order's payment attempt changed")
+
 // CancelOrder implements orderly.OrderService. The buyer may cancel while a payment attempt
-// is in flight; a success that arrives afterwards is refunded (I2).
+// is in flight: the attempt is cancelled at the gateway first (s.cfg.Payments, outside any
+// transaction), as payment inspection does at a timeout. Captured → the payment is applied
+// and the cancel refused (EILLEGAL, the order is paid); cancelled → the attempt is marked
+// failed (reason "cancelled by buyer") and the order closed with pay_status failed, its
+// releases written to the outbox, in one transaction; the gateway cannot tell → ECONFLICT,
+// nothing changes, the buyer may retry.
 func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*orderly.Order, error) {
+	for round := 1; ; round++ {
+		cur, err := s.Order(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		settled := "" // the attempt the gateway says can no longer be captured
+		if cur.State == orderly.StatePendingPayment && cur.PayStatus == orderly.PayPaying && cur.CurrentPaymentID != "" && s.cfg.Payments != nil {
+			status, err := s.cfg.Payments.CancelPayment(ctx, id, cur.CurrentPaymentID)
+			switch {
+			case err != nil || status == orderly.GatewayUnknown:
+				s.cfg.Logger.WarnContext(ctx, "buyer cancel: the gateway could not cancel the payment in flight",
+					"order_id", id, "payment_id", cur.CurrentPaymentID, "status", status, "error", err)
+				return nil, orderly.Errorf(orderly.ECONFLICT, "payment %s of order %s is in flight and the gateway could not cancel it; retry",
+					cur.CurrentPaymentID, id)
+			case status == orderly.GatewaySucceeded:
+				return nil, orderly.Errorf(orderly.EILLEGAL, "order %s was paid by payment %s before it could be cancelled", id, cur.CurrentPaymentID)
+			}
+			settled = cur.CurrentPaymentID
+		}
+		o, err := s.cancel(ctx, id, settled, actor, traceID)
+		if errors.Is(err, errAttemptChanged) && round < cancelRounds {
+			continue
+		} else if errors.Is(err, errAttemptChanged) {
+			return nil, orderly.Errorf(orderly.ECONFLICT, "order %s keeps starting payment attempts; retry", id)
+		} else if err != nil {
+			return nil, err
+		}
+		s.cfg.WakeRelay()
+		return o, nil
+	}
+}
+
+// cancel closes order id for the buyer in one transaction: the attempt in flight, if any
+// (settled at the gateway when there is a gateway), is marked failed, the order moves to
+// closed with pay_status failed (or as it was, when no attempt was in flight), and the
+// releases are written to the outbox. errAttemptChanged: another attempt is in flight.
+func (s *Service) cancel(ctx context.Context, id, settled, actor, traceID string) (*orderly.Order, error) {
 	var o *orderly.Order
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		cur, flow, now, err := s.load(ctx, tx, id)
 		if err != nil {
 			return err
 		}
+		if _, err := flow.Next(cur.State, orderly.EventCancel); err != nil {
+			return orderly.Errorf(orderly.EILLEGAL, "order %s is %s (pay status %s) and cannot be cancelled", id, cur.State, cur.PayStatus)
+		}
+		setPay := orderly.PayStatus("")
+		if cur.PayStatus == orderly.PayPaying {
+			if s.cfg.Payments != nil && cur.CurrentPaymentID != settled {
+				return errAttemptChanged
+			}
+			if _, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{ID: cur.CurrentPaymentID,
+				From: []orderly.PaymentState{orderly.PaymentInitiated}, To: orderly.PaymentFailed, FailReason: "cancelled by buyer",
+			}); err != nil {
+				return err
+			}
+			setPay = orderly.PayFailed
+		}
 		changed, err := Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{id}, From: cur.State, Event: orderly.EventCancel,
-			PayStatusIn: []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
-			Now:         now, CloseReason: orderly.CloseReasonBuyerCancelled,
+			PayStatusIn: []orderly.PayStatus{cur.PayStatus}, SetPayStatus: setPay,
+			Now: now, CloseReason: orderly.CloseReasonBuyerCancelled,
 			Cause: string(orderly.CloseReasonBuyerCancelled), Actor: cmp.Or(actor, "buyer"), TraceID: traceID,
 		})
 		if err != nil {
 			return err
 		} else if len(changed) == 0 {
-			return orderly.Errorf(orderly.EILLEGAL, "order %s is %s (pay status %s) and cannot be cancelled", id, cur.State, cur.PayStatus)
+			return errAttemptChanged // changed since it was read: look again
 		}
 		msgs, err := CloseMessages([]Closed{{ID: id, CouponID: cur.CouponID}}, orderly.CloseReasonBuyerCancelled, now)
 		if err != nil {
@@ -327,11 +422,7 @@ func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*
 		o, err = tx.OrderGet(ctx, id)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	s.cfg.WakeRelay()
-	return o, nil
+	return o, err
 }
 
 // ApplyEvent implements orderly.OrderService. Only merchant events are accepted: ship,

@@ -3,6 +3,7 @@ package payment
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/order"
@@ -58,9 +59,58 @@ func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string)
 		}
 		return orderly.GatewaySucceeded, nil
 	case orderly.GatewayFailed:
-		if _, err := s.fail(ctx, p, "cancelled at close"); err != nil {
+		if _, err := s.fail(ctx, p, "cancelled at close", "inspection"); err != nil {
 			return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: mark failed: %w", paymentID, err)
 		}
+		return orderly.GatewayFailed, nil
+	}
+	return orderly.GatewayUnknown, nil
+}
+
+// CancelPayment stops attempt paymentID of order orderID at the gateway before a buyer
+// cancel closes the order (it implements order.PaymentCanceller). It asks the gateway to
+// cancel, outside any database transaction, and reports what the gateway says:
+//   - captured before it could be cancelled → the payment is applied here, as a callback
+//     would (the order becomes paid, or the money is refunded if the order closed
+//     meanwhile): GatewaySucceeded;
+//   - cancelled, or failed earlier → GatewayFailed; the attempt is left initiated for the
+//     caller to mark failed in the transaction that closes the order;
+//   - the gateway cannot tell, or errs → GatewayUnknown (with the error); nothing changes.
+//
+// An attempt that already has an outcome is not sent to the gateway again.
+func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error) {
+	p, err := s.Payment(ctx, paymentID)
+	if err != nil {
+		return orderly.GatewayUnknown, err
+	} else if p.OrderID != orderID {
+		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: it belongs to order %s, not %s", paymentID, p.OrderID, orderID)
+	}
+	switch p.State {
+	case orderly.PaymentInitiated:
+	case orderly.PaymentFailed:
+		return orderly.GatewayFailed, nil
+	default:
+		return orderly.GatewaySucceeded, nil
+	}
+	gp, err := s.cfg.Gateway.Cancel(ctx, paymentID)
+	if err != nil {
+		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: %w", paymentID, err)
+	}
+	switch gp.Status {
+	case orderly.GatewaySucceeded:
+		var res *orderly.CallbackResult
+		err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			res, err = s.applySuccess(ctx, tx, p, gp.ChannelTxnID, "cancel")
+			return err
+		})
+		if err != nil {
+			return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: apply its capture: %w", paymentID, err)
+		}
+		if res.Applied {
+			s.cfg.WakeRelay()
+		}
+		return orderly.GatewaySucceeded, nil
+	case orderly.GatewayFailed:
 		return orderly.GatewayFailed, nil
 	}
 	return orderly.GatewayUnknown, nil
@@ -90,8 +140,9 @@ func (s *Service) RefundHandler() outbox.Handler {
 	}
 }
 
-// applyRefund marks one refunded payment, completes its order's merchant refund and writes
-// the payment.refunded event.
+// applyRefund marks one refunded payment, completes its order's merchant refund once no
+// other payment of the order waits for its refund (a second capture's refund does not end
+// the merchant refund of the first), and writes the payment.refunded event.
 func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Message) error {
 	var ref orderly.PaymentRef
 	if err := outbox.Decode(m, &ref); err != nil {
@@ -116,11 +167,21 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 		// The order's current attempt paid after the close and was returned: say so.
 		if _, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{ID: o.ID, State: orderly.StateClosed,
 			From: []orderly.PayStatus{orderly.PayUnpaid, orderly.PayFailed, orderly.PayPaying}, To: orderly.PayRefunded,
-			IfPaymentID: ref.PaymentID}); err != nil {
+			IfPaymentID: ref.PaymentID, Event: orderly.EventPaymentRefunded, Cause: "payment " + ref.PaymentID,
+			Actor: "gateway", Now: now}); err != nil {
 			return err
 		}
 	}
-	if o.State == orderly.StateRefunding {
+	complete := o.State == orderly.StateRefunding
+	if complete {
+		payments, err := tx.PaymentList(ctx, o.ID)
+		if err != nil {
+			return err
+		}
+		// While another refund of the order is under way, its completion ends the refund.
+		complete = !slices.ContainsFunc(payments, func(p *orderly.Payment) bool { return p.State == orderly.PaymentRefundPending })
+	}
+	if complete {
 		flow, err := s.cfg.Flows.Get(o.Flow)
 		if err != nil {
 			return err

@@ -3,9 +3,11 @@ package payment
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -88,7 +90,8 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		}
 		ok, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
 			ID: o.ID, State: orderly.StatePendingPayment, To: orderly.PayPaying, SetPaymentID: p.ID,
-			From: []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
+			From:  []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
+			Event: orderly.EventPaymentStarted, Cause: "payment " + p.ID, Actor: "buyer", TraceID: params.TraceID, Now: now,
 		})
 		if err != nil {
 			return err
@@ -106,7 +109,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	}
 	if gerr := s.cfg.Gateway.Create(ctx, p); gerr != nil {
 		s.cfg.Logger.Error("gateway create failed", "payment_id", p.ID, "order_id", p.OrderID, "error", gerr)
-		if _, err := s.fail(ctx, p, "gateway: create failed"); err != nil {
+		if _, err := s.fail(ctx, p, "gateway: create failed", "gateway"); err != nil {
 			return nil, errors.Join(gerr, err)
 		}
 		return nil, fmt.Errorf("start payment for order %s: %w", p.OrderID, gerr)
@@ -135,30 +138,34 @@ func (s *Service) OrderPayments(ctx context.Context, orderID string) (ps []*orde
 	return ps, err
 }
 
-// HandleCallback implements orderly.PaymentService.
+// HandleCallback implements orderly.PaymentService. A refused callback (unknown payment,
+// another order, another amount or currency, an invalid status, a channel transaction
+// recorded on another payment) changes nothing; it is counted, logged and stored in its own
+// transaction by RefuseCallback, and its error returned.
 func (s *Service) HandleCallback(ctx context.Context, cb *orderly.Callback) (*orderly.CallbackResult, error) {
 	var res *orderly.CallbackResult
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		p, err := tx.PaymentGet(ctx, cb.PaymentID)
-		if err != nil {
+		if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+			return refused(orderly.RefusalUnknownPayment, err)
+		} else if err != nil {
 			return err
-		} else if p.OrderID != cb.OrderID {
-			return orderly.Errorf(orderly.ENOTFOUND, "payment %s does not belong to order %s", cb.PaymentID, cb.OrderID)
-		} else if cb.Currency != p.Currency || (cb.Status == orderly.CallbackSucceeded && cb.Amount != p.Amount) {
-			return orderly.Errorf(orderly.EAMOUNTMISMATCH, "callback says %d %s; payment %s is %d %s",
-				cb.Amount, cb.Currency, p.ID, p.Amount, p.Currency)
+		} else if err := check(cb, p); err != nil {
+			return err
 		}
 		switch cb.Status {
 		case orderly.CallbackSucceeded:
 			res, err = s.applySuccess(ctx, tx, p, cb.ChannelTxnID, "callback")
 		case orderly.CallbackFailed, orderly.CallbackExpired:
-			res, err = s.applyFailure(ctx, tx, p, cb.Status)
-		default:
-			err = orderly.Errorf(orderly.EINVALID, "status must be succeeded, failed or expired")
+			res, err = s.applyFailure(ctx, tx, p, cb.Status, "callback")
 		}
 		return err
 	})
 	if err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			s.RefuseCallback(ctx, cb, r.reason, r.err)
+		}
 		return nil, err
 	}
 	result := "duplicate"
@@ -174,13 +181,121 @@ func (s *Service) HandleCallback(ctx context.Context, cb *orderly.Callback) (*or
 	return res, nil
 }
 
+// check refuses a callback that does not match its payment: another order
+// (EORDERMISMATCH), another currency or, for a success, another amount (EAMOUNTMISMATCH),
+// or an unknown status (EINVALID).
+func check(cb *orderly.Callback, p *orderly.Payment) error {
+	switch {
+	case p.OrderID != cb.OrderID:
+		return refused(orderly.RefusalOrderMismatch, orderly.Errorf(orderly.EORDERMISMATCH,
+			"payment %s belongs to order %s, not to order %s", p.ID, p.OrderID, cb.OrderID))
+	case cb.Status != orderly.CallbackSucceeded && cb.Status != orderly.CallbackFailed && cb.Status != orderly.CallbackExpired:
+		return refused(orderly.RefusalInvalidStatus, orderly.Errorf(orderly.EINVALID, "status must be succeeded, failed or expired"))
+	case cb.Currency != p.Currency:
+		return refused(orderly.RefusalCurrencyMismatch, orderly.Errorf(orderly.EAMOUNTMISMATCH,
+			"callback says %d %s; payment %s is %d %s", cb.Amount, cb.Currency, p.ID, p.Amount, p.Currency))
+	case cb.Status == orderly.CallbackSucceeded && cb.Amount != p.Amount:
+		return refused(orderly.RefusalAmountMismatch, orderly.Errorf(orderly.EAMOUNTMISMATCH,
+			"callback says %d %s; payment %s is %d %s", cb.Amount, cb.Currency, p.ID, p.Amount, p.Currency))
+	}
+	return nil
+}
+
+// refusal is an error that refuses a callback for a reason (orderly.Refusal*); it unwraps
+// to the domain error that the caller is answered with.
+type refusal struct {
+	reason string
+	err    error
+}
+
+func refused(reason string, err error) error { return &refusal{reason: reason, err: err} }
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// refusalReasons are the reasons the store accepts.
+var refusalReasons = []string{
+	orderly.RefusalInvalidInput, orderly.RefusalInvalidStatus, orderly.RefusalUnknownPayment, orderly.RefusalOrderMismatch,
+	orderly.RefusalAmountMismatch, orderly.RefusalCurrencyMismatch, orderly.RefusalChannelTxnConflict,
+}
+
+// refusalWriteTimeout bounds the transaction that stores a refusal: it runs after the
+// refused one, also when the caller has gone away.
+const refusalWriteTimeout = 5 * time.Second
+
+// RefuseCallback implements orderly.PaymentService: it counts the refusal
+// (orderly_payment_callbacks_total{result="refused"} and
+// orderly_payment_callback_refusals_total{reason}), logs it at warn with the payment and
+// order ids and stores it in callback_refusals in a transaction of its own. An unknown
+// reason is stored as invalid_input. A failure to store is logged, never returned: the
+// caller answers the refusal either way.
+func (s *Service) RefuseCallback(ctx context.Context, cb *orderly.Callback, reason string, cause error) {
+	if !slices.Contains(refusalReasons, reason) {
+		reason = orderly.RefusalInvalidInput
+	}
+	status := cb.Status
+	if status != orderly.CallbackSucceeded && status != orderly.CallbackFailed && status != orderly.CallbackExpired {
+		status = "invalid" // a bounded label: the status is whatever the body said
+	}
+	s.cfg.Metrics.Callbacks.WithLabelValues(status, "refused").Inc()
+	s.cfg.Metrics.CallbackRefusals.WithLabelValues(reason).Inc()
+	detail := orderly.ErrorMessage(cause)
+	s.cfg.Logger.WarnContext(ctx, "payment callback refused", "payment_id", cb.PaymentID, "order_id", cb.OrderID,
+		"reason", reason, "status", cb.Status, "amount", cb.Amount, "currency", cb.Currency,
+		"channel_txn_id", cb.ChannelTxnID, "detail", detail)
+	body := cb.Body
+	if body == nil {
+		body, _ = json.Marshal(cb) // strings, numbers and a time always marshal
+	}
+	r := &orderly.CallbackRefusal{
+		PaymentID: cb.PaymentID, OrderID: cb.OrderID, Reason: reason, Detail: detail, Status: cb.Status,
+		Amount: cb.Amount, Currency: cb.Currency, ChannelTxnID: cb.ChannelTxnID, Body: string(body),
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refusalWriteTimeout)
+	defer cancel()
+	err := s.cfg.Store.InTx(wctx, func(tx store.Tx) error {
+		now, err := tx.Now(wctx)
+		if err != nil {
+			return err
+		}
+		r.CreatedAt = now
+		return tx.CallbackRefusalInsert(wctx, r)
+	})
+	if err != nil {
+		s.cfg.Logger.ErrorContext(ctx, "store a refused payment callback", "payment_id", cb.PaymentID,
+			"order_id", cb.OrderID, "reason", reason, "error", err)
+	}
+}
+
+// MaxRefusals is the most refusals CallbackRefusals returns for one payment id.
+const MaxRefusals = 1000
+
+// CallbackRefusals implements orderly.PaymentService; it returns at most MaxRefusals.
+func (s *Service) CallbackRefusals(ctx context.Context, paymentID string) (rs []*orderly.CallbackRefusal, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		rs, err = tx.CallbackRefusalList(ctx, paymentID, MaxRefusals)
+		return err
+	})
+	return rs, err
+}
+
 // applySuccess records a captured payment at most once (guarded initiated|failed →
 // succeeded) and applies it: to its order when the order still waits for payment (commit
-// reservations, use the coupon, order.paid), else by requesting a refund (I2).
+// reservations, use the coupon, order.paid), else by requesting a refund (I2). The
+// channel transaction id names one capture at the provider:
+//   - already recorded on this attempt (or on an extra capture of it): a duplicate;
+//   - recorded on another payment: refused with ECHANNELTXN, naming that payment;
+//   - new, for an attempt that already captured (succeeded, refund_pending, refunded): a
+//     second capture, recorded as its own payment and refunded (recordExtraCapture).
 func (s *Service) applySuccess(ctx context.Context, tx store.Tx, p *orderly.Payment, txnID, actor string) (*orderly.CallbackResult, error) {
 	now, err := tx.Now(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if txnID != "" {
+		if res, err := sameCapture(ctx, tx, p, txnID); res != nil || err != nil {
+			return res, err
+		}
 	}
 	ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
 		ID: p.ID, From: []orderly.PaymentState{orderly.PaymentInitiated, orderly.PaymentFailed},
@@ -194,11 +309,18 @@ func (s *Service) applySuccess(ctx context.Context, tx store.Tx, p *orderly.Paym
 		if err != nil {
 			return nil, err
 		}
-		if cur.ChannelTxnID != txnID {
-			s.cfg.Logger.Warn("success callback with another channel_txn_id for a settled payment",
-				"payment_id", p.ID, "channel_txn_id", txnID, "recorded", cur.ChannelTxnID, "state", cur.State)
+		if cur.ChannelTxnID == "" || txnID == "" {
+			// One side does not name the capture (a gateway's answer without a transaction
+			// id): nothing tells a second capture from the first, so it is the same one.
+			if cur.ChannelTxnID == "" && txnID != "" {
+				if _, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{ID: cur.ID,
+					From: []orderly.PaymentState{cur.State}, To: cur.State, ChannelTxnID: txnID}); err != nil {
+					return nil, err
+				}
+			}
+			return &orderly.CallbackResult{Applied: false, Payment: cur}, nil
 		}
-		return &orderly.CallbackResult{Applied: false, Payment: cur}, nil
+		return s.recordExtraCapture(ctx, tx, cur, txnID, now)
 	}
 	o, err := tx.OrderGet(ctx, p.OrderID)
 	if err != nil {
@@ -245,11 +367,7 @@ func (s *Service) applySuccess(ctx context.Context, tx store.Tx, p *orderly.Paym
 		}); err != nil {
 			return nil, err
 		}
-		m, err := outbox.NewMessage(orderly.TopicPaymentRefund, p.ID, orderly.PaymentRef{PaymentID: p.ID, OrderID: o.ID, Amount: p.Amount}, now)
-		if err != nil {
-			return nil, err
-		}
-		if err := tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m}); err != nil {
+		if err := requestRefund(ctx, tx, p.ID, o.ID, p.Amount, txnID, now); err != nil {
 			return nil, err
 		}
 		res.Refund = true
@@ -260,9 +378,68 @@ func (s *Service) applySuccess(ctx context.Context, tx store.Tx, p *orderly.Paym
 	return res, err
 }
 
+// sameCapture looks up the payment that recorded txnID: a duplicate result when it is p
+// or another capture of the same attempt, ECHANNELTXN when it is another payment, and
+// nil, nil when no payment recorded it.
+func sameCapture(ctx context.Context, tx store.Tx, p *orderly.Payment, txnID string) (*orderly.CallbackResult, error) {
+	holder, err := tx.PaymentGetByChannelTxnID(ctx, txnID)
+	switch {
+	case orderly.ErrorCode(err) == orderly.ENOTFOUND:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case cmp.Or(holder.DuplicateOf, holder.ID) == cmp.Or(p.DuplicateOf, p.ID):
+		return &orderly.CallbackResult{Applied: false, Payment: holder}, nil
+	}
+	return nil, refused(orderly.RefusalChannelTxnConflict, orderly.Errorf(orderly.ECHANNELTXN,
+		"channel_txn_id %q is already recorded on payment %s of order %s, not on payment %s",
+		txnID, holder.ID, holder.OrderID, p.ID))
+}
+
+// recordExtraCapture records a second capture of attempt p (the provider reports channel
+// transaction txnID besides the one p recorded) as its own payment, linked by DuplicateOf,
+// and refunds it through the outbox: an order keeps one capture, whatever its state.
+func (s *Service) recordExtraCapture(ctx context.Context, tx store.Tx, p *orderly.Payment, txnID string, now time.Time) (*orderly.CallbackResult, error) {
+	id, err := order.NewID()
+	if err != nil {
+		return nil, err
+	}
+	dup := &orderly.Payment{
+		ID: id, OrderID: p.OrderID, Channel: p.Channel, ChannelTxnID: txnID, Amount: p.Amount, Currency: p.Currency,
+		State: orderly.PaymentRefundPending, CreatedAt: now, SucceededAt: &now, DuplicateOf: cmp.Or(p.DuplicateOf, p.ID),
+	}
+	err = tx.Savepoint(ctx, func() error { return tx.PaymentInsert(ctx, dup) })
+	if orderly.ErrorCode(err) == orderly.ECONFLICT {
+		// A concurrent callback for the same capture may have recorded it first.
+		if res, err := sameCapture(ctx, tx, p, txnID); res != nil || err != nil {
+			return res, err
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := requestRefund(ctx, tx, dup.ID, dup.OrderID, dup.Amount, txnID, now); err != nil {
+		return nil, err
+	}
+	s.cfg.Logger.Warn("second capture of a payment attempt; recorded and refunding",
+		"payment_id", dup.ID, "duplicate_of", dup.DuplicateOf, "order_id", dup.OrderID,
+		"channel_txn_id", txnID, "recorded_channel_txn_id", p.ChannelTxnID, "amount", dup.Amount)
+	return &orderly.CallbackResult{Applied: true, Refund: true, Payment: dup}, nil
+}
+
+// requestRefund writes the payment.refund message of a payment that is refund_pending.
+func requestRefund(ctx context.Context, tx store.Tx, paymentID, orderID string, amount int64, txnID string, now time.Time) error {
+	m, err := outbox.NewMessage(orderly.TopicPaymentRefund, paymentID,
+		orderly.PaymentRef{PaymentID: paymentID, OrderID: orderID, Amount: amount, ChannelTxnID: txnID}, now)
+	if err != nil {
+		return err
+	}
+	return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m})
+}
+
 // applyFailure records a failed or expired attempt (guarded initiated → failed) and, only
 // when it is the order's current attempt, sets the order's pay_status to failed.
-func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Payment, reason string) (*orderly.CallbackResult, error) {
+func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Payment, reason, actor string) (*orderly.CallbackResult, error) {
 	ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
 		ID: p.ID, From: []orderly.PaymentState{orderly.PaymentInitiated}, To: orderly.PaymentFailed, FailReason: reason,
 	})
@@ -270,9 +447,14 @@ func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Paym
 		return nil, err
 	}
 	if ok {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return nil, err
+		}
 		if _, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
 			ID: p.OrderID, State: orderly.StatePendingPayment, From: []orderly.PayStatus{orderly.PayPaying},
 			To: orderly.PayFailed, IfPaymentID: p.ID,
+			Event: orderly.EventPaymentFailed, Cause: "payment " + p.ID + ": " + reason, Actor: actor, Now: now,
 		}); err != nil {
 			return nil, err
 		}
@@ -285,10 +467,10 @@ func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Paym
 }
 
 // fail marks an attempt failed in its own transaction.
-func (s *Service) fail(ctx context.Context, p *orderly.Payment, reason string) (bool, error) {
+func (s *Service) fail(ctx context.Context, p *orderly.Payment, reason, actor string) (bool, error) {
 	var ok bool
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		res, err := s.applyFailure(ctx, tx, p, reason)
+		res, err := s.applyFailure(ctx, tx, p, reason, actor)
 		if err == nil {
 			ok = res.Applied
 		}

@@ -49,11 +49,16 @@ type Tx interface {
 	OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (*orderly.Order, string, error)
 	// OrdersTransition is the one guarded state change of orders: it moves every order in
 	// IDs that matches all guards from From to To, bumps version, writes one audit row per
-	// changed order and returns the ids that changed (the others were changed concurrently).
+	// changed order (with its pay_status before and after) and returns the ids that changed
+	// (the others were changed concurrently).
 	OrdersTransition(ctx context.Context, params *OrdersTransitionParams) ([]string, error)
 	// OrderSetPayStatus changes pay_status (and optionally current_payment_id) without a
-	// change of state, guarded like OrdersTransition. It reports whether the row changed.
+	// change of state, guarded like OrdersTransition, and writes its audit row (From = To =
+	// State, the pay_status before and after, Event). It reports whether the row changed.
 	OrderSetPayStatus(ctx context.Context, params *OrderSetPayStatusParams) (bool, error)
+	// TransitionInsert writes one audit row that no other method writes (the creation row
+	// of an order, event create); tr.ID is not set.
+	TransitionInsert(ctx context.Context, tr *orderly.Transition) error
 	// OrdersDue claims up to Limit open orders whose wake_at <= Now, oldest wake_at first,
 	// locking them where the dialect can (FOR UPDATE SKIP LOCKED).
 	OrdersDue(ctx context.Context, params *OrdersDueParams) ([]*DueOrder, error)
@@ -109,13 +114,26 @@ type Tx interface {
 	// CouponUse marks a coupon frozen by orderID used.
 	CouponUse(ctx context.Context, id, orderID string) (bool, error)
 
+	// PaymentInsert writes a payment (an attempt, or an extra capture with DuplicateOf set)
+	// and numbers it: p.Attempt becomes one more than the order's last. ECONFLICT when the id
+	// or the channel_txn_id is taken.
 	PaymentInsert(ctx context.Context, p *orderly.Payment) error
 	// PaymentGet returns a payment; ENOTFOUND if there is none.
 	PaymentGet(ctx context.Context, id string) (*orderly.Payment, error)
+	// PaymentGetByChannelTxnID returns the payment that recorded a gateway transaction id;
+	// ENOTFOUND if there is none.
+	PaymentGetByChannelTxnID(ctx context.Context, channelTxnID string) (*orderly.Payment, error)
 	// PaymentList returns the payments of one order ("" for all), oldest first.
 	PaymentList(ctx context.Context, orderID string) ([]*orderly.Payment, error)
 	// PaymentSetState is the guarded state change of a payment.
 	PaymentSetState(ctx context.Context, params *PaymentSetStateParams) (bool, error)
+
+	// CallbackRefusalInsert records a refused payment callback (r.ID is not set). Strings
+	// longer than their column are truncated, on a UTF-8 boundary (the body to 64 KiB).
+	CallbackRefusalInsert(ctx context.Context, r *orderly.CallbackRefusal) error
+	// CallbackRefusalList returns the refused callbacks that named paymentID, oldest first,
+	// at most limit.
+	CallbackRefusalList(ctx context.Context, paymentID string, limit int) ([]*orderly.CallbackRefusal, error)
 
 	// OutboxInsert writes messages in the caller's transaction (the transactional outbox).
 	OutboxInsert(ctx context.Context, msgs []*OutboxInsertParams) error
@@ -222,6 +240,13 @@ type OrderSetPayStatusParams struct {
 	IfPaymentID string // guard, when set: current_payment_id = IfPaymentID
 	// SetPaymentID, when set, becomes current_payment_id.
 	SetPaymentID string
+	// The audit row: Event (EventPaymentStarted, EventPaymentFailed, …), Cause, Actor,
+	// TraceID and the time Now.
+	Event   orderly.Event
+	Cause   string
+	Actor   string
+	TraceID string
+	Now     time.Time
 }
 
 // OrdersDueParams is the input of Tx.OrdersDue.

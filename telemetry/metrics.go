@@ -26,8 +26,11 @@ type Metrics struct {
 	CloserPasses *prometheus.CounterVec
 	// PaymentInspections counts inspections of in-flight payments by outcome.
 	PaymentInspections *prometheus.CounterVec
-	// Callbacks counts payment callbacks by status and result (applied, duplicate, refund).
+	// Callbacks counts payment callbacks by status and result (applied, duplicate, refund,
+	// refused).
 	Callbacks *prometheus.CounterVec
+	// CallbackRefusals counts refused signed callbacks by reason (orderly.Refusal*).
+	CallbackRefusals *prometheus.CounterVec
 	// ClockOffset is the database clock minus this instance's clock, in seconds, as last
 	// measured by the timer. The database clock decides what is due; a large offset only
 	// makes the timer wake at the wrong moment until it is measured again.
@@ -66,6 +69,9 @@ func NewMetrics() *Metrics {
 		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_payment_callbacks_total", Help: "Payment callbacks handled, by status and result.",
 		}, []string{"status", "result"}),
+		CallbackRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_payment_callback_refusals_total", Help: "Signed payment callbacks refused, by reason.",
+		}, []string{"reason"}),
 		ClockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "orderly_clock_offset_seconds", Help: "Database clock minus this instance's clock, in seconds.",
 		}),
@@ -83,7 +89,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 	)
 	return m
 }

@@ -131,18 +131,18 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		relay  *outbox.Relay
 	)
 	wakeRelay := func() { relay.Notify() }
+	if s.Payments, err = payment.NewService(payment.Config{
+		Store: s.Store, Gateway: s.Gateway, WakeRelay: wakeRelay, Logger: cfg.Logger, Metrics: s.Metrics,
+	}); err != nil {
+		return nil, err
+	}
 	if s.Orders, err = order.NewService(order.Config{
 		Store: s.Store, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
 		OnCreated: func(ctx context.Context, id string, closeAt time.Time) {
 			closer.Created(ctx, id, closeAt)
 			s.Metrics.OrdersCreated.Inc()
 		},
-		WakeRelay: wakeRelay, Logger: cfg.Logger,
-	}); err != nil {
-		return nil, err
-	}
-	if s.Payments, err = payment.NewService(payment.Config{
-		Store: s.Store, Gateway: s.Gateway, WakeRelay: wakeRelay, Logger: cfg.Logger, Metrics: s.Metrics,
+		WakeRelay: wakeRelay, Payments: s.Payments, Logger: cfg.Logger,
 	}); err != nil {
 		return nil, err
 	}

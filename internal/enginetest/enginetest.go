@@ -18,6 +18,7 @@ import (
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/timeout"
 )
 
@@ -57,6 +58,7 @@ type Env struct {
 	Payments *payment.Service
 	Closer   *timeout.Closer
 	Relay    *outbox.Relay
+	Metrics  *telemetry.Metrics // the payment service's
 }
 
 // Options tunes New; zero values mean the engine's defaults.
@@ -66,6 +68,9 @@ type Options struct {
 	MaxAttempts    int64
 	// Handlers are added to (and override) the engine's outbox handlers.
 	Handlers map[string]outbox.Handler
+	// WrapGateway, when set, wraps the simulated gateway that the payment service calls
+	// (to count or fail calls); Env.Gateway stays the simulated one.
+	WrapGateway func(g orderly.Gateway) orderly.Gateway
 }
 
 // Start is the clock's initial time: a fixed instant with a non-zero millisecond part.
@@ -81,11 +86,15 @@ func New(t testing.TB, opts Options) *Env {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	e := &Env{Clock: clock, Store: db, Gateway: payment.NewSimGateway()}
-	if e.Orders, err = order.NewService(order.Config{Store: db}); err != nil {
+	e := &Env{Clock: clock, Store: db, Gateway: payment.NewSimGateway(), Metrics: telemetry.NewMetrics()}
+	var gateway orderly.Gateway = e.Gateway
+	if opts.WrapGateway != nil {
+		gateway = opts.WrapGateway(e.Gateway)
+	}
+	if e.Payments, err = payment.NewService(payment.Config{Store: db, Gateway: gateway, Metrics: e.Metrics}); err != nil {
 		t.Fatal(err)
 	}
-	if e.Payments, err = payment.NewService(payment.Config{Store: db, Gateway: e.Gateway}); err != nil {
+	if e.Orders, err = order.NewService(order.Config{Store: db, Payments: e.Payments}); err != nil {
 		t.Fatal(err)
 	}
 	handlers := order.ReleaseHandlers()

@@ -1,9 +1,11 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,7 +29,7 @@ var (
 	// qOrdersLock selects (and locks, where the dialect has row locks) the orders of a
 	// transition that pass its guards; qOrdersTransition then changes exactly those.
 	qOrdersLock = newQuery(func(d *dialect) string {
-		return d.selectByIDs("orders.id", "orders", "id", d.ids, `state = ? AND pay_status IN (`+stateIn+`) AND close_at <= ?`,
+		return d.selectByIDs("orders.id, orders.pay_status", "orders", "id", d.ids, `state = ? AND pay_status IN (`+stateIn+`) AND close_at <= ?`,
 			` ORDER BY orders.id`+d.lockRows)
 	})
 	qOrdersTransition = newQuery(func(d *dialect) string {
@@ -35,9 +37,19 @@ var (
 			close_reason = COALESCE(?, close_reason), closed_at = COALESCE(?, closed_at), paid_at = COALESCE(?, paid_at)`, `state = ?`)
 	})
 	qTransitionsInsert = newQuery(func(d *dialect) string {
-		return `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at, trace_id)
+		return `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at, trace_id,
+			pay_status_from, pay_status_to)
 			SELECT ids.v, ` + d.typed("text") + `, ` + d.typed("text") + `, ` + d.typed("text") + `, ` + d.typed("text") + `, ` +
-			d.typed("text") + `, ` + d.typed("bigint") + `, ` + d.typed("text") + ` FROM (` + d.ids + `) AS ids`
+			d.typed("text") + `, ` + d.typed("bigint") + `, ` + d.typed("text") + `, ` + d.typed("text") + `, ` +
+			d.typed("text") + ` FROM (` + d.ids + `) AS ids`
+	})
+	qTransitionInsert = sqlText(`INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at,
+		trace_id, pay_status_from, pay_status_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	// qOrderPayStatusLock reads (and locks) the pay_status of an order that passes the
+	// guards of OrderSetPayStatus, for its audit row; qOrderSetPayStatus then changes it.
+	qOrderPayStatusLock = newQuery(func(d *dialect) string {
+		return `SELECT pay_status FROM orders WHERE id = ? AND state = ? AND pay_status IN (` + stateIn + `)
+			AND (? = '' OR current_payment_id = ?)` + d.lockRows
 	})
 	qOrderSetPayStatus = newQuery(func(d *dialect) string {
 		return `UPDATE orders SET pay_status = ?, version = version + 1, current_payment_id = COALESCE(?, current_payment_id)
@@ -61,8 +73,8 @@ var (
 	qOrderNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM orders WHERE state = 'pending_payment'`)
 	qOrdersOverdueCount = sqlText(`SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ? AND wake_at < ?`)
 	qOrderList          = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? ORDER BY id LIMIT ?`)
-	qTransitionList     = sqlText(`SELECT id, order_id, from_state, to_state, event, cause, actor, at, trace_id
-		FROM order_transitions WHERE order_id = ? ORDER BY id`)
+	qTransitionList     = sqlText(`SELECT id, order_id, from_state, to_state, event, cause, actor, at, trace_id,
+		pay_status_from, pay_status_to FROM order_transitions WHERE order_id = ? ORDER BY id`)
 )
 
 // allPayStatuses is the pay-status guard that lets every order through.
@@ -147,9 +159,29 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 	if err != nil {
 		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
 	}
-	changed, err := scanStrings(rows)
-	if err != nil || len(changed) == 0 {
-		return nil, err
+	// The orders that pass the guards, grouped by pay_status for their audit rows.
+	var (
+		changed []string
+		byPay   = map[orderly.PayStatus][]string{}
+	)
+	err = func() error {
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				id  string
+				pay orderly.PayStatus
+			)
+			if err := rows.Scan(&id, &pay); err != nil {
+				return err
+			}
+			changed, byPay[pay] = append(changed, id), append(byPay[pay], id)
+		}
+		return rows.Err()
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
+	} else if len(changed) == 0 {
+		return nil, nil
 	}
 	var closedAt, paidAt sql.NullInt64
 	if p.CloseReason != "" {
@@ -166,24 +198,25 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 	} else if n != int64(len(changed)) {
 		return nil, fmt.Errorf("transition orders %s -> %s: %d of %d locked rows changed", p.From, p.To, n, len(changed))
 	}
-	_, err = t.exec(ctx, "audit rows", qTransitionsInsert, p.From, p.To, p.Event, p.Cause, p.Actor, ms(p.Now), p.TraceID, ids)
-	if err != nil {
-		return nil, err
+	for _, pay := range allPayStatuses { // a fixed order: audit row ids follow it
+		group := byPay[pay]
+		if len(group) == 0 {
+			continue
+		}
+		_, err = t.exec(ctx, "audit rows", qTransitionsInsert, p.From, p.To, p.Event, p.Cause, p.Actor, ms(p.Now), p.TraceID,
+			pay, cmp.Or(p.SetPayStatus, pay), jsonList(group))
+		if err != nil {
+			return nil, err
+		}
 	}
 	return changed, nil
 }
 
-func scanStrings(rows *sql.Rows) ([]string, error) {
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+// TransitionInsert implements store.Tx.
+func (t *tx) TransitionInsert(ctx context.Context, tr *orderly.Transition) error {
+	_, err := t.exec(ctx, "audit row of order "+tr.OrderID, qTransitionInsert, tr.OrderID, tr.From, tr.To, tr.Event,
+		tr.Cause, tr.Actor, ms(tr.At), tr.TraceID, tr.PayStatusFrom, tr.PayStatusTo)
+	return err
 }
 
 // OrderSetPayStatus implements store.Tx.
@@ -191,9 +224,22 @@ func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusPa
 	if len(p.From) == 0 {
 		return false, fmt.Errorf("set pay status of order %s: no From statuses", p.ID)
 	}
-	args := append([]any{p.To, nullString(p.SetPaymentID), p.ID, p.State}, stateArgs(p.From)...)
-	n, err := t.exec(ctx, "set pay status of order "+p.ID, qOrderSetPayStatus, append(args, p.IfPaymentID, p.IfPaymentID)...)
-	return n == 1, err
+	guard := append(append([]any{p.ID, p.State}, stateArgs(p.From)...), p.IfPaymentID, p.IfPaymentID)
+	var from orderly.PayStatus
+	if err := t.queryRow(ctx, qOrderPayStatusLock, guard...).Scan(&from); errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("set pay status of order %s: %w", p.ID, err)
+	}
+	n, err := t.exec(ctx, "set pay status of order "+p.ID, qOrderSetPayStatus, append([]any{p.To, nullString(p.SetPaymentID)}, guard...)...)
+	if err != nil {
+		return false, err
+	} else if n != 1 {
+		return false, fmt.Errorf("set pay status of order %s: the locked row did not change", p.ID)
+	}
+	err = t.TransitionInsert(ctx, &orderly.Transition{OrderID: p.ID, From: p.State, To: p.State, Event: p.Event,
+		PayStatusFrom: from, PayStatusTo: p.To, Cause: p.Cause, Actor: p.Actor, At: p.Now, TraceID: p.TraceID})
+	return err == nil, err
 }
 
 // OrdersDue implements store.Tx. SQLite has one writer, so a plain SELECT inside the write
@@ -300,7 +346,8 @@ func (t *tx) TransitionList(ctx context.Context, orderID string) ([]*orderly.Tra
 			tr orderly.Transition
 			at int64
 		)
-		if err := rows.Scan(&tr.ID, &tr.OrderID, &tr.From, &tr.To, &tr.Event, &tr.Cause, &tr.Actor, &at, &tr.TraceID); err != nil {
+		if err := rows.Scan(&tr.ID, &tr.OrderID, &tr.From, &tr.To, &tr.Event, &tr.Cause, &tr.Actor, &at, &tr.TraceID,
+			&tr.PayStatusFrom, &tr.PayStatusTo); err != nil {
 			return nil, fmt.Errorf("audit trail of %s: %w", orderID, err)
 		}
 		tr.At = fromMS(at)

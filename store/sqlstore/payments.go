@@ -10,12 +10,13 @@ import (
 )
 
 const paymentColumns = `id, order_id, attempt, channel, channel_txn_id, amount, currency, state, fail_reason,
-	created_at, succeeded_at, refunded_at`
+	created_at, succeeded_at, refunded_at, duplicate_of`
 
 var (
 	qPaymentNextAttempt = sqlText(`SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?`)
-	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qPaymentGet         = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
+	qPaymentGetByTxnID  = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
 	qPaymentList        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)
 	qPaymentSetState    = sqlText(`UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
 			fail_reason = COALESCE(?, fail_reason), succeeded_at = COALESCE(?, succeeded_at), refunded_at = COALESCE(?, refunded_at)
@@ -25,15 +26,15 @@ var (
 func scanPayment(r rowScanner) (*orderly.Payment, error) {
 	var (
 		p                       orderly.Payment
-		txnID                   sql.NullString
+		txnID, duplicateOf      sql.NullString
 		createdAt               int64
 		succeededAt, refundedAt sql.NullInt64
 	)
 	if err := r.Scan(&p.ID, &p.OrderID, &p.Attempt, &p.Channel, &txnID, &p.Amount, &p.Currency, &p.State,
-		&p.FailReason, &createdAt, &succeededAt, &refundedAt); err != nil {
+		&p.FailReason, &createdAt, &succeededAt, &refundedAt, &duplicateOf); err != nil {
 		return nil, err
 	}
-	p.ChannelTxnID, p.CreatedAt = txnID.String, fromMS(createdAt)
+	p.ChannelTxnID, p.DuplicateOf, p.CreatedAt = txnID.String, duplicateOf.String, fromMS(createdAt)
 	p.SucceededAt, p.RefundedAt = timePtr(succeededAt), timePtr(refundedAt)
 	return &p, nil
 }
@@ -46,7 +47,7 @@ func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 	}
 	_, err := t.exec(ctx, "payment "+p.ID, qPaymentInsert,
 		p.ID, p.OrderID, p.Attempt, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency, p.State,
-		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt))
+		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf))
 	return err
 }
 
@@ -54,6 +55,12 @@ func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 func (t *tx) PaymentGet(ctx context.Context, id string) (*orderly.Payment, error) {
 	p, err := scanPayment(t.queryRow(ctx, qPaymentGet, id))
 	return p, translate(err, "payment "+id)
+}
+
+// PaymentGetByChannelTxnID implements store.Tx.
+func (t *tx) PaymentGetByChannelTxnID(ctx context.Context, channelTxnID string) (*orderly.Payment, error) {
+	p, err := scanPayment(t.queryRow(ctx, qPaymentGetByTxnID, channelTxnID))
+	return p, translate(err, "payment with channel_txn_id "+channelTxnID)
 }
 
 // PaymentList implements store.Tx.

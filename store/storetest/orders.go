@@ -68,6 +68,36 @@ func testOrders(t *testing.T, open opener) {
 		equal(t, "audit rows", len(trail(t, s, "o1")), 0)
 	})
 	t.Run("SetPayStatus", func(t *testing.T) { testOrderSetPayStatus(t, open) })
+	t.Run("TransitionInsert", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		insertOrder(t, s, &orderOpts{ID: "o1"})
+		created := &orderly.Transition{OrderID: "o1", To: orderly.StatePendingPayment, Event: orderly.EventCreate,
+			PayStatusTo: orderly.PayUnpaid, Actor: "buyer", At: t0, TraceID: "trace-0"}
+		inTx(t, s, func(tx store.Tx) error { return tx.TransitionInsert(ctx, created) })
+		p := &store.OrdersTransitionParams{IDs: []string{"o1"}, From: orderly.StatePendingPayment, To: orderly.StateClosed,
+			Event: orderly.EventCancel, SetPayStatus: orderly.PayFailed, Now: t0.Add(time.Second),
+			CloseReason: orderly.CloseReasonBuyerCancelled, Actor: "buyer"}
+		write(t, s, func(tx store.Tx) ([]string, error) { return tx.OrdersTransition(ctx, p) })
+		got := trail(t, s, "o1")
+		want := []*orderly.Transition{created, {OrderID: "o1", From: orderly.StatePendingPayment, To: orderly.StateClosed,
+			Event: orderly.EventCancel, PayStatusFrom: orderly.PayUnpaid, PayStatusTo: orderly.PayFailed, Actor: "buyer", At: p.Now}}
+		for i := range min(len(got), len(want)) {
+			want[i].ID = got[i].ID
+		}
+		equal(t, "audit trail: the creation row first", got, want)
+		if len(got) == 2 && got[1].ID <= got[0].ID {
+			t.Errorf("audit row ids %d, %d: want increasing", got[0].ID, got[1].ID)
+		}
+		// Pay statuses are CHECKed like states.
+		err := txErr(t, s, func(tx store.Tx) error {
+			return tx.TransitionInsert(ctx, &orderly.Transition{OrderID: "o1", From: orderly.StateClosed, To: orderly.StateClosed,
+				Event: orderly.EventPaymentRefunded, PayStatusFrom: orderly.PayFailed, PayStatusTo: "given_back", Actor: "gateway", At: t0})
+		})
+		if err == nil {
+			t.Error("an audit row with pay_status_to given_back was written, want a CHECK violation")
+		}
+		equal(t, "audit rows after the refused insert", len(trail(t, s, "o1")), 2)
+	})
 	t.Run("Due", func(t *testing.T) { testOrdersDue(t, open) })
 	t.Run("NextWakeAt", func(t *testing.T) { testOrderNextWakeAt(t, open) })
 	t.Run("OverdueCount", func(t *testing.T) { testOrdersOverdueCount(t, open) })
@@ -337,6 +367,7 @@ func testOrdersTransition(t *testing.T, open opener) {
 						want.PaidAt = &p.Now
 					}
 					wantTrail = []*orderly.Transition{{OrderID: id, From: p.From, To: p.To, Event: p.Event,
+						PayStatusFrom: b.PayStatus, PayStatusTo: want.PayStatus,
 						Cause: p.Cause, Actor: p.Actor, At: p.Now, TraceID: p.TraceID}}
 				}
 				equal(t, "order "+id, getOrder(t, s, id), &want)
@@ -368,6 +399,7 @@ func testOrderLifecycle(t *testing.T, open opener) {
 			Actor: "buyer"},
 	}
 	var wantTrail []*orderly.Transition
+	pay := before.PayStatus
 	for i, p := range steps {
 		p.IDs = []string{"o1"}
 		got := write(t, s, func(tx store.Tx) ([]string, error) { return tx.OrdersTransition(ctx, &p) })
@@ -377,7 +409,8 @@ func testOrderLifecycle(t *testing.T, open opener) {
 			t.Errorf("version after %s = %d, want %d", p.Event, o.Version, i+2)
 		}
 		wantTrail = append(wantTrail, &orderly.Transition{OrderID: "o1", From: p.From, To: p.To, Event: p.Event,
-			Cause: p.Cause, Actor: p.Actor, At: p.Now, TraceID: p.TraceID})
+			PayStatusFrom: pay, PayStatusTo: o.PayStatus, Cause: p.Cause, Actor: p.Actor, At: p.Now, TraceID: p.TraceID})
+		pay = o.PayStatus
 	}
 	want := *before
 	want.State, want.PayStatus, want.PaidAt, want.Version = orderly.StateCompleted, orderly.PayPaid, ptr(t0.Add(time.Minute)), 4
@@ -462,6 +495,7 @@ func testOrderSetPayStatus(t *testing.T, open opener) {
 				before = insertOrder(t, s, c.order)
 				p.ID = before.ID
 			}
+			p.Event, p.Cause, p.Actor, p.TraceID, p.Now = orderly.EventPaymentStarted, "payment pay-1", "buyer", "trace-1", t0.Add(time.Minute)
 			got := write(t, s, func(tx store.Tx) (bool, error) { return tx.OrderSetPayStatus(ctx, &p) })
 			if got != c.want {
 				t.Errorf("OrderSetPayStatus = %v, want %v", got, c.want)
@@ -470,13 +504,21 @@ func testOrderSetPayStatus(t *testing.T, open opener) {
 				return
 			}
 			want := *before
+			var wantTrail []*orderly.Transition
 			if c.want {
 				want.PayStatus, want.Version = p.To, before.Version+1
 				if p.SetPaymentID != "" {
 					want.CurrentPaymentID = p.SetPaymentID
 				}
+				wantTrail = []*orderly.Transition{{OrderID: p.ID, From: before.State, To: before.State, Event: p.Event,
+					PayStatusFrom: before.PayStatus, PayStatusTo: p.To, Cause: p.Cause, Actor: p.Actor, At: p.Now, TraceID: p.TraceID}}
 			}
 			equal(t, "order after OrderSetPayStatus", getOrder(t, s, p.ID), &want)
+			gotTrail := trail(t, s, p.ID)
+			for i := range min(len(gotTrail), len(wantTrail)) {
+				wantTrail[i].ID = gotTrail[i].ID
+			}
+			equal(t, "audit trail after OrderSetPayStatus", gotTrail, wantTrail)
 		})
 	}
 }

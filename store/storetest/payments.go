@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -94,7 +95,76 @@ func testPayments(t *testing.T, open opener) {
 		}
 	})
 
+	t.Run("ExtraCaptureAndLookupByChannelTxnID", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		insertOrder(t, s, &orderOpts{ID: "o1"})
+		p1 := insertPayment(t, s, &paymentOpts{ID: "p1", OrderID: "o1", ChannelTxnID: "txn-1", State: orderly.PaymentSucceeded,
+			SucceededAt: ptr(t0)})
+		dup := newPayment(&paymentOpts{ID: "p1-dup", OrderID: "o1", ChannelTxnID: "txn-2", State: orderly.PaymentRefundPending,
+			SucceededAt: ptr(t0.Add(time.Minute))})
+		dup.DuplicateOf = "p1"
+		inTx(t, s, func(tx store.Tx) error { return tx.PaymentInsert(ctx, dup) })
+		if dup.Attempt != 2 {
+			t.Errorf("extra capture numbered %d, want 2", dup.Attempt)
+		}
+		equal(t, "PaymentGet(p1-dup)", getPayment(t, s, "p1-dup"), dup)
+		equal(t, "PaymentGetByChannelTxnID(txn-1)",
+			read(t, s, func(tx store.Tx) (*orderly.Payment, error) { return tx.PaymentGetByChannelTxnID(ctx, "txn-1") }), p1)
+		equal(t, "PaymentGetByChannelTxnID(txn-2)",
+			read(t, s, func(tx store.Tx) (*orderly.Payment, error) { return tx.PaymentGetByChannelTxnID(ctx, "txn-2") }), dup)
+		err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.PaymentGetByChannelTxnID(ctx, "txn-3"); return err })
+		wantCode(t, "PaymentGetByChannelTxnID(txn-3)", err, orderly.ENOTFOUND)
+		equal(t, "PaymentList(o1)",
+			read(t, s, func(tx store.Tx) ([]*orderly.Payment, error) { return tx.PaymentList(ctx, "o1") }), []*orderly.Payment{p1, dup})
+	})
+
 	t.Run("SetState", func(t *testing.T) { testPaymentSetState(t, open) })
+}
+
+// testCallbackRefusals checks the record of refused callbacks: round trip, order, filter
+// by payment id, limit, truncation to the column sizes and the reason's CHECK.
+func testCallbackRefusals(t *testing.T, open opener) {
+	ctx, s := t.Context(), open(t)
+	body := `{"payment_id":"p1","amount":1}`
+	r1 := &orderly.CallbackRefusal{PaymentID: "p1", OrderID: "o1", Reason: orderly.RefusalAmountMismatch,
+		Detail: "callback says 1 USD; payment p1 is 1000 USD", Status: orderly.CallbackSucceeded, Amount: 1, Currency: "USD",
+		ChannelTxnID: "txn-1", Body: body, CreatedAt: t0}
+	r2 := &orderly.CallbackRefusal{PaymentID: "p1", OrderID: "o2", Reason: orderly.RefusalOrderMismatch, Detail: "other order",
+		Status: orderly.CallbackFailed, Currency: "USD", Body: "{}", CreatedAt: t0.Add(time.Second)}
+	other := &orderly.CallbackRefusal{PaymentID: "unknown", OrderID: "o1", Reason: orderly.RefusalUnknownPayment,
+		Detail: "payment unknown not found", Status: orderly.CallbackSucceeded, Amount: 5, Currency: "EUR",
+		Body: strings.Repeat("é", 40_000), CreatedAt: t0.Add(2 * time.Second)} // 80 000 bytes of two-byte runes
+	for _, r := range []*orderly.CallbackRefusal{r1, r2, other} {
+		inTx(t, s, func(tx store.Tx) error { return tx.CallbackRefusalInsert(ctx, r) })
+	}
+	list := func(paymentID string, limit int) []*orderly.CallbackRefusal {
+		return read(t, s, func(tx store.Tx) ([]*orderly.CallbackRefusal, error) {
+			return tx.CallbackRefusalList(ctx, paymentID, limit)
+		})
+	}
+	got := list("p1", 10)
+	for i, r := range got {
+		if r.ID <= 0 || (i > 0 && r.ID <= got[i-1].ID) {
+			t.Errorf("refusal ids %d at %d: want positive and increasing", r.ID, i)
+		}
+		if i < 2 {
+			[]*orderly.CallbackRefusal{r1, r2}[i].ID = r.ID
+		}
+	}
+	equal(t, "refusals of p1, oldest first", got, []*orderly.CallbackRefusal{r1, r2})
+	equal(t, "refusals of p1, limit 1", len(list("p1", 1)), 1)
+	equal(t, "refusals of a payment with none", len(list("p2", 10)), 0)
+	long := list("unknown", 10)
+	if len(long) != 1 || len(long[0].Body) != 64<<10 || long[0].Body != strings.Repeat("é", 32<<10) {
+		t.Errorf("a body of 80 000 bytes is stored as %d bytes, want its first 65 536 (32 768 runes)", len(long[0].Body))
+	}
+	err := txErr(t, s, func(tx store.Tx) error {
+		return tx.CallbackRefusalInsert(ctx, &orderly.CallbackRefusal{PaymentID: "p1", Reason: "bad_mood", CreatedAt: t0})
+	})
+	if err == nil {
+		t.Error("a refusal with reason bad_mood was written, want a CHECK violation")
+	}
+	equal(t, "refusals of p1 after the refused insert", len(list("p1", 10)), 2)
 }
 
 func testPaymentSetState(t *testing.T, open opener) {

@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Stock", testStock},
 		{"Coupons", testCoupons},
 		{"Payments", testPayments},
+		{"CallbackRefusals", testCallbackRefusals},
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},
