@@ -228,6 +228,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"StartPaymentRequest": reflect.TypeFor[orderly.StartPaymentParams](),
 		"Payment":             reflect.TypeFor[paymentResponse](),
 		"PaymentList":         reflect.TypeFor[paymentsResponse](),
+		"CallbackRefusal":     reflect.TypeFor[refusalResponse](),
+		"CallbackRefusalList": reflect.TypeFor[refusalsResponse](),
 		"Callback":            reflect.TypeFor[callbackRequest](),
 		"CallbackAck":         reflect.TypeFor[callbackResponse](),
 		"StockUpdate":         reflect.TypeFor[stockRequest](),

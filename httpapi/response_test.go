@@ -28,11 +28,16 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 	}
 	transition := &orderly.Transition{
 		ID: 1, OrderID: "ord_1", From: orderly.StatePendingPayment, To: orderly.StatePaid, Event: orderly.EventPay,
-		Cause: "pay_1", Actor: "payment", At: at(6), TraceID: "t",
+		PayStatusFrom: orderly.PayPaying, PayStatusTo: orderly.PayPaid, Cause: "pay_1", Actor: "payment", At: at(6), TraceID: "t",
 	}
 	pay := &orderly.Payment{
 		ID: "pay_1", OrderID: "ord_1", Attempt: 2, Channel: "sim", ChannelTxnID: "txn", Amount: 2, Currency: "EUR",
 		State: orderly.PaymentRefunded, FailReason: "x", CreatedAt: at(7), SucceededAt: atp(8), RefundedAt: atp(9),
+		DuplicateOf: "pay_0",
+	}
+	refusal := &orderly.CallbackRefusal{
+		ID: 7, PaymentID: "pay_1", OrderID: "ord_2", Reason: orderly.RefusalOrderMismatch, Detail: "d",
+		Status: orderly.CallbackSucceeded, Amount: 2, Currency: "EUR", ChannelTxnID: "txn", Body: "{}", CreatedAt: at(12),
 	}
 	coupon := &orderly.Coupon{
 		ID: "c_1", UserID: "u_1", AmountOff: 1, Currency: "EUR", State: orderly.CouponUsed, OrderID: "ord_1",
@@ -47,6 +52,7 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		{"Transition", transition, newTransitionResponse(transition)},
 		{"Payment", pay, newPaymentResponse(pay)},
 		{"Coupon", coupon, newCouponResponse(coupon)},
+		{"CallbackRefusal", refusal, newRefusalResponse(refusal)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -77,7 +77,7 @@ func TestDuplicateCallbacks(t *testing.T) {
 	if got.State != orderly.StatePaid || got.PayStatus != orderly.PayPaid || got.PaidAt == nil || got.Amount != 750 {
 		t.Fatalf("order %s/%s paid_at %v amount %d", got.State, got.PayStatus, got.PaidAt, got.Amount)
 	}
-	if trail := e.Trail(t, o.ID); len(trail) != 1 || trail[0].Event != orderly.EventPay {
+	if trail := e.StateTrail(t, o.ID); len(trail) != 1 || trail[0].Event != orderly.EventPay {
 		t.Fatalf("trail %+v, want one pay transition", trail)
 	}
 	if s := e.StockOf(t, "SKU-1"); s != (orderly.Stock{SKU: "SKU-1", Available: 7, Held: 0, Sold: 3}) {
@@ -184,7 +184,7 @@ func TestCallbackRejects(t *testing.T) {
 		code string
 	}{
 		{"unknown payment", orderly.Callback{PaymentID: "nope", OrderID: o.ID, Currency: "USD", Status: "succeeded", Amount: p.Amount}, orderly.ENOTFOUND},
-		{"other order", orderly.Callback{PaymentID: p.ID, OrderID: other.ID, Currency: "USD", Status: "succeeded", Amount: p.Amount}, orderly.ENOTFOUND},
+		{"other order", orderly.Callback{PaymentID: p.ID, OrderID: other.ID, Currency: "USD", Status: "succeeded", Amount: p.Amount}, orderly.EORDERMISMATCH},
 		{"amount", orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: "succeeded", Amount: p.Amount - 1}, orderly.EAMOUNTMISMATCH},
 		{"currency", orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "EUR", Status: "succeeded", Amount: p.Amount}, orderly.EAMOUNTMISMATCH},
 		{"status", orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: "maybe", Amount: p.Amount}, orderly.EINVALID},

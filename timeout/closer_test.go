@@ -90,7 +90,7 @@ func TestBatchesUntilShort(t *testing.T) {
 		return err
 	})
 	for _, o := range orders {
-		trail := e.Trail(t, o.ID)
+		trail := e.StateTrail(t, o.ID)
 		if o.State != orderly.StateClosed || len(trail) != 1 || trail[0].Event != orderly.EventTimeout || trail[0].Actor != timeout.TriggerTimer {
 			t.Fatalf("order %s: state %s, trail %+v", o.ID, o.State, trail)
 		}
@@ -155,7 +155,7 @@ func TestRaceOnOneOrder(t *testing.T) {
 			}
 		}
 		e.Drain(t)
-		trail := e.Trail(t, o.ID)
+		trail := e.StateTrail(t, o.ID)
 		if len(trail) != 1 || trail[0].From != orderly.StatePendingPayment {
 			t.Fatalf("round %d: trail %+v, want exactly one transition out of pending_payment", i, trail)
 		}

@@ -386,7 +386,7 @@ func TestCheckViolations(t *testing.T) {
 			name: "I2 paid order's pay_status is not paid",
 			mutate: func(t *testing.T, tx store.Tx) {
 				must(tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{ID: "o-paid", State: orderly.StatePaid,
-					From: []orderly.PayStatus{orderly.PayPaid}, To: orderly.PayFailed}))
+					From: []orderly.PayStatus{orderly.PayPaid}, To: orderly.PayFailed, Event: orderly.EventPaymentFailed, Actor: "test"}))
 			},
 			want: "I2: order o-paid is paid but its pay_status is failed",
 		},

@@ -186,6 +186,19 @@ func (e *Env) Trail(t testing.TB, id string) []*orderly.Transition {
 	return trail
 }
 
+// StateTrail returns the rows of an order's audit trail that are transitions of its flow:
+// neither the creation row nor the rows that change pay_status only.
+func (e *Env) StateTrail(t testing.TB, id string) []*orderly.Transition {
+	t.Helper()
+	var out []*orderly.Transition
+	for _, tr := range e.Trail(t, id) {
+		if !orderly.AuditEvent(tr.Event) {
+			out = append(out, tr)
+		}
+	}
+	return out
+}
+
 // Read runs fn in a read transaction, failing the test on error.
 func (e *Env) Read(t testing.TB, fn func(tx store.Tx) error) {
 	t.Helper()
