@@ -245,7 +245,7 @@ func TestReleaseTwice(t *testing.T) {
 		t.Fatalf("coupon %s/%q", cp.State, cp.OrderID)
 	}
 	got := e.OrderOf(t, o.ID)
-	trail := e.Trail(t, o.ID)
+	trail := e.StateTrail(t, o.ID)
 	if got.State != orderly.StateClosed || got.CloseReason != orderly.CloseReasonBuyerCancelled || len(trail) != 1 ||
 		trail[0].Actor != "buyer" || trail[0].TraceID != "trace-1" || trail[0].Event != orderly.EventCancel {
 		t.Fatalf("order %s/%s trail %+v", got.State, got.CloseReason, trail[0])
