@@ -334,7 +334,10 @@ func event(ev orderly.Event) func(t *testing.T, e *enginetest.Env, o *orderly.Or
 	}
 }
 
-func drain(t *testing.T, e *enginetest.Env, _ *orderly.Order, _ *orderly.Payment) { t.Helper(); e.Drain(t) }
+func drain(t *testing.T, e *enginetest.Env, _ *orderly.Order, _ *orderly.Payment) {
+	t.Helper()
+	e.Drain(t)
+}
 
 func then(steps ...func(t *testing.T, e *enginetest.Env, o *orderly.Order, p *orderly.Payment)) func(t *testing.T, e *enginetest.Env, o *orderly.Order, p *orderly.Payment) {
 	return func(t *testing.T, e *enginetest.Env, o *orderly.Order, p *orderly.Payment) {
