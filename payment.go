@@ -26,7 +26,7 @@ const (
 type Payment struct {
 	ID           string       `json:"payment_id"`
 	OrderID      string       `json:"order_id"`
-	Attempt      int64        `json:"attempt"` // 1, 2, … per order
+	Attempt      int64        `json:"attempt"` // 1, 2, … per order; extra captures are numbered too
 	Channel      string       `json:"channel"`
 	ChannelTxnID string       `json:"channel_txn_id,omitempty"` // the gateway's transaction id, unique
 	Amount       int64        `json:"amount"`

@@ -236,6 +236,45 @@ func TestSecondCaptureRefundDoesNotEndAMerchantRefund(t *testing.T) {
 	}
 }
 
+// TestParallelSecondCaptures: the same second capture reported five times at once is
+// recorded once and refunded once.
+func TestParallelSecondCaptures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, gw := newCounted(t)
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+	p := start(t, e, o)
+	pay(t, e, o, p)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		applied int
+	)
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := e.Payments.HandleCallback(ctx, success(o, p, "txn-2"))
+			if err != nil {
+				t.Errorf("second capture: %v", err)
+				return
+			}
+			mu.Lock()
+			if res.Applied {
+				applied++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	e.Drain(t)
+	ps := payments(t, e, o.ID)
+	if applied != 1 || len(ps) != 2 || ps[1].State != orderly.PaymentRefunded || gw.refundsOf(ps[1].ID) != 1 {
+		t.Fatalf("%d applied, payments %+v, refunds %v; want one second capture refunded once", applied, ps, gw.refunds)
+	}
+}
+
 // TestSecondCaptureOfAFailedAttempt: an attempt marked failed (expired) that the provider
 // captured after all is applied as its first capture, and a second capture of it is
 // refunded on its own.

@@ -1,4 +1,6 @@
 // Package payment starts payment attempts through a Gateway, verifies and applies signed
-// callbacks at most once, inspects in-flight payments when their order is due to close, and
-// refunds payments that arrive for orders that no longer take them (DESIGN.md §4–§5).
+// callbacks at most once, inspects in-flight payments when their order is due to close or
+// the buyer cancels it, and refunds payments that arrive for orders that no longer take
+// them and second captures of an attempt (DESIGN.md §4–§5). Every refused callback is
+// counted, logged and kept (callback_refusals).
 package payment
