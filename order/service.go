@@ -147,7 +147,6 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 	}
 	var total int64
 	seen := make(map[string]bool, len(p.Items))
-
 	for i, it := range p.Items {
 		switch {
 		case !ValidID(it.SKU):
@@ -331,8 +330,8 @@ func (s *Service) load(ctx context.Context, tx store.Tx, id string) (*orderly.Or
 // started while it cancelled the previous one at the gateway.
 const cancelRounds = 3
 
-// errAttemptChanged says that the order's attempt in flight changed since it was cancelled
-// at the gateway: cancel the new one too.
+// errAttemptChanged says that the order changed since it was read (most likely a new
+// attempt started after the previous one was cancelled at the gateway): look again.
 var errAttemptChanged = errors.New("the order's payment attempt changed")
 
 // CancelOrder implements orderly.OrderService. The buyer may cancel while a payment attempt
@@ -366,7 +365,7 @@ func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*
 		if errors.Is(err, errAttemptChanged) && round < cancelRounds {
 			continue
 		} else if errors.Is(err, errAttemptChanged) {
-			return nil, orderly.Errorf(orderly.ECONFLICT, "order %s keeps starting payment attempts; retry", id)
+			return nil, orderly.Errorf(orderly.ECONFLICT, "order %s changed while it was being cancelled; retry", id)
 		} else if err != nil {
 			return nil, err
 		}
