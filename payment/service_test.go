@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/timeout"
 )
@@ -19,6 +20,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func success(o *orderly.Order, p *orderly.Payment, txn string) *orderly.Callback {
 	return &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, ChannelTxnID: txn, Amount: p.Amount, Currency: p.Currency,
 		Status: orderly.CallbackSucceeded, OccurredAt: time.Now().UTC()}
+}
+
+// assertOneRefund checks the gateway's ledger: exactly one refund of payment p moved
+// money, for p's amount, and every refund call about p used the same idempotency key (a
+// replay by the outbox is fine, a second refund is not).
+func assertOneRefund(t *testing.T, e *enginetest.Env, p *orderly.Payment) {
+	t.Helper()
+	refunds := e.Gateway.Refunds(p.ID)
+	if len(refunds) != 1 || refunds[0].Amount != p.Amount {
+		t.Fatalf("gateway refunds of payment %s: %+v, want exactly one of %d", p.ID, refunds, p.Amount)
+	}
+	for _, c := range e.Gateway.Ledger() {
+		if c.Op == payment.GatewayRefund && c.PaymentID == p.ID && c.IdempotencyKey != refunds[0].IdempotencyKey {
+			t.Fatalf("refund call %+v uses another key than the refund %+v", c, refunds[0])
+		}
+	}
 }
 
 func start(t *testing.T, e *enginetest.Env, o *orderly.Order) *orderly.Payment {
@@ -121,9 +138,7 @@ func TestLatePaymentIsRefunded(t *testing.T) {
 	if pay.State != orderly.PaymentRefunded || pay.ChannelTxnID != "txn-late" || pay.RefundedAt == nil {
 		t.Fatalf("payment %s txn %q refunded_at %v, want refunded", pay.State, pay.ChannelTxnID, pay.RefundedAt)
 	}
-	if got := e.Gateway.Refunded(p.ID); got != p.Amount {
-		t.Fatalf("gateway refunded %d, want %d", got, p.Amount)
-	}
+	assertOneRefund(t, e, p)
 	if s := e.StockOf(t, "SKU-1"); s != (orderly.Stock{SKU: "SKU-1", Available: 4}) {
 		t.Fatalf("stock %+v, want all 4 available and none sold", s)
 	}
@@ -131,6 +146,8 @@ func TestLatePaymentIsRefunded(t *testing.T) {
 	if res, err := e.Payments.HandleCallback(ctx, success(o, p, "txn-late")); err != nil || res.Applied {
 		t.Fatalf("duplicate late callback = %+v, %v", res, err)
 	}
+	e.Drain(t)
+	assertOneRefund(t, e, p)
 }
 
 // TestStaleAttempt: an abandoned attempt's failure does not touch an order that another
@@ -164,6 +181,10 @@ func TestStaleAttempt(t *testing.T) {
 	e.Drain(t)
 	if p, _ := e.Payments.Payment(ctx, first.ID); p.State != orderly.PaymentRefunded {
 		t.Fatalf("first attempt %s, want refunded", p.State)
+	}
+	assertOneRefund(t, e, first)
+	if got := e.Gateway.Refunds(second.ID); len(got) != 0 {
+		t.Fatalf("the kept payment %s was refunded: %+v", second.ID, got)
 	}
 	if s := e.StockOf(t, "SKU-1"); s.Sold != 1 || s.Available != 3 {
 		t.Fatalf("stock %+v, want one sold", s)
@@ -245,9 +266,7 @@ func TestMerchantRefund(t *testing.T) {
 	if got.State != orderly.StateRefunded || got.PayStatus != orderly.PayRefunded {
 		t.Fatalf("order %s/%s, want refunded/refunded", got.State, got.PayStatus)
 	}
-	if e.Gateway.Refunded(p.ID) != p.Amount {
-		t.Fatalf("gateway refunded %d", e.Gateway.Refunded(p.ID))
-	}
+	assertOneRefund(t, e, p)
 	if _, err := e.Orders.ApplyEvent(ctx, o.ID, orderly.EventShip, "merchant", ""); orderly.ErrorCode(err) != orderly.EILLEGAL {
 		t.Fatalf("ship a refunded order: %v, want %s", err, orderly.EILLEGAL)
 	}

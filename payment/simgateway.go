@@ -3,6 +3,7 @@ package payment
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/orderlyhq/orderly"
 )
@@ -10,11 +11,18 @@ import (
 // SimGateway is the built-in simulated payment gateway, the default of `orderly serve`. It
 // keeps attempts in memory (one small entry per attempt, for the process's life): Create
 // makes an attempt pending, Capture (called by tests and demos) captures it, Cancel fails a
-// pending attempt, Refund records a refund. Callbacks are not sent by the gateway: a demo
-// or `orderly simulate` posts them, playing the provider.
+// pending attempt, Refund moves money back once per idempotency key. Callbacks are not sent
+// by the gateway: a demo or `orderly simulate` posts them, playing the provider.
+//
+// Every call is also appended to a ledger (Ledger), as a provider's statement would list
+// them, so that tests and `orderly simulate` (in process) can count what the engine asked
+// for: one refund per refunded payment, for its amount. The ledger grows by one entry per
+// call for the process's life; it is a test and demo tool, like the gateway itself.
 type SimGateway struct {
 	mu       sync.Mutex
 	payments map[string]*simPayment
+	refunds  map[string]int64 // idempotency key → amount of the refund it moved
+	ledger   []GatewayCall
 }
 
 type simPayment struct {
@@ -24,17 +32,57 @@ type simPayment struct {
 	refunded int64
 }
 
+// GatewayOp names the kind of a call in SimGateway's ledger.
+type GatewayOp string
+
+// Calls of orderly.Gateway, as recorded in the ledger.
+const (
+	GatewayCreate GatewayOp = "create"
+	GatewayQuery  GatewayOp = "query"
+	GatewayCancel GatewayOp = "cancel"
+	GatewayRefund GatewayOp = "refund"
+)
+
+// GatewayCall is one call the simulated gateway received.
+type GatewayCall struct {
+	// Seq numbers the calls 1, 2, … in the order they arrived.
+	Seq int64     `json:"seq"`
+	Op  GatewayOp `json:"op"`
+	// PaymentID is the attempt the call is about.
+	PaymentID string `json:"payment_id"`
+	// Amount is in minor units: the attempt's amount for create, the refund's for refund,
+	// 0 for query and cancel.
+	Amount int64 `json:"amount"`
+	// IdempotencyKey is what the gateway de-duplicates a refund on: the payment id, since
+	// orderly.Gateway.Refund carries no refund id (RefundWithKey takes one). "" for the
+	// other calls.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Replay is true for a refund whose idempotency key an earlier refund used: the gateway
+	// answered as before and moved no money.
+	Replay bool `json:"replay,omitempty"`
+	// At is the gateway's clock (UTC) when the call arrived.
+	At time.Time `json:"at"`
+}
+
 var _ orderly.Gateway = (*SimGateway)(nil)
 
 // NewSimGateway returns an empty simulated gateway.
 func NewSimGateway() *SimGateway {
-	return &SimGateway{payments: map[string]*simPayment{}}
+	return &SimGateway{payments: map[string]*simPayment{}, refunds: map[string]int64{}}
+}
+
+// record appends a call to the ledger; g.mu is held.
+func (g *SimGateway) record(c GatewayCall) {
+	c.Seq = int64(len(g.ledger)) + 1
+	c.At = time.Now().UTC()
+	g.ledger = append(g.ledger, c)
 }
 
 // Create implements orderly.Gateway.
 func (g *SimGateway) Create(_ context.Context, p *orderly.Payment) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.record(GatewayCall{Op: GatewayCreate, PaymentID: p.ID, Amount: p.Amount})
 	if _, ok := g.payments[p.ID]; !ok {
 		g.payments[p.ID] = &simPayment{status: orderly.GatewayPending, amount: p.Amount}
 	}
@@ -46,6 +94,7 @@ func (g *SimGateway) Create(_ context.Context, p *orderly.Payment) error {
 func (g *SimGateway) Query(_ context.Context, paymentID string) (*orderly.GatewayPayment, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.record(GatewayCall{Op: GatewayQuery, PaymentID: paymentID})
 	if _, ok := g.payments[paymentID]; !ok {
 		return &orderly.GatewayPayment{Status: orderly.GatewayPending}, nil
 	}
@@ -58,6 +107,7 @@ func (g *SimGateway) Query(_ context.Context, paymentID string) (*orderly.Gatewa
 func (g *SimGateway) Cancel(_ context.Context, paymentID string) (*orderly.GatewayPayment, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.record(GatewayCall{Op: GatewayCancel, PaymentID: paymentID})
 	p, ok := g.payments[paymentID]
 	if !ok {
 		p = &simPayment{status: orderly.GatewayPending}
@@ -69,18 +119,34 @@ func (g *SimGateway) Cancel(_ context.Context, paymentID string) (*orderly.Gatew
 	return g.view(paymentID), nil
 }
 
-// Refund implements orderly.Gateway. The simulated gateway refunds whatever it is asked
-// to, once per payment id; payments captured outside its view (callbacks posted by a demo)
-// are refunded too.
-func (g *SimGateway) Refund(_ context.Context, paymentID string, amount int64) error {
+// Refund implements orderly.Gateway: RefundWithKey with the payment id as the idempotency
+// key, so the outbox calling it again after a crash refunds once.
+func (g *SimGateway) Refund(ctx context.Context, paymentID string, amount int64) error {
+	return g.RefundWithKey(ctx, paymentID, paymentID, amount)
+}
+
+// RefundWithKey refunds amount minor units of a payment once per idempotency key, as
+// providers do: a second call with the same key and amount is a replay (recorded, no money
+// moves); with the same key and another amount it fails with ECONFLICT. Payments captured
+// outside the gateway's view (callbacks posted by a demo) are refunded too.
+func (g *SimGateway) RefundWithKey(_ context.Context, paymentID, key string, amount int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	prev, replay := g.refunds[key]
+	g.record(GatewayCall{Op: GatewayRefund, PaymentID: paymentID, Amount: amount, IdempotencyKey: key, Replay: replay})
+	if replay {
+		if prev != amount {
+			return orderly.Errorf(orderly.ECONFLICT, "refund key %s was used for %d, not %d", key, prev, amount)
+		}
+		return nil
+	}
+	g.refunds[key] = amount
 	p, ok := g.payments[paymentID]
 	if !ok {
 		p = &simPayment{status: orderly.GatewaySucceeded, amount: amount}
 		g.payments[paymentID] = p
 	}
-	p.refunded = amount
+	p.refunded += amount
 	return nil
 }
 
@@ -97,7 +163,8 @@ func (g *SimGateway) Capture(paymentID, channelTxnID string) bool {
 	return true
 }
 
-// Refunded returns the amount refunded for a payment, in minor units.
+// Refunded returns the amount refunded for a payment, in minor units: the sum of its
+// refunds that moved money (replays excluded).
 func (g *SimGateway) Refunded(paymentID string) int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -105,6 +172,26 @@ func (g *SimGateway) Refunded(paymentID string) int64 {
 		return p.refunded
 	}
 	return 0
+}
+
+// Ledger returns a copy of every call received so far, in order of arrival.
+func (g *SimGateway) Ledger() []GatewayCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]GatewayCall(nil), g.ledger...)
+}
+
+// Refunds returns the refunds of a payment that moved money (replays excluded), in order.
+func (g *SimGateway) Refunds(paymentID string) []GatewayCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []GatewayCall
+	for _, c := range g.ledger {
+		if c.Op == GatewayRefund && c.PaymentID == paymentID && !c.Replay {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (g *SimGateway) view(paymentID string) *orderly.GatewayPayment {

@@ -1,0 +1,72 @@
+package payment_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/payment"
+)
+
+// TestSimGatewayLedger: every call is in the ledger, in order; a refund moves money once
+// per idempotency key, a replay is recorded as one, and a key reused for another amount is
+// refused.
+func TestSimGatewayLedger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	g := payment.NewSimGateway()
+	if err := g.Create(ctx, &orderly.Payment{ID: "p1", Amount: 900}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Query(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Cancel(ctx, "p2"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the outbox delivers at least once
+		if err := g.Refund(ctx, "p1", 900); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.RefundWithKey(ctx, "p1", "p1", 100); orderly.ErrorCode(err) != orderly.ECONFLICT {
+		t.Fatalf("key reused for another amount: %v, want %s", err, orderly.ECONFLICT)
+	}
+	if err := g.RefundWithKey(ctx, "p1", "p1-second", 900); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		op     payment.GatewayOp
+		id     string
+		amount int64
+		key    string
+		replay bool
+	}
+	want := []row{
+		{payment.GatewayCreate, "p1", 900, "", false},
+		{payment.GatewayQuery, "p1", 0, "", false},
+		{payment.GatewayCancel, "p2", 0, "", false},
+		{payment.GatewayRefund, "p1", 900, "p1", false},
+		{payment.GatewayRefund, "p1", 900, "p1", true},
+		{payment.GatewayRefund, "p1", 100, "p1", true},
+		{payment.GatewayRefund, "p1", 900, "p1-second", false},
+	}
+	got := g.Ledger()
+	if len(got) != len(want) {
+		t.Fatalf("ledger has %d calls, want %d: %+v", len(got), len(want), got)
+	}
+	for i, c := range got {
+		if w := want[i]; (row{c.Op, c.PaymentID, c.Amount, c.IdempotencyKey, c.Replay}) != w || c.Seq != int64(i+1) || c.At.IsZero() {
+			t.Errorf("call %d = %+v, want %+v with seq %d", i, c, w, i+1)
+		}
+	}
+	if refunds := g.Refunds("p1"); len(refunds) != 2 || refunds[0].Seq != 4 || refunds[1].Seq != 7 {
+		t.Errorf("refunds of p1 = %+v, want calls 4 and 7", refunds)
+	}
+	if got := g.Refunded("p1"); got != 1800 {
+		t.Errorf("refunded %d, want 1800 (two keys)", got)
+	}
+	if got := g.Refunds("p2"); len(got) != 0 {
+		t.Errorf("refunds of p2 = %+v, want none", got)
+	}
+}
