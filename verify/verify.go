@@ -13,6 +13,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -82,14 +84,18 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.ViolationsOmitte
 //   - I2: a closed order keeps no captured payment (succeeded or refund_pending): it must be
 //     refunded; a paid, shipped or completed order has pay_status paid and exactly one
 //     succeeded payment of the order's amount, and any other captured attempt is refunded.
-//   - I3: reservations of closed orders are all released, of paid orders all committed, of
-//     open orders all held, and match the order's items; a frozen or used coupon names an
-//     order that exists and references it; a closed order's coupon is not frozen or used by
-//     it, a paid order's coupon is used by it, an open order's coupon is frozen by it.
-//   - I4: per SKU held = Σ held reservations, sold = Σ committed reservations, none
-//     negative, and initial = available + held + sold when Options.InitialStock is given;
-//     per order captured − refunded equals the amount for paid, shipped and completed
-//     orders and 0 for open, closed and refunded ones.
+//   - I3: reservations of closed orders are all released, of paid, shipped, completed,
+//     refunding and refunded orders all committed (a merchant refund returns the money, not
+//     the goods), of open orders all held, and match the order's items; a frozen or used
+//     coupon names an order that exists and references it; a closed order's coupon is not
+//     frozen or used by it, the coupon of an order that was paid (refunded ones included) is
+//     used by it, an open order's coupon is frozen by it.
+//   - I4: every order's amount is Σ quantity × unit_price − its coupon's amount_off (in the
+//     coupon's currency), and a paid order's payment took that amount; per SKU held = Σ
+//     held reservations, sold = Σ committed reservations, none negative, and initial =
+//     available + held + sold when Options.InitialStock is given; per order captured −
+//     refunded equals the amount for paid, shipped and completed orders and 0 for open,
+//     closed and refunded ones.
 //   - I5: no open order is past close_at by more than Options.Tolerance (database clock).
 //   - I6: each order's audit trail is a chain of legal transitions of its flow from the
 //     flow's initial state to the order's current state.
@@ -252,6 +258,7 @@ func (c *checker) checkOrder(ctx context.Context, tx store.Tx, o *orderly.Order)
 	delete(c.couponsByOrder, o.ID)
 
 	c.checkTiming(o)
+	c.checkAmount(o)
 	c.checkPayments(o, payments)
 	c.checkReservations(o, reservations)
 	c.checkCoupons(o, coupons)
@@ -321,9 +328,14 @@ func (c *checker) checkPayments(o *orderly.Order, payments []*orderly.Payment) {
 		case 0:
 			c.violate("I2", "order %s is %s but has no succeeded payment", o.ID, o.State)
 		case 1:
-			if p := succeeded[0]; p.Amount != o.Amount || p.Currency != o.Currency {
+			p := succeeded[0]
+			switch priced, ok := c.price(o); {
+			case p.Amount != o.Amount || p.Currency != o.Currency:
 				c.violate("I2", "order %s is %s for %d %s but its payment %s is %d %s",
 					o.ID, o.State, o.Amount, o.Currency, p.ID, p.Amount, p.Currency)
+			case ok && p.Amount != priced:
+				c.violate("I4", "order %s is %s and its payment %s took %d %s, but its items and coupon price it at %d",
+					o.ID, o.State, p.ID, p.Amount, p.Currency, priced)
 			}
 		default:
 			ids := make([]string, len(succeeded))
@@ -347,6 +359,55 @@ func (c *checker) checkPayments(o *orderly.Order, payments []*orderly.Payment) {
 	}
 }
 
+// price returns what the order must cost: Σ quantity × unit_price of its items, minus its
+// coupon's amount_off (order/service.go prices orders so). ok is false when the order names
+// a coupon that does not exist (reported by checkCoupons) or the sum overflows int64.
+func (c *checker) price(o *orderly.Order) (amount int64, ok bool) {
+	for _, it := range o.Items {
+		overflow, line := bits.Mul64(uint64(max(it.Quantity, 0)), uint64(max(it.UnitPrice, 0)))
+		if overflow != 0 || line > math.MaxInt64 || amount > math.MaxInt64-int64(line) {
+			return 0, false
+		}
+		amount += int64(line)
+	}
+	if o.CouponID != "" {
+		cp, found := c.coupons[o.CouponID]
+		if !found {
+			return 0, false
+		}
+		amount -= cp.AmountOff
+	}
+	return amount, true
+}
+
+// checkAmount checks I4 for the order's price: amount = Σ quantity × unit_price −
+// coupon amount_off, in the coupon's currency.
+func (c *checker) checkAmount(o *orderly.Order) {
+	priced, ok := c.price(o)
+	if !ok {
+		return
+	}
+	if o.Amount != priced {
+		detail := ""
+		if cp := c.coupons[o.CouponID]; cp != nil {
+			detail = fmt.Sprintf(" − coupon %s %d", cp.ID, cp.AmountOff)
+		}
+		c.violate("I4", "order %s amount is %d %s, but Σ quantity × unit_price %d%s = %d",
+			o.ID, o.Amount, o.Currency, priced+c.amountOff(o), detail, priced)
+	}
+	if cp := c.coupons[o.CouponID]; cp != nil && cp.Currency != o.Currency {
+		c.violate("I4", "order %s in %s uses coupon %s in %s", o.ID, o.Currency, cp.ID, cp.Currency)
+	}
+}
+
+// amountOff returns the order's coupon's amount_off, 0 without one.
+func (c *checker) amountOff(o *orderly.Order) int64 {
+	if cp := c.coupons[o.CouponID]; cp != nil {
+		return cp.AmountOff
+	}
+	return 0
+}
+
 // checkReservations checks I3 for the order's stock: every reservation is in the state the
 // order's state implies, and together they match the order's items.
 func (c *checker) checkReservations(o *orderly.Order, reservations []*orderly.Reservation) {
@@ -356,7 +417,8 @@ func (c *checker) checkReservations(o *orderly.Order, reservations []*orderly.Re
 		want = orderly.ReservationHeld
 	case o.State == orderly.StateClosed:
 		want = orderly.ReservationReleased
-	case paidLike(o.State):
+	case paidLike(o.State), o.State == orderly.StateRefunding, o.State == orderly.StateRefunded:
+		// A merchant refund returns the money, not the goods: what was sold stays sold.
 		want = orderly.ReservationCommitted
 	}
 	reserved := map[string]int64{}
@@ -408,7 +470,8 @@ func (c *checker) checkCoupons(o *orderly.Order, held []*orderly.Coupon) {
 		if byThis {
 			c.violate("I3", "order %s is closed but its coupon %s is still %s by it", o.ID, cp.ID, cp.State)
 		}
-	case paidLike(o.State):
+	case paidLike(o.State), o.State == orderly.StateRefunding, o.State == orderly.StateRefunded:
+		// A merchant refund does not give the coupon back: it was used by the sale.
 		if cp.State != orderly.CouponUsed || cp.OrderID != o.ID {
 			c.violate("I3", "order %s is %s but its coupon %s is %s%s, want used by it", o.ID, o.State, cp.ID, cp.State, by(cp.OrderID))
 		}

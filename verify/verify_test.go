@@ -92,10 +92,13 @@ type orderOpts struct {
 	Items    []orderly.Item
 	CouponID string
 	CloseIn  time.Duration // close_at - now; default 10 min
+	// FullPrice charges Σ quantity × unit_price although a coupon is used (a broken
+	// server); by default the coupon's amount_off is taken off, as the order service does.
+	FullPrice bool
 }
 
-// newOrder writes an open order the way the order service does: stock reserved, coupon
-// frozen, order inserted.
+// newOrder writes an open order the way the order service does: priced at Σ quantity ×
+// unit_price − the coupon's amount_off, stock reserved, coupon frozen, order inserted.
 func newOrder(t *testing.T, tx store.Tx, o orderOpts) {
 	t.Helper()
 	ctx := context.Background()
@@ -106,6 +109,9 @@ func newOrder(t *testing.T, tx store.Tx, o orderOpts) {
 	var amount int64
 	for _, it := range o.Items {
 		amount += it.Quantity * it.UnitPrice
+	}
+	if o.CouponID != "" && !o.FullPrice {
+		amount -= must(tx.CouponGet(ctx, o.CouponID)).AmountOff
 	}
 	check(t, tx.OrderInsert(ctx, &store.OrderInsertParams{Order: &orderly.Order{
 		ID: o.ID, UserID: "u-1", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment,
@@ -371,7 +377,7 @@ func TestCheckViolations(t *testing.T) {
 				check(t, tx.PaymentInsert(ctx, &orderly.Payment{ID: "p-cheap", OrderID: "o-paid", Channel: "sim", Amount: 1,
 					Currency: "USD", State: orderly.PaymentSucceeded, ChannelTxnID: "txn-cheap", CreatedAt: now}))
 			},
-			want:       "I2: order o-paid is paid for 1100 USD but its payment p-cheap is 1 USD",
+			want:       "I2: order o-paid is paid for 1000 USD but its payment p-cheap is 1 USD",
 			invariants: []string{"I2", "I4"},
 		},
 		{
@@ -470,6 +476,58 @@ func TestCheckViolations(t *testing.T) {
 			want: "I3: order o-unused is paid but its coupon c-unused is frozen by order o-unused, want used by it",
 		},
 		{
+			name: "I3 refunded order's reservation never committed",
+			mutate: func(t *testing.T, tx store.Tx) {
+				newOrder(t, tx, orderOpts{ID: "o-refund-held", Items: []orderly.Item{{SKU: "SKU-B", Quantity: 2, UnitPrice: 100}}})
+				payment(t, tx, "o-refund-held", "p-refund-held", orderly.PaymentSucceeded)
+				transition(t, tx, "o-refund-held", orderly.StatePendingPayment, orderly.EventPay, orderly.StatePaid, orderly.PayPaid)
+				transition(t, tx, "o-refund-held", orderly.StatePaid, orderly.EventRefund, orderly.StateRefunding, "")
+				setPayment(t, tx, "p-refund-held", orderly.PaymentRefunded)
+				transition(t, tx, "o-refund-held", orderly.StateRefunding, orderly.EventRefundComplete, orderly.StateRefunded, orderly.PayRefunded)
+			},
+			want: "I3: order o-refund-held is refunded but its reservation SKU-B is held, want committed",
+		},
+		{
+			name: "I3 refunding order's coupon still frozen",
+			mutate: func(t *testing.T, tx store.Tx) {
+				check(t, tx.CouponInsert(ctx, &orderly.Coupon{ID: "c-refunding", UserID: "u-1", AmountOff: 100, Currency: "USD",
+					State: orderly.CouponAvailable, CreatedAt: now}))
+				newOrder(t, tx, orderOpts{ID: "o-refunding", CouponID: "c-refunding", Items: []orderly.Item{{SKU: "SKU-A", Quantity: 1, UnitPrice: 900}}})
+				payment(t, tx, "o-refunding", "p-refunding", orderly.PaymentSucceeded)
+				transition(t, tx, "o-refunding", orderly.StatePendingPayment, orderly.EventPay, orderly.StatePaid, orderly.PayPaid)
+				must(tx.ReservationsCommit(ctx, "o-refunding", now))
+				transition(t, tx, "o-refunding", orderly.StatePaid, orderly.EventRefund, orderly.StateRefunding, "")
+			},
+			want: "I3: order o-refunding is refunding but its coupon c-refunding is frozen by order o-refunding, want used by it",
+		},
+		{
+			name: "I3 refunded order's coupon released",
+			mutate: func(t *testing.T, tx store.Tx) {
+				check(t, tx.CouponInsert(ctx, &orderly.Coupon{ID: "c-given-back", UserID: "u-1", AmountOff: 100, Currency: "USD",
+					State: orderly.CouponAvailable, CreatedAt: now}))
+				newOrder(t, tx, orderOpts{ID: "o-given-back", CouponID: "c-given-back", Items: []orderly.Item{{SKU: "SKU-A", Quantity: 1, UnitPrice: 900}}})
+				payment(t, tx, "o-given-back", "p-given-back", orderly.PaymentSucceeded)
+				transition(t, tx, "o-given-back", orderly.StatePendingPayment, orderly.EventPay, orderly.StatePaid, orderly.PayPaid)
+				must(tx.ReservationsCommit(ctx, "o-given-back", now))
+				transition(t, tx, "o-given-back", orderly.StatePaid, orderly.EventRefund, orderly.StateRefunding, "")
+				setPayment(t, tx, "p-given-back", orderly.PaymentRefunded)
+				transition(t, tx, "o-given-back", orderly.StateRefunding, orderly.EventRefundComplete, orderly.StateRefunded, orderly.PayRefunded)
+				must(tx.CouponRelease(ctx, "c-given-back", "o-given-back", now))
+			},
+			want: "I3: order o-given-back is refunded but its coupon c-given-back is available, want used by it",
+		},
+		{
+			name: "I4 full price charged with a coupon",
+			mutate: func(t *testing.T, tx store.Tx) {
+				check(t, tx.CouponInsert(ctx, &orderly.Coupon{ID: "c-ignored", UserID: "u-1", AmountOff: 150, Currency: "USD",
+					State: orderly.CouponAvailable, CreatedAt: now}))
+				newOrder(t, tx, orderOpts{ID: "o-full-price", CouponID: "c-ignored", FullPrice: true,
+					Items: []orderly.Item{{SKU: "SKU-A", Quantity: 2, UnitPrice: 400}, {SKU: "SKU-B", Quantity: 1, UnitPrice: 250}}})
+				pay(t, tx, "o-full-price", "p-full-price")
+			},
+			want: "I4: order o-full-price amount is 1050 USD, but Σ quantity × unit_price 1050 − coupon c-ignored 150 = 900",
+		},
+		{
 			name: "I3 order names a coupon that does not exist",
 			mutate: func(t *testing.T, tx store.Tx) {
 				newOrder(t, tx, orderOpts{ID: "o-nocoupon", Items: []orderly.Item{{SKU: "SKU-A", Quantity: 1, UnitPrice: 900}}})
@@ -508,7 +566,7 @@ func TestCheckViolations(t *testing.T) {
 		{
 			name:   "I4 money: refunded order keeps its payment",
 			mutate: func(t *testing.T, tx store.Tx) { setPayment(t, tx, "p-refunded", orderly.PaymentSucceeded) },
-			want:   "I4: order o-refunded is refunded: captured 800 − refunded 0 = 800 USD, want 0",
+			want:   "I4: order o-refunded is refunded: captured 700 − refunded 0 = 700 USD, want 0",
 		},
 		{
 			name: "I5 open order overdue",
@@ -531,6 +589,8 @@ func TestCheckViolations(t *testing.T) {
 				transition(t, tx, "o-illegal", orderly.StatePendingPayment, orderly.EventCancel, orderly.StateRefunding, "")
 			},
 			want: "pending_payment --cancel--> refunding is not a transition of the standard flow",
+			// and its reservation is still held, as a refunding order's must not be
+			invariants: []string{"I6", "I3"},
 		},
 		{
 			name: "I6 audit trail lost",
