@@ -187,8 +187,9 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
-// TestReleaseTwice: the release handlers run twice, in sequence and in parallel, and stock
-// and coupon end where they started (I3).
+// TestReleaseTwice: the release handlers of one cancelled order run eight times in
+// parallel from a start barrier before anything was released, then twice more in sequence;
+// stock and coupon are released exactly once and end where they started (I3).
 func TestReleaseTwice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -230,14 +231,24 @@ func TestReleaseTwice(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	apply()
-	apply()
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() { defer wg.Done(); apply() }()
+	// First in parallel, from a start barrier, before anything was released: the releases
+	// race for the same held reservation and frozen coupon.
+	if s := e.StockOf(t, "A"); s != (orderly.Stock{SKU: "A", Available: 6, Held: 4}) {
+		t.Fatalf("stock %+v before the releases, want 4 held", s)
 	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { <-start; apply() })
+	}
+	close(start)
 	wg.Wait()
+	if s := e.StockOf(t, "A"); s != (orderly.Stock{SKU: "A", Available: 10}) {
+		t.Fatalf("stock %+v after parallel releases, want 10 available (released once)", s)
+	}
+	// Then again, in sequence: nothing more moves.
+	apply()
+	apply()
 	if s := e.StockOf(t, "A"); s != (orderly.Stock{SKU: "A", Available: 10}) {
 		t.Fatalf("stock %+v after repeated releases, want 10 available", s)
 	}
