@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -80,6 +81,21 @@ type Config struct {
 	// OnPhase, when set, is called with the name of each phase (PhaseSeed, …) as the run
 	// enters it, on Run's goroutine; it must return quickly.
 	OnPhase func(phase string)
+
+	// MaxLateness, when positive, bounds closed_at − close_at of every order closed for
+	// payment timeout: a later close is an I5 violation. Set it to what the precise timer
+	// promises (its poll cap plus a margin), with the server's sweep far away, so that a
+	// dead timer fails the run instead of being carried by the sweep. 0: no bound.
+	MaxLateness time.Duration
+	// MinCreatedShare, when positive, is the least share (0–1] of the orders sent that the
+	// server must create: fewer is a violation. Refusals the plan explains (scarce stock,
+	// contended coupons) stay well below 20 %. 0: no minimum.
+	MinCreatedShare float64
+	// GatewayLedger, when set, returns every call the server's payment gateway received
+	// (payment.SimGateway.Ledger, when the server runs in this process): the run then
+	// checks that every refunded payment was refunded exactly once, for its amount, and
+	// nothing else was refunded.
+	GatewayLedger func() []payment.GatewayCall
 }
 
 // withDefaults returns cfg with defaults applied, or an error saying what is invalid.
@@ -118,6 +134,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Drain < 0 {
 		errs = append(errs, errors.New("drain: must not be negative"))
+	}
+	if cfg.MaxLateness < 0 {
+		errs = append(errs, errors.New("max lateness: must not be negative"))
+	}
+	if cfg.MinCreatedShare < 0 || cfg.MinCreatedShare > 1 || math.IsNaN(cfg.MinCreatedShare) {
+		errs = append(errs, errors.New("min created share: must be between 0 and 1"))
 	}
 	if len(errs) > 0 {
 		return cfg, fmt.Errorf("simulate: invalid config: %w", errors.Join(errs...))

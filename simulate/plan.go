@@ -3,6 +3,7 @@ package simulate
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -139,6 +140,41 @@ func newPlan(seed int64, prefix string, orders int, timeout time.Duration) *plan
 		}
 	}
 	return p
+}
+
+// asksScarce reports whether the order asks for a scarce SKU: only such an order may be
+// refused out-of-stock, since every other SKU is stocked above the run's whole demand.
+func (p *plan) asksScarce(po *plannedOrder) bool {
+	for _, it := range po.items {
+		for _, s := range p.skus {
+			if s.sku == it.SKU && s.scarce {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// price returns what the order must cost: Σ quantity × unit_price of its items, minus the
+// coupon's amount_off when it uses one (DESIGN.md §7; order/service.go prices so).
+func (po *plannedOrder) price(withCoupon bool) int64 {
+	var total int64
+	for _, it := range po.items {
+		total += it.Quantity * it.UnitPrice
+	}
+	if withCoupon {
+		total -= couponAmountOff
+	}
+	return total
+}
+
+// itemList formats items as "sku×quantity@price, …".
+func itemList(items []orderly.Item) string {
+	parts := make([]string, len(items))
+	for i, it := range items {
+		parts[i] = fmt.Sprintf("%s×%d@%d", it.SKU, it.Quantity, it.UnitPrice)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func drawBehaviour(rng *rand.Rand) behaviour {

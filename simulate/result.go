@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/orderlyhq/orderly/verify"
 )
@@ -13,7 +14,9 @@ import (
 //
 //	{"orders":N,"paid":N,"closed":N,"cancelled":N,"refunded":N,"late_payments":N,
 //	 "duplicate_callbacks":N,"early_closes":N,"violations":[],
-//	 "lateness_ms":{"p50":x,"p90":x,"p99":x,"max":x},"duration_s":x,"orders_per_s":x}
+//	 "lateness_ms":{"p50":x,"p90":x,"p99":x,"max":x},"duration_s":x,"orders_per_s":x,
+//	 "clock":{"source":"database","offset_ms":x,"uncertainty_ms":x,"margin_ms":x},
+//	 "near_deadline":{"window_ms":1000,"successes":N,"before_close_at":N,"paid":N,"closed":N}}
 //
 // The fields tagged json:"-" are details for Summary and for callers in Go.
 type Result struct {
@@ -43,6 +46,12 @@ type Result struct {
 	DurationS float64 `json:"duration_s"`
 	// OrdersPerS is the created orders divided by the time it took to send them.
 	OrdersPerS float64 `json:"orders_per_s"`
+	// Clock is the measured offset of the server's clock to this process's; its margin is
+	// all a success acknowledged before close_at is excused by (see ClockOffset).
+	Clock ClockOffset `json:"clock"`
+	// NearDeadline counts the success callbacks acknowledged near their order's close_at
+	// and how those orders ended.
+	NearDeadline NearDeadline `json:"near_deadline"`
 
 	// Sent counts order requests sent.
 	Sent int `json:"-"`
@@ -61,6 +70,24 @@ type Result struct {
 	Behaviours map[string]int `json:"-"`
 	// Verify is the database check, when Config.Store was set.
 	Verify *verify.Report `json:"-"`
+}
+
+// NearDeadlineWindow is the window of NearDeadline: successes acknowledged this close to
+// their order's close_at, either side.
+const NearDeadlineWindow = time.Second
+
+// NearDeadline counts the success callbacks acknowledged within WindowMS of their order's
+// close_at, either side, and how their orders ended. A success acknowledged before close_at
+// by more than the clock margin must end paid: anything else is a violation.
+type NearDeadline struct {
+	WindowMS float64 `json:"window_ms"`
+	// Successes counts them; BeforeCloseAt those acknowledged before close_at.
+	Successes     int `json:"successes"`
+	BeforeCloseAt int `json:"before_close_at"`
+	// Paid and Closed count how their orders ended (closed: for payment timeout, the
+	// payment refunded).
+	Paid   int `json:"paid"`
+	Closed int `json:"closed"`
 }
 
 // OK reports whether the run found no violation.
@@ -121,6 +148,12 @@ func (r *Result) Summary() string {
 	}
 	fmt.Fprintf(&b, "  lateness    p50 %s, p90 %s, p99 %s, max %s; early closes %d\n",
 		ms(r.Lateness.P50), ms(r.Lateness.P90), ms(r.Lateness.P99), ms(r.Lateness.Max), r.EarlyCloses)
+	fmt.Fprintf(&b, "  clock       server − here %+.1f ms ± %.1f ms (%s), margin %s\n",
+		r.Clock.OffsetMS, r.Clock.UncertaintyMS, r.Clock.Source, ms(r.Clock.MarginMS))
+	if n := r.NearDeadline; n.Successes > 0 {
+		fmt.Fprintf(&b, "  deadline    %d successes acknowledged within %s of close_at (%d before it): %d paid, %d closed\n",
+			n.Successes, ms(n.WindowMS), n.BeforeCloseAt, n.Paid, n.Closed)
+	}
 	if v := r.Verify; v != nil {
 		fmt.Fprintf(&b, "  database    %d orders, %d payments, outbox %d delivered / %d pending / %d dead\n",
 			v.Orders, v.Payments, v.OutboxByState["delivered"], v.OutboxByState["pending"], v.OutboxByState["dead"])

@@ -52,9 +52,16 @@ type runner struct {
 	paidAcks, cancelAcks, closedSeen             atomic.Int64
 	latePayments, duplicates, open               atomic.Int64
 
+	// clock is the server's clock offset, measured after seeding; margin is its
+	// ClockOffset.margin(), how far a judgement of a deadline is excused either way.
+	clock  ClockOffset
+	margin time.Duration
+
 	mu           sync.Mutex
 	httpProblems []string // unexpected answers outside a buyer's script
 	httpDropped  int      // beyond maxHTTPProblems
+	refusals     []string // refusals no plan explains (capped like httpProblems)
+	refusalsLeft int      // beyond maxHTTPProblems
 
 	// filled by settle
 	finalStock   map[string]*orderly.Stock
@@ -62,10 +69,6 @@ type runner struct {
 }
 
 const maxHTTPProblems = 50
-
-// clockMargin absorbs the offset between this process's clock and the server's database
-// clock when the simulator judges a deadline.
-const clockMargin = 100 * time.Millisecond
 
 // tracked is a created order and what its buyer did. Its buyer goroutine owns it until the
 // send phase ends; then settle and evaluate read it.
@@ -147,6 +150,17 @@ func (r *runner) httpProblem(format string, args ...any) {
 	r.httpProblems = append(r.httpProblems, "HTTP: "+fmt.Sprintf(format, args...))
 }
 
+// wrongRefusal records an order refused for a reason the plan does not explain.
+func (r *runner) wrongRefusal(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.refusals) >= maxHTTPProblems {
+		r.refusalsLeft++
+		return
+	}
+	r.refusals = append(r.refusals, "refused: "+fmt.Sprintf(format, args...))
+}
+
 func (r *runner) run(ctx context.Context) (*Result, error) {
 	r.begin = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
@@ -164,6 +178,8 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 		return nil, fmt.Errorf("simulate: seed: %w", err)
 	}
+	r.clock = r.measureClock(ctx)
+	r.margin = r.clock.margin()
 	r.setPhase(PhaseSend)
 	r.send(ctx)
 	r.setPhase(PhaseSettle)
@@ -282,8 +298,15 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 		case ctx.Err() != nil:
 		case errors.As(err, &he) && he.Status == http.StatusConflict && he.code() == orderly.EOUTOFSTOCK:
 			r.outOfStock.Add(1)
+			if !r.plan.asksScarce(po) {
+				r.wrongRefusal("order %d (%s) was refused out-of-stock, but it asks only for SKUs stocked above the run's whole demand: %s",
+					po.index, po.behaviour, itemList(po.items))
+			}
 		case errors.As(err, &he) && he.Status == http.StatusConflict && he.code() == orderly.ECOUPONUNAVAIL:
 			r.couponUnavailable.Add(1)
+			if req.CouponID == "" {
+				r.wrongRefusal("order %d (%s) was refused coupon-unavailable, but it uses no coupon", po.index, po.behaviour)
+			}
 		default:
 			r.httpProblem("create order %d (%s): %v", po.index, po.behaviour, err)
 		}
@@ -295,7 +318,7 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 	// A create sent again after a try without answer is answered with the order the first
 	// try made, as it is now: it may have closed for payment timeout meanwhile.
 	replayedClosed := ambiguous && o.State == orderly.StateClosed && o.CloseReason == orderly.CloseReasonPaymentTimeout &&
-		time.Now().After(o.CloseAt.Add(-clockMargin))
+		time.Now().After(o.CloseAt.Add(-r.margin))
 	if (o.State != orderly.StatePendingPayment && !replayedClosed) || o.CloseAt.Before(o.ExpiresAt) || o.ExpiresAt.Before(o.CreatedAt) {
 		t.note("HTTP: order %s was created %s/%s with expires_at %s and close_at %s, want pending_payment/unpaid with close_at ≥ expires_at",
 			o.ID, o.State, o.PayStatus, formatTime(o.ExpiresAt), formatTime(o.CloseAt))
@@ -347,7 +370,7 @@ func (r *runner) play(ctx context.Context, t *tracked, created time.Time) {
 		}
 		switch {
 		case ctx.Err() != nil:
-		case errors.As(err, &he) && he.code() == orderly.EILLEGAL && time.Now().After(t.order.CloseAt.Add(-clockMargin)):
+		case errors.As(err, &he) && he.code() == orderly.EILLEGAL && time.Now().After(t.order.CloseAt.Add(-r.margin)):
 			// The cancel may have reached the server after close_at (an overloaded client
 			// or server) and found the order closed for timeout: the buyer was late.
 		case err != nil:
@@ -375,7 +398,7 @@ func (r *runner) startPayment(ctx context.Context, t *tracked, at time.Time) *or
 		var he *httpError
 		switch {
 		case ctx.Err() != nil:
-		case errors.As(err, &he) && he.code() == orderly.ENOTPAYABLE && time.Now().After(t.order.ExpiresAt.Add(-clockMargin)):
+		case errors.As(err, &he) && he.code() == orderly.ENOTPAYABLE && time.Now().After(t.order.ExpiresAt.Add(-r.margin)):
 			// The request may have reached the server after the deadline (an overloaded
 			// client or server): the buyer was late, not the server wrong.
 		default:

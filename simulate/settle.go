@@ -9,18 +9,13 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/verify"
 )
 
 // settlePoll is the pause between two settle passes.
 const settlePoll = 250 * time.Millisecond
-
-// raceMargin is how long before close_at a success must have been acknowledged for a close
-// of its order to be a violation rather than a race between the buyer and the closer
-// (which inspects the payment at close_at). It absorbs clock offset between this process
-// and the database.
-const raceMargin = 500 * time.Millisecond
 
 // paidLike reports whether an order in state s took its payment and keeps it.
 func paidLike(s orderly.State) bool {
@@ -296,11 +291,26 @@ func (r *runner) evaluate() *Result {
 			}
 		}
 		res.Violations = append(res.Violations, r.checkPayments(t)...)
+		res.Violations = append(res.Violations, r.checkAmounts(t)...)
 		if v := r.checkExpectation(t, res); v != "" {
 			violate("%s", v)
 		}
+		r.countNearDeadline(t, res)
 	}
 	res.Lateness = newPercentiles(lateness)
+	if v := r.checkLateness(); v != "" {
+		violate("%s", v)
+	}
+	if r.cfg.GatewayLedger != nil {
+		res.Violations = append(res.Violations, r.checkRefundLedger(r.cfg.GatewayLedger())...)
+	}
+	sent := int(r.sent.Load())
+	if share := r.cfg.MinCreatedShare; share > 0 && sent > 0 && float64(res.Orders) < share*float64(sent) {
+		violate("refused: the server created %d of the %d orders sent (%.1f %%), below the minimum share %.1f %%",
+			res.Orders, sent, 100*float64(res.Orders)/float64(sent), 100*share)
+	}
+	res.Clock = r.clock
+	res.NearDeadline.WindowMS = float64(NearDeadlineWindow / time.Millisecond)
 
 	users := r.couponOrders()
 	for _, id := range slices.Sorted(maps.Values(r.couponOf)) {
@@ -332,6 +342,10 @@ func (r *runner) evaluate() *Result {
 	res.Violations = append(res.Violations, r.httpProblems...)
 	if r.httpDropped > 0 {
 		violate("HTTP: … and %d more unexpected answers", r.httpDropped)
+	}
+	res.Violations = append(res.Violations, r.refusals...)
+	if r.refusalsLeft > 0 {
+		violate("refused: … and %d more refusals the plan does not explain", r.refusalsLeft)
 	}
 	r.mu.Unlock()
 
@@ -410,8 +424,10 @@ func (r *runner) checkPayments(t *tracked) []string {
 
 // checkExpectation compares the order's final state with what its buyer's behaviour
 // implies and returns a violation, or "". A buyer who paid in time but whose order was
-// closed is a race when the success came within raceMargin of close_at (counted in
-// res.Races; checkPayments requires the refund), a violation when it came earlier.
+// closed is a violation when the success was acknowledged (the answer received) before
+// close_at by more than the clock margin: the server then applied it before the deadline,
+// or ignored it. Acknowledged later, the callback may have reached the server after
+// close_at: a race (counted in res.Races), and checkPayments requires the refund.
 func (r *runner) checkExpectation(t *tracked, res *Result) string {
 	o, b := t.final, t.po.behaviour
 	if o.State == orderly.StatePendingPayment {
@@ -427,9 +443,9 @@ func (r *runner) checkExpectation(t *tracked, res *Result) string {
 			return "" // no success acknowledged: nothing is expected; paid: as expected
 		}
 		if o.State == orderly.StateClosed && o.CloseReason == orderly.CloseReasonPaymentTimeout {
-			if t.successAt.Before(o.CloseAt.Add(-raceMargin)) {
-				return fmt.Sprintf("I2: order %s (%s) was closed at %s although its payment %s was acknowledged at %s, %s before close_at",
-					o.ID, b, stampPtr(o.ClosedAt), t.successID, formatTime(t.successAt), o.CloseAt.Sub(t.successAt).Truncate(time.Millisecond))
+			if t.successAt.Before(o.CloseAt.Add(-r.margin)) {
+				return fmt.Sprintf("I2: order %s (%s) was closed at %s although its payment %s was acknowledged at %s, %s before close_at (clock margin %s)",
+					o.ID, b, stampPtr(o.ClosedAt), t.successID, formatTime(t.successAt), o.CloseAt.Sub(t.successAt).Truncate(time.Millisecond), r.margin)
 			}
 			res.Races++
 			return ""
@@ -443,10 +459,13 @@ func (r *runner) checkExpectation(t *tracked, res *Result) string {
 			return fmt.Sprintf("expect: order %s (%s) ended %s, want closed/payment_timeout", o.ID, b, state)
 		}
 		if t.lateSent {
-			for _, p := range t.finalPayments {
-				if p.ID == t.payments[0].ID && p.State != orderly.PaymentRefunded {
-					return fmt.Sprintf("I2: order %s (%s): its late payment %s is %s, want refunded", o.ID, b, p.ID, p.State)
-				}
+			late := t.payments[0].ID
+			i := slices.IndexFunc(t.finalPayments, func(p *orderly.Payment) bool { return p.ID == late })
+			switch {
+			case i < 0:
+				return fmt.Sprintf("I2: order %s (%s): its late payment %s, acknowledged as succeeded, is missing from the order's payments", o.ID, b, late)
+			case t.finalPayments[i].State != orderly.PaymentRefunded:
+				return fmt.Sprintf("I2: order %s (%s): its late payment %s is %s, want refunded", o.ID, b, late, t.finalPayments[i].State)
 			}
 		}
 	case b == cancelOrder:
@@ -483,4 +502,129 @@ func (r *runner) verify(ctx context.Context, res *Result) error {
 		res.Violations = append(res.Violations, fmt.Sprintf("database: … and %d more violations", rep.ViolationsOmitted))
 	}
 	return nil
+}
+
+// countNearDeadline adds the order to res.NearDeadline when its buyer's success was
+// acknowledged within NearDeadlineWindow of close_at.
+func (r *runner) countNearDeadline(t *tracked, res *Result) {
+	o := t.final
+	if t.successID == "" || o == nil || (t.successAt.Sub(t.order.CloseAt)).Abs() > NearDeadlineWindow {
+		return
+	}
+	n := &res.NearDeadline
+	n.Successes++
+	if t.successAt.Before(t.order.CloseAt) {
+		n.BeforeCloseAt++
+	}
+	switch {
+	case paidLike(o.State):
+		n.Paid++
+	case o.State == orderly.StateClosed:
+		n.Closed++
+	}
+}
+
+// checkAmounts checks the money of one order against what its buyer asked for (I4): the
+// order was created with the planned items, for Σ quantity × unit_price − the coupon's
+// amount_off, and every payment attempt, started or final, is for that amount.
+func (r *runner) checkAmounts(t *tracked) []string {
+	var out []string
+	want := t.po.price(t.couponID != "")
+	o := t.order
+	if !slices.Equal(o.Items, t.po.items) {
+		out = append(out, fmt.Sprintf("HTTP: order %s (%s) was created with items %s, its buyer asked for %s",
+			o.ID, t.po.behaviour, itemList(o.Items), itemList(t.po.items)))
+	}
+	coupon := ""
+	if t.couponID != "" {
+		coupon = fmt.Sprintf(" − coupon %s %d", t.couponID, couponAmountOff)
+	}
+	if o.Amount != want {
+		out = append(out, fmt.Sprintf("I4: order %s (%s) costs %d %s, but its items cost %d%s = %d",
+			o.ID, t.po.behaviour, o.Amount, o.Currency, t.po.price(false), coupon, want))
+	}
+	if t.final != nil && t.final.Amount != o.Amount {
+		out = append(out, fmt.Sprintf("HTTP: order %s (%s) was created for %d and now costs %d", o.ID, t.po.behaviour, o.Amount, t.final.Amount))
+	}
+	seen := map[string]bool{}
+	for _, p := range slices.Concat(t.payments, t.finalPayments) {
+		if seen[p.ID] {
+			continue
+		}
+		seen[p.ID] = true
+		if p.Amount != want || p.Currency != currency {
+			out = append(out, fmt.Sprintf("I4: payment %s of order %s (%s) is for %d %s, but the order's items cost %d%s = %d %s",
+				p.ID, o.ID, t.po.behaviour, p.Amount, p.Currency, t.po.price(false), coupon, want, currency))
+		}
+	}
+	return out
+}
+
+// checkLateness reports the orders closed for payment timeout later than
+// Config.MaxLateness after their close_at, as one I5 violation; "" if none or no bound.
+func (r *runner) checkLateness() string {
+	bound := r.cfg.MaxLateness
+	if bound <= 0 {
+		return ""
+	}
+	var late []string
+	var worst time.Duration
+	for _, t := range r.tracked {
+		if t == nil || t.final == nil || t.final.ClosedAt == nil || t.final.CloseReason != orderly.CloseReasonPaymentTimeout {
+			continue
+		}
+		if d := t.final.ClosedAt.Sub(t.final.CloseAt); d > bound {
+			late = append(late, t.final.ID)
+			worst = max(worst, d)
+		}
+	}
+	if len(late) == 0 {
+		return ""
+	}
+	const shown = 5
+	ids := strings.Join(late[:min(len(late), shown)], ", ")
+	if len(late) > shown {
+		ids += ", …"
+	}
+	return fmt.Sprintf("I5: %d orders closed more than the lateness bound %s after their close_at (the latest %s): %s",
+		len(late), bound, worst.Truncate(time.Millisecond), ids)
+}
+
+// checkRefundLedger checks the gateway's ledger against the final payments (I2, I3): each
+// refunded payment was refunded exactly once at the gateway, for its amount; no other
+// payment was refunded at all. A refund call replayed with the same idempotency key moves
+// no money and is not counted.
+func (r *runner) checkRefundLedger(ledger []payment.GatewayCall) []string {
+	refunds := map[string][]payment.GatewayCall{}
+	for _, c := range ledger {
+		if c.Op == payment.GatewayRefund && !c.Replay {
+			refunds[c.PaymentID] = append(refunds[c.PaymentID], c)
+		}
+	}
+	var out []string
+	for _, t := range r.tracked {
+		if t == nil {
+			continue
+		}
+		for _, p := range t.finalPayments {
+			got := refunds[p.ID]
+			delete(refunds, p.ID)
+			var sum int64
+			for _, c := range got {
+				sum += c.Amount
+			}
+			switch {
+			case p.State == orderly.PaymentRefunded && (len(got) != 1 || sum != p.Amount):
+				out = append(out, fmt.Sprintf("I3: payment %s of order %s (%s) is refunded, and the gateway refunded it %d times for %d in all, want once for %d",
+					p.ID, t.order.ID, t.po.behaviour, len(got), sum, p.Amount))
+			case p.State != orderly.PaymentRefunded && p.State != orderly.PaymentRefundPending && len(got) > 0:
+				out = append(out, fmt.Sprintf("I2: payment %s of order %s (%s) is %s, but the gateway refunded it %d times for %d",
+					p.ID, t.order.ID, t.po.behaviour, p.State, len(got), sum))
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(refunds)) {
+		out = append(out, fmt.Sprintf("I2: the gateway refunded payment %s %d times, but no order of the run has that payment", id, len(refunds[id])))
+	}
+	return out
 }

@@ -50,8 +50,8 @@ func TestPercentile(t *testing.T) {
 }
 
 // resultKeys are the members of the result JSON, exactly.
-var resultKeys = []string{"cancelled", "closed", "duplicate_callbacks", "duration_s", "early_closes", "late_payments",
-	"lateness_ms", "orders", "orders_per_s", "paid", "refunded", "violations"}
+var resultKeys = []string{"cancelled", "clock", "closed", "duplicate_callbacks", "duration_s", "early_closes", "late_payments",
+	"lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded", "violations"}
 
 // checkResultJSON checks that res encodes with exactly the documented members.
 func checkResultJSON(t *testing.T, res *Result) map[string]json.RawMessage {
@@ -91,13 +91,17 @@ func TestResultJSON(t *testing.T) {
 	t.Parallel()
 	res := &Result{Orders: 3, Paid: 1, Closed: 1, Cancelled: 1, Refunded: 2, LatePayments: 1, DuplicateCallbacks: 5,
 		Violations: []string{}, Lateness: Percentiles{P50: 1, P90: 2, P99: 3, Max: 4}, DurationS: 1.5, OrdersPerS: 2,
-		Sent: 9, OutOfStock: 6, Behaviours: map[string]int{"cancel": 1}}
+		Sent: 9, OutOfStock: 6, Behaviours: map[string]int{"cancel": 1},
+		Clock:        ClockOffset{Source: ClockSourceDatabase, OffsetMS: 0.25, UncertaintyMS: 0.5, MarginMS: 1},
+		NearDeadline: NearDeadline{WindowMS: 1000, Successes: 2, BeforeCloseAt: 1, Paid: 1, Closed: 1}}
 	b, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `{"orders":3,"paid":1,"closed":1,"cancelled":1,"refunded":2,"late_payments":1,"duplicate_callbacks":5,` +
-		`"early_closes":0,"violations":[],"lateness_ms":{"p50":1,"p90":2,"p99":3,"max":4},"duration_s":1.5,"orders_per_s":2}`
+		`"early_closes":0,"violations":[],"lateness_ms":{"p50":1,"p90":2,"p99":3,"max":4},"duration_s":1.5,"orders_per_s":2,` +
+		`"clock":{"source":"database","offset_ms":0.25,"uncertainty_ms":0.5,"margin_ms":1},` +
+		`"near_deadline":{"window_ms":1000,"successes":2,"before_close_at":1,"paid":1,"closed":1}}`
 	if string(b) != want {
 		t.Errorf("result JSON\n got %s\nwant %s", b, want)
 	}
