@@ -42,7 +42,9 @@ type ClockOffset struct {
 }
 
 // margin returns MarginMS as a duration.
-func (c ClockOffset) margin() time.Duration { return time.Duration(c.MarginMS * float64(time.Millisecond)) }
+func (c ClockOffset) margin() time.Duration {
+	return time.Duration(c.MarginMS * float64(time.Millisecond))
+}
 
 // newClockOffset builds a ClockOffset from an estimate of server − local and its
 // uncertainty.
