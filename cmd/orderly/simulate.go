@@ -55,6 +55,9 @@ func simulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "timer", Usage: "given to the instances as serve --timer"},
 			&cli.StringFlag{Name: "redis-url", Usage: "given to the instances as serve --redis-url"},
 			&cli.StringFlag{Name: "nats-url", Usage: "given to the instances as serve --nats-url"},
+			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
+				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
+			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
 		},
 		Action: runSimulate,
 	}
@@ -87,6 +90,7 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		Target: cmd.String("target"), CallbackSecret: []byte(cmd.String("callback-secret")),
 		Orders: cmd.Int("orders"), Rate: cmd.Float("rate"), PaymentTimeout: cmd.Duration("payment-timeout"),
 		Seed: cmd.Int64("seed"), Concurrency: cmd.Int("concurrency"),
+		MaxLateness: cmd.Duration("max-lateness"), MinCreatedShare: cmd.Float("min-created-share"),
 	}
 	if !cmd.Bool("json") && isTerminal(root.ErrWriter) {
 		cfg.Progress = root.ErrWriter
@@ -128,6 +132,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	}
 	defer srv.Close()
 	cfg.Target, cfg.CallbackSecret, cfg.Store = srv.URL(), srv.cfg.CallbackSecret, srv.Store
+	cfg.GatewayLedger = srv.Gateway.Ledger
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {
 		return err
