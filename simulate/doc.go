@@ -18,11 +18,18 @@
 //  3. Settle: wait until every deadline passed and every order settled (closed or paid, its
 //     refunds done, stock released, coupons released or used), bounded by Config.Drain
 //     after the last close_at.
-//  4. Check: each order's final state against its buyer's behaviour; I1 (no early close)
-//     and lateness percentiles from closed_at − close_at; I2 (paid is never lost: late
-//     payments refunded, duplicates applied once); I3 (coupons of closed orders available
-//     again, of paid orders used by them); I4 (per SKU seeded = available + held + sold,
-//     held = 0 at rest, sold = what the paid orders bought); I5 (no order left open); and,
+//  4. Check: each order's final state against its buyer's behaviour — a success
+//     acknowledged before close_at by more than the measured clock margin (ClockOffset:
+//     the database clock with a Store, else the Date header) must end paid, whatever its
+//     closeness to the deadline; I1 (no early close) and lateness percentiles from
+//     closed_at − close_at, with Config.MaxLateness as a bound; I2 (paid is never lost:
+//     late payments refunded and present, duplicates applied once); I3 (coupons of closed
+//     orders available again, of paid orders used by them; with Config.GatewayLedger, one
+//     refund at the gateway per refunded payment, for its amount); I4 (every order and
+//     payment is for Σ quantity × unit_price − the coupon's amount_off; per SKU seeded =
+//     available + held + sold, held = 0 at rest, sold = what the paid orders bought); I5
+//     (no order left open); refusals (out-of-stock only for orders asking for a scarce
+//     SKU, coupon-unavailable only for orders using a coupon, Config.MinCreatedShare); and,
 //     when Config.Store is set, verify.Check on the database (all of I1–I7).
 //
 // The traffic goes to Config.Targets, one server or several instances sharing one
