@@ -26,6 +26,9 @@ type fakeOptions struct {
 	keepLatePayments bool
 	// leakCoupons never releases the coupon of a closed order (breaks I3).
 	leakCoupons bool
+	// hideLatePayments refunds a success for a closed order but leaves the payment out of
+	// the order's payment list (breaks I2: the money is not accounted for).
+	hideLatePayments bool
 	// onOrder, when set, is called with the number of order requests so far, under the
 	// server's lock.
 	onOrder func(n int)
@@ -307,9 +310,12 @@ func (f *fakeServer) listPayments(w http.ResponseWriter, r *http.Request, _ time
 		writeProblem(w, http.StatusNotFound, orderly.ENOTFOUND, "no such order")
 		return
 	}
-	ps := f.byOrder[r.PathValue("id")]
-	if ps == nil {
-		ps = []*orderly.Payment{}
+	ps := []*orderly.Payment{}
+	for _, p := range f.byOrder[r.PathValue("id")] {
+		if f.opts.hideLatePayments && p.State == orderly.PaymentRefunded {
+			continue
+		}
+		ps = append(ps, p)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"payments": ps})
 }

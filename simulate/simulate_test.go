@@ -322,6 +322,23 @@ func TestRunDetectsBrokenServer(t *testing.T) {
 	checkResultJSON(t, res)
 }
 
+// TestRunDetectsMissingLatePayment: a late payment the server acknowledged but left out of
+// the order's payments is a violation, not a silent pass.
+func TestRunDetectsMissingLatePayment(t *testing.T) {
+	t.Parallel()
+	res, _ := runFake(t, fakeOptions{grace: 100 * time.Millisecond, hideLatePayments: true}, Config{Orders: 60, Seed: 3, Drain: time.Second})
+	late := res.Behaviours[payLate.String()]
+	var missing []string
+	for _, v := range res.Violations {
+		if strings.HasPrefix(v, "I2: ") && strings.Contains(v, "(pay_late): its late payment") && strings.HasSuffix(v, "is missing from the order's payments") {
+			missing = append(missing, v)
+		}
+	}
+	if late == 0 || len(missing) != res.LatePayments {
+		t.Fatalf("%d late payers, %d late payments sent, %d reported missing:\n%s", late, res.LatePayments, len(missing), strings.Join(res.Violations, "\n"))
+	}
+}
+
 func TestRunWrongSecret(t *testing.T) {
 	t.Parallel()
 	_, srv := newFakeServer(t, []byte("another secret"), fakeOptions{})
