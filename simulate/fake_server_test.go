@@ -21,6 +21,9 @@ type fakeOptions struct {
 	grace time.Duration // close_at = expires_at + grace
 	// earlyClose closes orders this long before their close_at (breaks I1).
 	earlyClose time.Duration
+	// lateClose closes orders no sooner than this long after their close_at (a dead timer
+	// carried by a sweep: breaks a lateness bound).
+	lateClose time.Duration
 	// keepLatePayments leaves a success for a closed order succeeded instead of refunding
 	// it (breaks I2).
 	keepLatePayments bool
@@ -32,6 +35,9 @@ type fakeOptions struct {
 	// onOrder, when set, is called with the number of order requests so far, under the
 	// server's lock.
 	onOrder func(n int)
+	// refuse, when set, is asked (under the server's lock) for every valid new order
+	// whether to refuse it as out of stock, whatever it asks for.
+	refuse func() bool
 }
 
 // fakeServer implements just enough of the HTTP contract in memory to drive the simulator:
@@ -105,7 +111,7 @@ func (f *fakeServer) id(prefix string) string {
 // inspected first (the fake gateway says it never completed) and cancelled.
 func (f *fakeServer) closeDue(now time.Time) {
 	for _, o := range f.orders {
-		if o.State != orderly.StatePendingPayment || now.Before(o.CloseAt.Add(-f.opts.earlyClose)) {
+		if o.State != orderly.StatePendingPayment || now.Before(o.CloseAt.Add(f.opts.lateClose-f.opts.earlyClose)) {
 			continue
 		}
 		if p := f.payments[o.CurrentPaymentID]; p != nil && p.State == orderly.PaymentInitiated {
@@ -223,6 +229,10 @@ func (f *fakeServer) createOrder(w http.ResponseWriter, r *http.Request, now tim
 	}
 	if req.UserID == "" || len(req.Items) == 0 || req.Currency != "USD" || req.PaymentTimeoutSeconds < 1 {
 		writeProblem(w, http.StatusUnprocessableEntity, orderly.EINVALID, "bad order")
+		return
+	}
+	if f.opts.refuse != nil && f.opts.refuse() {
+		writeProblem(w, http.StatusConflict, orderly.EOUTOFSTOCK, "refused")
 		return
 	}
 	var amount int64

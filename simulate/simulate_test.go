@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -265,7 +266,8 @@ func cmpOr[T comparable](v, def T) T {
 func TestRunAgainstFake(t *testing.T) {
 	t.Parallel()
 	var progress bytes.Buffer
-	res, f := runFake(t, fakeOptions{grace: 100 * time.Millisecond}, Config{Orders: 80, Seed: 7, Progress: &progress})
+	res, f := runFake(t, fakeOptions{grace: 100 * time.Millisecond}, Config{Orders: 80, Seed: 7, Progress: &progress,
+		MaxLateness: 2 * time.Second, MinCreatedShare: 0.8})
 	if !res.OK() {
 		t.Fatalf("violations against a correct server:\n%s", res.Summary())
 	}
@@ -320,6 +322,40 @@ func TestRunDetectsBrokenServer(t *testing.T) {
 		}
 	}
 	checkResultJSON(t, res)
+}
+
+// TestRunDetectsLateCloses: with Config.MaxLateness, orders closed later than the bound
+// (here all of them, 1.5 s after close_at) are one I5 violation that counts them.
+func TestRunDetectsLateCloses(t *testing.T) {
+	t.Parallel()
+	res, _ := runFake(t, fakeOptions{lateClose: 1500 * time.Millisecond}, Config{Orders: 40, Seed: 3, MaxLateness: time.Second})
+	if res.Closed == 0 || res.Lateness.P50 < 1500 {
+		t.Fatalf("closed %d, lateness %+v: want closes 1.5 s late", res.Closed, res.Lateness)
+	}
+	want := fmt.Sprintf("I5: %d orders closed more than the lateness bound 1s after their close_at", res.Closed)
+	if !slices.ContainsFunc(res.Violations, func(v string) bool { return strings.HasPrefix(v, want) }) {
+		t.Fatalf("no violation starts with %q:\n%s", want, strings.Join(res.Violations, "\n"))
+	}
+}
+
+// TestRunDetectsWrongRefusals: a server refusing orders as out of stock although they ask
+// only for SKUs stocked above the run's demand is reported, and so is a created share below
+// the minimum.
+func TestRunDetectsWrongRefusals(t *testing.T) {
+	t.Parallel()
+	n := 0
+	res, _ := runFake(t, fakeOptions{refuse: func() bool { n++; return n%3 == 0 }}, Config{Orders: 60, Seed: 3, MinCreatedShare: 0.8})
+	var wrong int
+	for _, v := range res.Violations {
+		if strings.HasPrefix(v, "refused: order ") && strings.Contains(v, "was refused out-of-stock, but it asks only for SKUs stocked above") {
+			wrong++
+		}
+	}
+	if wrong == 0 || wrong > 20 || !slices.ContainsFunc(res.Violations, func(v string) bool {
+		return strings.HasPrefix(v, "refused: the server created") && strings.HasSuffix(v, "below the minimum share 80.0 %")
+	}) {
+		t.Fatalf("%d wrong refusals reported (want 1–20, the third of 60 orders that ask for no scarce SKU):\n%s", wrong, strings.Join(res.Violations, "\n"))
+	}
 }
 
 // TestRunDetectsMissingLatePayment: a late payment the server acknowledged but left out of
