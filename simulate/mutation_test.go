@@ -23,10 +23,9 @@ import (
 // mutant is one deliberately broken server.
 type mutant struct {
 	name string
-	// setup returns the server's options; broken switches the break on.
-	setup func(broken *atomic.Bool) enginetest.ServerOptions
-	// after, when set, is called with the started server (to hand a wrapper its services).
-	after func(srv *enginetest.Server)
+	// setup returns the server's options, and a function to call with the started server
+	// (to hand a wrapper its services) or nil; broken switches the break on.
+	setup func(broken *atomic.Bool) (enginetest.ServerOptions, func(*enginetest.Server))
 	// want are substrings, each of which some violation must contain.
 	want []string
 	// check, when set, checks more of the broken run's result.
@@ -41,21 +40,19 @@ func TestMutants(t *testing.T) {
 		t.Skip("ten simulations of a whole engine; skipped with -short")
 	}
 	t.Parallel()
-	var ignorer *ignoreLateSuccesses
 	mutants := []mutant{
 		{
 			// (a) a server that acknowledges and ignores every success in the last 450 ms
 			// before close_at: the buyers who pay just before the deadline lose their order.
 			name: "ignores successes just before close_at",
-			setup: func(broken *atomic.Bool) enginetest.ServerOptions {
-				ignorer = &ignoreLateSuccesses{broken: broken, window: 450 * time.Millisecond}
+			setup: func(broken *atomic.Bool) (enginetest.ServerOptions, func(*enginetest.Server)) {
+				ignorer := &ignoreLateSuccesses{broken: broken, window: 450 * time.Millisecond}
 				return enginetest.ServerOptions{WrapPayments: func(p orderly.PaymentService) orderly.PaymentService {
 					ignorer.PaymentService = p
 					return ignorer
-				}}
+				}}, func(srv *enginetest.Server) { ignorer.orders = srv.Orders }
 			},
-			after: func(srv *enginetest.Server) { ignorer.orders = srv.Orders },
-			want:  []string{"although its payment", "acknowledged at"},
+			want: []string{"although its payment", "acknowledged at"},
 			check: func(t *testing.T, res *Result) {
 				if res.NearDeadline.Closed == 0 || res.NearDeadline.BeforeCloseAt == 0 {
 					t.Errorf("near deadline %+v, want successes acknowledged before close_at whose orders closed", res.NearDeadline)
@@ -63,41 +60,41 @@ func TestMutants(t *testing.T) {
 			},
 		},
 		{
-			// (b) a dead timer: only the sweep closes orders. Its period (6 s) exceeds the
+			// (b) a dead timer: only the sweep closes orders. Its period (10 s) exceeds the
 			// span of the run's deadlines (80 orders at 30/s: 2.7 s) plus the lateness bound
-			// (1.5 s), so whatever its phase some order waits for it longer than the bound.
+			// (3 s), so whatever its phase some order waits for it longer than the bound.
 			name: "no precise timer",
-			setup: func(broken *atomic.Bool) enginetest.ServerOptions {
-				return enginetest.ServerOptions{NoTimer: broken.Load(), SweepInterval: 6 * time.Second}
+			setup: func(broken *atomic.Bool) (enginetest.ServerOptions, func(*enginetest.Server)) {
+				return enginetest.ServerOptions{NoTimer: broken.Load(), SweepInterval: 10 * time.Second}, nil
 			},
-			want:        []string{"I5: ", "orders closed more than the lateness bound 1.5s after their close_at"},
-			maxLateness: 1500 * time.Millisecond,
+			want:        []string{"I5: ", "orders closed more than the lateness bound 3s after their close_at"},
+			maxLateness: 3 * time.Second,
 		},
 		{
 			// (c) the coupon is frozen and used, but the order is priced at full price.
 			name: "full price with a coupon",
-			setup: func(broken *atomic.Bool) enginetest.ServerOptions {
-				return enginetest.ServerOptions{WrapStore: func(s store.Store) store.Store { return &fullPriceStore{Store: s, broken: broken} }}
+			setup: func(broken *atomic.Bool) (enginetest.ServerOptions, func(*enginetest.Server)) {
+				return enginetest.ServerOptions{WrapStore: func(s store.Store) store.Store { return &fullPriceStore{Store: s, broken: broken} }}, nil
 			},
 			want: []string{"I4: order ", "but its items cost", "I4 (database): order ", "I4: payment "},
 		},
 		{
 			// (d) every third order refused as out of stock, whatever it asks for.
 			name: "refuses every third create",
-			setup: func(broken *atomic.Bool) enginetest.ServerOptions {
+			setup: func(broken *atomic.Bool) (enginetest.ServerOptions, func(*enginetest.Server)) {
 				return enginetest.ServerOptions{WrapOrders: func(o orderly.OrderService) orderly.OrderService {
 					return &refuseEveryThird{OrderService: o, broken: broken}
-				}}
+				}}, nil
 			},
 			want: []string{"refused: order ", "was refused out-of-stock, but it asks only for SKUs stocked above", "below the minimum share"},
 		},
 		{
 			// (e) every refund sent to the gateway twice, under two idempotency keys.
 			name: "refunds twice",
-			setup: func(broken *atomic.Bool) enginetest.ServerOptions {
+			setup: func(broken *atomic.Bool) (enginetest.ServerOptions, func(*enginetest.Server)) {
 				return enginetest.ServerOptions{WrapGateway: func(g *payment.SimGateway) orderly.Gateway {
 					return &refundTwice{SimGateway: g, broken: broken}
-				}}
+				}}, nil
 			},
 			want: []string{"I3: payment ", "the gateway refunded it 2 times"},
 		},
@@ -108,15 +105,15 @@ func TestMutants(t *testing.T) {
 			if broken {
 				name = m.name + "/broken"
 			}
-			// The setups share variables (ignorer): build the server before going parallel.
-			var on atomic.Bool
-			on.Store(broken)
-			srv := enginetest.Serve(t, withSecret(m.setup(&on)))
-			if m.after != nil {
-				m.after(srv)
-			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
+				var on atomic.Bool
+				on.Store(broken)
+				opts, after := m.setup(&on)
+				srv := enginetest.Serve(t, withSecret(opts))
+				if after != nil {
+					after(srv)
+				}
 				res := runMutant(t, srv, m.maxLateness)
 				t.Logf("\n%s", res.Summary())
 				if !broken {
@@ -155,7 +152,7 @@ func runMutant(t *testing.T, srv *enginetest.Server, maxLateness time.Duration) 
 	defer cancel()
 	res, err := Run(ctx, Config{
 		Target: srv.URL, CallbackSecret: mutantSecret, Orders: 80, Rate: 30, PaymentTimeout: time.Second, Seed: 11,
-		Drain: 10 * time.Second, Store: srv.Store, GatewayLedger: srv.Gateway.Ledger,
+		Drain: 15 * time.Second, Store: srv.Store, GatewayLedger: srv.Gateway.Ledger,
 		MaxLateness: maxLateness, MinCreatedShare: 0.75,
 	})
 	if err != nil {
