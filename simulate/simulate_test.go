@@ -126,6 +126,8 @@ func TestConfig(t *testing.T) {
 		{cfg: Config{}, wantErr: "target: is required"},
 		{cfg: Config{Target: "localhost:8080"}, wantErr: "is not an http(s) URL"},
 		{cfg: Config{Target: "http://x", Orders: -1, Rate: -2}, wantErr: "orders: must not be negative"},
+		{cfg: Config{Target: "http://x", MaxLateness: -time.Second}, wantErr: "max lateness: must not be negative"},
+		{cfg: Config{Target: "http://x", MinCreatedShare: 1.5}, wantErr: "min created share: must be between 0 and 1"},
 		{cfg: Config{Target: "http://x/"}, seconds: 3},
 		{cfg: Config{Target: "http://x", PaymentTimeout: 1500 * time.Millisecond}, seconds: 2},
 		{cfg: Config{Target: "http://x", PaymentTimeout: 200 * time.Millisecond}, seconds: 1},
@@ -440,5 +442,35 @@ func TestRunWithStore(t *testing.T) {
 	}
 	if !strings.Contains(res.Summary(), "database    0 orders") {
 		t.Errorf("summary:\n%s", res.Summary())
+	}
+}
+
+// TestMeasureStoreClock: the offset of a database whose clock runs 2.5 s ahead is measured
+// to within the reported uncertainty, and the margin covers it.
+func TestMeasureStoreClock(t *testing.T) {
+	t.Parallel()
+	const ahead = 2500 * time.Millisecond
+	db, err := sqlstore.Open(context.Background(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "c.db"),
+		Now: func() time.Time { return time.Now().Add(ahead) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	c, ok := measureStoreClock(context.Background(), db)
+	if !ok {
+		t.Fatal("no measurement")
+	}
+	got := time.Duration(c.OffsetMS * float64(time.Millisecond))
+	if c.Source != ClockSourceDatabase || (got-ahead).Abs() > time.Duration(c.UncertaintyMS*float64(time.Millisecond)) ||
+		c.UncertaintyMS < 0.5 || c.margin() < ahead {
+		t.Fatalf("clock %+v, want an offset of %s within its uncertainty and a margin covering it", c, ahead)
+	}
+}
+
+func TestNewClockOffset(t *testing.T) {
+	t.Parallel()
+	c := newClockOffset(ClockSourceHTTPDate, -1200*time.Microsecond, 300*time.Microsecond)
+	if c != (ClockOffset{Source: ClockSourceHTTPDate, OffsetMS: -1.2, UncertaintyMS: 0.3, MarginMS: 2}) || c.margin() != 2*time.Millisecond {
+		t.Fatalf("clock %+v, margin %s; want offset -1.2 ms ± 0.3 ms, margin rounded up to 2 ms", c, c.margin())
 	}
 }
