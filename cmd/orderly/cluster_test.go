@@ -102,8 +102,8 @@ func decodeCluster(t *testing.T, stdout []byte) *clusterResult {
 	if err := json.Unmarshal(stdout, &keys); err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
 	}
-	want := []string{"cancelled", "closed", "duplicate_callbacks", "duration_s", "early_closes", "instances", "kills",
-		"late_payments", "lateness_ms", "orders", "orders_per_s", "paid", "refunded", "violations"}
+	want := []string{"cancelled", "clock", "closed", "duplicate_callbacks", "duration_s", "early_closes", "instances", "kills",
+		"late_payments", "lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded", "violations"}
 	got := make([]string, 0, len(keys))
 	for k := range keys {
 		got = append(got, k)
@@ -200,12 +200,15 @@ func testClusterLifecycle(t *testing.T, bin string) {
 
 // testSimulateCluster is the acceptance run on many instances: three `orderly serve`
 // processes on one fresh PostgreSQL database, one of them SIGKILLed and restarted every
-// 2 s while orders are due; every invariant must hold at the end.
+// 2 s while orders are due; every invariant must hold at the end. The sweep is ten minutes
+// away and lateness is bounded by the timers: a deadline reaches the other instances at
+// the latest at their poll cap (5 s on PostgreSQL), plus 1 s.
 func testSimulateCluster(t *testing.T, bin string) {
 	db := freshPostgres(t)
 	start := time.Now()
 	stdout, stderr, err := runOrderly(t, bin, 3*time.Minute, "simulate", "--database-url", db,
-		"--instances", "3", "--kill-every", "2s", "--orders", "300", "--rate", "100", "--payment-timeout", "2s", "--json")
+		"--instances", "3", "--kill-every", "2s", "--orders", "300", "--rate", "100", "--payment-timeout", "2s", "--json",
+		"--sweep-interval", "10m", "--max-lateness", "6s", "--min-created-share", "0.8")
 	t.Logf("simulate took %s; stderr:\n%s", time.Since(start).Round(time.Millisecond), stderr)
 	res := decodeCluster(t, stdout)
 	if err != nil || len(res.Violations) != 0 || res.EarlyCloses != 0 {
