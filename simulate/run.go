@@ -49,6 +49,7 @@ type runner struct {
 
 	phase                                        atomic.Pointer[string]
 	sent, created, outOfStock, couponUnavailable atomic.Int64
+	createErrors                                 atomic.Int64 // order requests without a definite answer
 	paidAcks, cancelAcks, closedSeen             atomic.Int64
 	latePayments, duplicates, open               atomic.Int64
 
@@ -280,11 +281,13 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 		var he *httpError
 		switch {
 		case ctx.Err() != nil:
+			r.createErrors.Add(1)
 		case errors.As(err, &he) && he.Status == http.StatusConflict && he.code() == orderly.EOUTOFSTOCK:
 			r.outOfStock.Add(1)
 		case errors.As(err, &he) && he.Status == http.StatusConflict && he.code() == orderly.ECOUPONUNAVAIL:
 			r.couponUnavailable.Add(1)
 		default:
+			r.createErrors.Add(1)
 			r.httpProblem("create order %d (%s): %v", po.index, po.behaviour, err)
 		}
 		return
