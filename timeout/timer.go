@@ -111,9 +111,10 @@ func (c *Closer) dbNow() time.Time {
 }
 
 // measureOffset reads the database clock and re-anchors dbNow to it at the midpoint of the
-// read, timed on the monotonic clock; it also sets the offset to the local wall clock,
-// exported as a metric and logged when large. The offset never causes an early close,
-// because the database clock decides what is due, and never times a sleep.
+// read, timed on the monotonic clock (a read slower than maxOffsetRTT only when there is no
+// anchor yet); it also sets the offset to the local wall clock, exported as a metric and
+// logged when large. The offset never causes an early close, because the database clock
+// decides what is due, and never times a sleep.
 func (c *Closer) measureOffset(ctx context.Context) {
 	before, wall := time.Now(), c.cfg.Clock()
 	var db time.Time
@@ -128,7 +129,7 @@ func (c *Closer) measureOffset(ctx context.Context) {
 		return
 	}
 	rtt := time.Since(before) // monotonic: never negative, immune to wall clock steps
-	if rtt > maxOffsetRTT {
+	if rtt > maxOffsetRTT && c.anchor.Load() != nil {
 		return // a slow read (a busy pool) says nothing precise; keep the last anchor
 	}
 	c.anchor.Store(&dbClockAnchor{db: db, mono: before.Add(rtt / 2)})
