@@ -94,7 +94,10 @@ func TestClockSkew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			const maxLateness = 500 * time.Millisecond // MaxSleep is 5 s: a missed wake-up shows
+			// Below the 2 s skew (an offset left out shows), far below MaxSleep (a sleep
+			// timed by a stepped clock shows: ≥ 4 s late), above the scheduling noise of
+			// -race on a loaded machine (up to ~1 s seen).
+			const maxSleep, maxLateness = 5 * time.Second, 1500 * time.Millisecond
 			ctx := context.Background()
 			s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "o.db")})
 			if err != nil {
@@ -108,7 +111,7 @@ func TestClockSkew(t *testing.T) {
 				// would be after a step.
 				return time.Now().Round(0).Add(time.Duration(skew.Add(step.Load())))
 			}
-			closer, err := timeout.NewCloser(timeout.Config{Store: s, ClockCheckInterval: 50 * time.Millisecond, Clock: clock})
+			closer, err := timeout.NewCloser(timeout.Config{Store: s, ClockCheckInterval: 50 * time.Millisecond, Clock: clock, MaxSleep: maxSleep})
 			if err != nil {
 				t.Fatal(err)
 			}
