@@ -71,7 +71,7 @@ func createOrders(t *testing.T, svc *order.Service, n int) []string {
 	return ids
 }
 
-// TestClockSkew runs the timer of an instance whose clock is off the database's by ±2 s,
+// TestClockSkew runs the timer of an instance whose clock is off the database's by ±10 s,
 // jumps by ±1 h while orders wait, or steps by ±1 h at every reading (an NTP step landing
 // between the offset measurement and the sleep that uses it, every time): no order closes
 // early (the database clock decides) and none is missed or left waiting for the sweep or
@@ -85,8 +85,8 @@ func TestClockSkew(t *testing.T) {
 		// step is added to the clock at every reading.
 		step time.Duration
 	}{
-		{name: "ahead 2s", skew: 2 * time.Second},
-		{name: "behind 2s", skew: -2 * time.Second},
+		{name: "ahead 10s", skew: 10 * time.Second},
+		{name: "behind 10s", skew: -10 * time.Second},
 		{name: "jumps ahead 1h", jump: time.Hour},
 		{name: "jumps back 1h", jump: -time.Hour},
 		{name: "steps ahead 1h at every reading", step: time.Hour},
@@ -94,10 +94,10 @@ func TestClockSkew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// Below the 2 s skew (an offset left out shows), far below MaxSleep (a sleep
-			// timed by a stepped clock shows: ≥ 4 s late), above the scheduling noise of
-			// -race on a loaded machine (up to ~1 s seen).
-			const maxSleep, maxLateness = 5 * time.Second, 1500 * time.Millisecond
+			// Half the 10 s skew (an offset left out shows) and far below MaxSleep (a sleep
+			// timed by a stepped clock shows: ≥ 29 s late), yet far above the scheduling
+			// noise of -race on a machine running 8 test suites (up to ~2 s seen).
+			const maxSleep, maxLateness = 30 * time.Second, 5 * time.Second
 			ctx := context.Background()
 			s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "o.db")})
 			if err != nil {
@@ -126,17 +126,17 @@ func TestClockSkew(t *testing.T) {
 			ids := createOrders(t, svc, 20)
 			skew.Add(int64(tc.jump))
 			step.Store(int64(tc.step))
-			for _, o := range waitClosed(t, s, ids, 5*time.Second) {
+			for _, o := range waitClosed(t, s, ids, 20*time.Second) {
 				lateness := o.ClosedAt.Sub(o.CloseAt)
 				if lateness < 0 || lateness > maxLateness {
 					t.Errorf("order %s closed %d ms after close_at, want 0–%d", o.ID, lateness.Milliseconds(), maxLateness.Milliseconds())
 				}
 			}
 			if tc.skew != 0 {
-				// The offset is measured (database − local) for the metric; ± the read's
-				// round trip.
-				if off := closer.ClockOffset(); (off + tc.skew).Abs() > 250*time.Millisecond {
-					t.Errorf("clock offset %s, want %s ± 250ms", off, -tc.skew)
+				// The offset is measured (database − local) for the metric, to ± half a
+				// read's round trip.
+				if off := closer.ClockOffset(); (off + tc.skew).Abs() > time.Second {
+					t.Errorf("clock offset %s, want %s ± 1s", off, -tc.skew)
 				}
 			}
 		})
