@@ -32,9 +32,14 @@ type Error struct {
 	Message string
 }
 
-// Error implements the error interface.
+// Error implements the error interface: the message, then the code in brackets
+// ("database file x.db: no such file [invalid-input]"), or the code alone when there is no
+// message. Match on the code (ErrorCode, errors.As), never on this text.
 func (e *Error) Error() string {
-	return fmt.Sprintf("orderly error: code=%s message=%s", e.Code, e.Message)
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Message + " [" + e.Code + "]"
 }
 
 // Errorf returns an *Error with the given code and a formatted message.

@@ -16,7 +16,11 @@ import (
 //	 "duplicate_callbacks":N,"early_closes":N,"violations":[],
 //	 "lateness_ms":{"p50":x,"p90":x,"p99":x,"max":x},"duration_s":x,"orders_per_s":x,
 //	 "clock":{"source":"database","offset_ms":x,"uncertainty_ms":x,"margin_ms":x},
-//	 "near_deadline":{"window_ms":1000,"successes":N,"before_close_at":N,"paid":N,"closed":N}}
+//	 "near_deadline":{"window_ms":1000,"successes":N,"before_close_at":N,"paid":N,"closed":N},
+//	 "sent":N,"created":N,"rejected":{"coupon-unavailable":N,"out-of-stock":N},"errors":N,
+//	 "send_s":x}
+//
+// The order requests reconcile: sent = created + Σ rejected + errors.
 //
 // The fields tagged json:"-" are details for Summary and for callers in Go.
 type Result struct {
@@ -44,7 +48,7 @@ type Result struct {
 	Lateness Percentiles `json:"lateness_ms"`
 	// DurationS is the run's wall time in seconds, seeding and settling included.
 	DurationS float64 `json:"duration_s"`
-	// OrdersPerS is the created orders divided by the time it took to send them.
+	// OrdersPerS is the created orders per second of the send window: Created / SendS.
 	OrdersPerS float64 `json:"orders_per_s"`
 	// Clock is the measured offset of the server's clock to this process's; its margin is
 	// all a success acknowledged before close_at is excused by (see ClockOffset).
@@ -52,9 +56,20 @@ type Result struct {
 	// NearDeadline counts the success callbacks acknowledged near their order's close_at
 	// and how those orders ended.
 	NearDeadline NearDeadline `json:"near_deadline"`
+	// Sent counts order requests sent: Sent = Created + Σ Rejected + Errors.
+	Sent int `json:"sent"`
+	// Created counts the order requests that created an order (201); it equals Orders.
+	Created int `json:"created"`
+	// Rejected counts order requests refused with 409, by problem code: out-of-stock and
+	// coupon-unavailable (OutOfStock, CouponUnavailable), both always present.
+	Rejected map[string]int `json:"rejected"`
+	// Errors counts order requests without a definite answer: no answer after the retries,
+	// an unexpected status (each also an "HTTP:" violation), or cut short by cancellation.
+	Errors int `json:"errors"`
+	// SendS is the send window in seconds: from the first order request to the last answer
+	// to one.
+	SendS float64 `json:"send_s"`
 
-	// Sent counts order requests sent.
-	Sent int `json:"-"`
 	// OutOfStock and CouponUnavailable count orders refused with 409 for those reasons,
 	// an expected outcome for scarce stock and contended coupons.
 	OutOfStock        int `json:"-"`
@@ -126,8 +141,8 @@ func percentile(sorted []float64, p float64) float64 {
 // Summary returns the result for a terminal, several lines, ending with a newline.
 func (r *Result) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "orderly simulate: %d orders created of %d sent in %.1f s (%.1f orders/s)\n",
-		r.Orders, r.Sent, r.DurationS, r.OrdersPerS)
+	fmt.Fprintf(&b, "orderly simulate: %d order requests sent in %.1f s: %d created (%.1f created/s over the send window), %d rejected, %d errors; run took %.1f s\n",
+		r.Sent, r.SendS, r.Created, r.OrdersPerS, r.OutOfStock+r.CouponUnavailable, r.Errors, r.DurationS)
 	fmt.Fprintf(&b, "  outcome     paid %d, closed %d (payment timeout), cancelled %d, refunded payments %d\n",
 		r.Paid, r.Closed, r.Cancelled, r.Refunded)
 	fmt.Fprintf(&b, "  rejected    %d out of stock, %d coupon unavailable (expected: scarce stock, contended coupons)\n",

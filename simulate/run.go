@@ -49,6 +49,7 @@ type runner struct {
 
 	phase                                        atomic.Pointer[string]
 	sent, created, outOfStock, couponUnavailable atomic.Int64
+	createErrors                                 atomic.Int64 // order requests without a definite answer
 	paidAcks, cancelAcks, closedSeen             atomic.Int64
 	latePayments, duplicates, open               atomic.Int64
 
@@ -296,6 +297,7 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 		var he *httpError
 		switch {
 		case ctx.Err() != nil:
+			r.createErrors.Add(1)
 		case errors.As(err, &he) && he.Status == http.StatusConflict && he.code() == orderly.EOUTOFSTOCK:
 			r.outOfStock.Add(1)
 			if !r.plan.asksScarce(po) {
@@ -308,6 +310,7 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 				r.wrongRefusal("order %d (%s) was refused coupon-unavailable, but it uses no coupon", po.index, po.behaviour)
 			}
 		default:
+			r.createErrors.Add(1)
 			r.httpProblem("create order %d (%s): %v", po.index, po.behaviour, err)
 		}
 		return

@@ -234,6 +234,7 @@ func (r *runner) evaluate() *Result {
 		Violations:         []string{},
 		Behaviours:         map[string]int{},
 		Sent:               int(r.sent.Load()),
+		Errors:             int(r.createErrors.Load()),
 		OutOfStock:         int(r.outOfStock.Load()),
 		CouponUnavailable:  int(r.couponUnavailable.Load()),
 		LatePayments:       int(r.latePayments.Load()),
@@ -349,9 +350,13 @@ func (r *runner) evaluate() *Result {
 	}
 	r.mu.Unlock()
 
-	end := time.Unix(0, r.lastCreated.Load())
-	if d := end.Sub(r.sendStart); res.Orders > 0 && d > 0 {
-		res.OrdersPerS = float64(res.Orders) / d.Seconds()
+	res.Created = res.Orders
+	res.Rejected = map[string]int{orderly.EOUTOFSTOCK: res.OutOfStock, orderly.ECOUPONUNAVAIL: res.CouponUnavailable}
+	if !r.sendStart.IsZero() {
+		res.SendS = time.Unix(0, r.lastCreated.Load()).Sub(r.sendStart).Seconds()
+	}
+	if res.SendS > 0 {
+		res.OrdersPerS = float64(res.Created) / res.SendS
 	}
 	res.DurationS = time.Since(r.begin).Seconds()
 	return res

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,8 +52,9 @@ func TestPercentile(t *testing.T) {
 }
 
 // resultKeys are the members of the result JSON, exactly.
-var resultKeys = []string{"cancelled", "clock", "closed", "duplicate_callbacks", "duration_s", "early_closes", "late_payments",
-	"lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded", "violations"}
+var resultKeys = []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes",
+	"errors", "late_payments", "lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded", "rejected",
+	"send_s", "sent", "violations"}
 
 // checkResultJSON checks that res encodes with exactly the documented members.
 func checkResultJSON(t *testing.T, res *Result) map[string]json.RawMessage {
@@ -92,7 +94,8 @@ func TestResultJSON(t *testing.T) {
 	t.Parallel()
 	res := &Result{Orders: 3, Paid: 1, Closed: 1, Cancelled: 1, Refunded: 2, LatePayments: 1, DuplicateCallbacks: 5,
 		Violations: []string{}, Lateness: Percentiles{P50: 1, P90: 2, P99: 3, Max: 4}, DurationS: 1.5, OrdersPerS: 2,
-		Sent: 9, OutOfStock: 6, Behaviours: map[string]int{"cancel": 1},
+		Sent: 9, Created: 3, Rejected: map[string]int{"out-of-stock": 6, "coupon-unavailable": 0}, SendS: 1.5,
+		OutOfStock: 6, Behaviours: map[string]int{"cancel": 1},
 		Clock:        ClockOffset{Source: ClockSourceDatabase, OffsetMS: 0.25, UncertaintyMS: 0.5, MarginMS: 1},
 		NearDeadline: NearDeadline{WindowMS: 1000, Successes: 2, BeforeCloseAt: 1, Paid: 1, Closed: 1}}
 	b, err := json.Marshal(res)
@@ -102,7 +105,8 @@ func TestResultJSON(t *testing.T) {
 	want := `{"orders":3,"paid":1,"closed":1,"cancelled":1,"refunded":2,"late_payments":1,"duplicate_callbacks":5,` +
 		`"early_closes":0,"violations":[],"lateness_ms":{"p50":1,"p90":2,"p99":3,"max":4},"duration_s":1.5,"orders_per_s":2,` +
 		`"clock":{"source":"database","offset_ms":0.25,"uncertainty_ms":0.5,"margin_ms":1},` +
-		`"near_deadline":{"window_ms":1000,"successes":2,"before_close_at":1,"paid":1,"closed":1}}`
+		`"near_deadline":{"window_ms":1000,"successes":2,"before_close_at":1,"paid":1,"closed":1},` +
+		`"sent":9,"created":3,"rejected":{"coupon-unavailable":0,"out-of-stock":6},"errors":0,"send_s":1.5}`
 	if string(b) != want {
 		t.Errorf("result JSON\n got %s\nwant %s", b, want)
 	}
@@ -278,8 +282,18 @@ func TestRunAgainstFake(t *testing.T) {
 	if string(m["violations"]) != "[]" {
 		t.Errorf("violations encode as %s, want []", m["violations"])
 	}
-	if res.Sent != 80 || res.Orders+res.OutOfStock+res.CouponUnavailable != 80 {
-		t.Errorf("sent %d, created %d, rejected %d+%d: want 80 = created + rejected", res.Sent, res.Orders, res.OutOfStock, res.CouponUnavailable)
+	if res.Sent != 80 || res.Created != res.Orders || res.Errors != 0 || res.Created+res.OutOfStock+res.CouponUnavailable != 80 ||
+		res.Rejected["out-of-stock"] != res.OutOfStock || res.Rejected["coupon-unavailable"] != res.CouponUnavailable {
+		t.Errorf("sent %d, created %d (orders %d), rejected %v (%d+%d), errors %d: want 80 = created + rejected",
+			res.Sent, res.Created, res.Orders, res.Rejected, res.OutOfStock, res.CouponUnavailable, res.Errors)
+	}
+	// The rate is the created orders over the send window, both in the result.
+	if res.SendS <= 0 || res.SendS > res.DurationS || math.Abs(res.OrdersPerS-float64(res.Created)/res.SendS) > 1e-9 {
+		t.Errorf("orders_per_s %f, created %d, send window %f s (run %f s): want created / send window",
+			res.OrdersPerS, res.Created, res.SendS, res.DurationS)
+	}
+	if s := res.Summary(); !strings.Contains(s, fmt.Sprintf("80 order requests sent in %.1f s: %d created (%.1f created/s over the send window)", res.SendS, res.Created, res.OrdersPerS)) {
+		t.Errorf("summary does not reconcile sent, created and the rate:\n%s", s)
 	}
 	if res.Paid+res.Closed+res.Cancelled != res.Orders {
 		t.Errorf("paid %d + closed %d + cancelled %d != orders %d", res.Paid, res.Closed, res.Cancelled, res.Orders)

@@ -76,8 +76,10 @@ type Config struct {
 	// another instance costs at most this much. 5 s; use ~200 ms on MySQL, which has no
 	// cross-instance notification.
 	MaxSleep time.Duration
-	// Clock is this instance's clock (time.Now); tests skew it. It only times the timer's
-	// sleeps: the database clock decides what is due.
+	// Clock is this instance's wall clock (time.Now); tests skew it. It is only compared
+	// with the database clock to export the offset (metric, warning): the database clock
+	// decides what is due, and the timer's sleeps run on the monotonic clock anchored to a
+	// reading of it, so a skewed or stepping wall clock changes no close.
 	Clock func() time.Time
 	// ClockCheckInterval is how often the timer measures this instance's offset to the
 	// database clock, which decides what is due; 10 s.
@@ -110,7 +112,8 @@ type Closer struct {
 	armed time.Time // the wake_at the timer sleeps until; zero when it sleeps without one
 	arm   chan struct{}
 
-	offset atomic.Int64 // database clock − local clock, in ns (see measureOffset)
+	offset atomic.Int64                  // database clock − local clock, in ns (see measureOffset)
+	anchor atomic.Pointer[dbClockAnchor] // the last database clock reading; nil before one (see dbNow)
 	// inspections feeds the background inspection workers while the timer runs; nil
 	// before Start, and then inspections run inline.
 	inspections chan []*store.DueOrder

@@ -71,33 +71,47 @@ func createOrders(t *testing.T, svc *order.Service, n int) []string {
 	return ids
 }
 
-// TestClockSkew runs the timer of an instance whose clock is off the database's by ±2 s,
-// or jumps by ±1 h while orders wait: no order closes early (the database clock decides)
-// and none is missed or left waiting for the sweep (the timer measures its offset).
+// TestClockSkew runs the timer of an instance whose clock is off the database's by ±10 s,
+// jumps by ±1 h while orders wait, or steps by ±1 h at every reading (an NTP step landing
+// between the offset measurement and the sleep that uses it, every time): no order closes
+// early (the database clock decides) and none is missed or left waiting for the sweep or
+// a whole MaxSleep (the timer sleeps on the monotonic clock, anchored to a reading of the
+// database clock, so the local wall clock never times a sleep).
 func TestClockSkew(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name          string
-		skew, jump    time.Duration
-		maxLatenessMS int64
+		name       string
+		skew, jump time.Duration
+		// step is added to the clock at every reading.
+		step time.Duration
 	}{
-		{"ahead 2s", 2 * time.Second, 0, 500},
-		{"behind 2s", -2 * time.Second, 0, 500},
-		{"jumps ahead 1h", 0, time.Hour, 500},
-		{"jumps back 1h", 0, -time.Hour, 500},
+		{name: "ahead 10s", skew: 10 * time.Second},
+		{name: "behind 10s", skew: -10 * time.Second},
+		{name: "jumps ahead 1h", jump: time.Hour},
+		{name: "jumps back 1h", jump: -time.Hour},
+		{name: "steps ahead 1h at every reading", step: time.Hour},
+		{name: "steps back 1h at every reading", step: -time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			// Half the 10 s skew (an offset left out shows) and far below MaxSleep (a sleep
+			// timed by a stepped clock shows: ≥ 29 s late), yet far above the scheduling
+			// noise of -race on a machine running 8 test suites (up to ~2 s seen).
+			const maxSleep, maxLateness = 30 * time.Second, 5 * time.Second
 			ctx := context.Background()
 			s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "o.db")})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			var skew atomic.Int64
+			var skew, step atomic.Int64
 			skew.Store(int64(tc.skew))
-			closer, err := timeout.NewCloser(timeout.Config{Store: s, ClockCheckInterval: 50 * time.Millisecond,
-				Clock: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+			clock := func() time.Time {
+				// Round(0) drops the monotonic reading: this is a wall clock, as time.Now's
+				// would be after a step.
+				return time.Now().Round(0).Add(time.Duration(skew.Add(step.Load())))
+			}
+			closer, err := timeout.NewCloser(timeout.Config{Store: s, ClockCheckInterval: 50 * time.Millisecond, Clock: clock, MaxSleep: maxSleep})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,13 +124,19 @@ func TestClockSkew(t *testing.T) {
 			}
 			defer closer.Stop()
 			ids := createOrders(t, svc, 20)
-			if tc.jump != 0 {
-				skew.Add(int64(tc.jump))
+			skew.Add(int64(tc.jump))
+			step.Store(int64(tc.step))
+			for _, o := range waitClosed(t, s, ids, 20*time.Second) {
+				lateness := o.ClosedAt.Sub(o.CloseAt)
+				if lateness < 0 || lateness > maxLateness {
+					t.Errorf("order %s closed %d ms after close_at, want 0–%d", o.ID, lateness.Milliseconds(), maxLateness.Milliseconds())
+				}
 			}
-			for _, o := range waitClosed(t, s, ids, 5*time.Second) {
-				lateness := o.ClosedAt.Sub(o.CloseAt).Milliseconds()
-				if lateness < 0 || lateness > tc.maxLatenessMS {
-					t.Errorf("order %s closed %d ms after close_at, want 0–%d", o.ID, lateness, tc.maxLatenessMS)
+			if tc.skew != 0 {
+				// The offset is measured (database − local) for the metric, to ± half a
+				// read's round trip.
+				if off := closer.ClockOffset(); (off + tc.skew).Abs() > time.Second {
+					t.Errorf("clock offset %s, want %s ± 1s", off, -tc.skew)
 				}
 			}
 		})

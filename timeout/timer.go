@@ -91,14 +91,32 @@ func (c *Closer) ClockOffset() time.Duration { return time.Duration(c.offset.Loa
 // offset is known to ± half the round trip.
 const maxOffsetRTT = 250 * time.Millisecond
 
-// dbNow estimates the database clock from the local one.
-func (c *Closer) dbNow() time.Time { return c.cfg.Clock().Add(c.ClockOffset()) }
+// dbClockAnchor is a reading of the database clock and the local monotonic clock at the
+// same instant (the midpoint of the read).
+type dbClockAnchor struct {
+	db   time.Time // the database clock
+	mono time.Time // time.Now() at the same instant; carries a monotonic reading
+}
 
-// measureOffset reads the database clock and sets the offset to it from the midpoint of
-// the local clock around the read. A large offset is logged; it never causes an early
-// close, because the database clock decides what is due.
+// dbNow estimates the database clock: the last reading plus the time elapsed since on the
+// monotonic clock. The local wall clock (Config.Clock) plays no part, so a step of it (NTP,
+// an operator, a VM resumed) can neither delay nor advance a wake-up; between two
+// measurements the estimate drifts only by the rate difference of the two clocks. Before
+// the first measurement it is the local clock.
+func (c *Closer) dbNow() time.Time {
+	if a := c.anchor.Load(); a != nil {
+		return a.db.Add(time.Since(a.mono))
+	}
+	return c.cfg.Clock()
+}
+
+// measureOffset reads the database clock and re-anchors dbNow to it at the midpoint of the
+// read, timed on the monotonic clock (a read slower than maxOffsetRTT only when there is no
+// anchor yet); it also sets the offset to the local wall clock, exported as a metric and
+// logged when large. The offset never causes an early close, because the database clock
+// decides what is due, and never times a sleep.
 func (c *Closer) measureOffset(ctx context.Context) {
-	before := c.cfg.Clock()
+	before, wall := time.Now(), c.cfg.Clock()
 	var db time.Time
 	err := c.cfg.Store.Read(ctx, func(tx store.Tx) (err error) {
 		db, err = tx.Now(ctx)
@@ -110,11 +128,12 @@ func (c *Closer) measureOffset(ctx context.Context) {
 		}
 		return
 	}
-	after := c.cfg.Clock()
-	if rtt := after.Sub(before); rtt > maxOffsetRTT || rtt < 0 {
-		return // a slow read (a busy pool, a clock jump mid-read) says nothing precise; keep the last offset
+	rtt := time.Since(before) // monotonic: never negative, immune to wall clock steps
+	if rtt > maxOffsetRTT && c.anchor.Load() != nil {
+		return // a slow read (a busy pool) says nothing precise; keep the last anchor
 	}
-	offset := db.Sub(before.Add(after.Sub(before) / 2))
+	c.anchor.Store(&dbClockAnchor{db: db, mono: before.Add(rtt / 2)})
+	offset := db.Sub(wall.Add(rtt / 2))
 	c.offset.Store(int64(offset))
 	c.cfg.Metrics.ClockOffset.Set(offset.Seconds())
 	if offset > time.Second || offset < -time.Second {
@@ -133,8 +152,7 @@ func (c *Closer) measureOffsetEvery(ctx context.Context, last *time.Time) {
 // runTimer is the precise timer: it sleeps until the earliest wake_at among open orders (an
 // indexed MIN query; nothing is kept per order, so memory does not grow with them), runs
 // a claim-and-close pass, and re-arms. Arm wakes it early for an earlier deadline. Sleeps
-// are computed on the database clock (local clock + measured offset) and capped at
-// MaxSleep.
+// are computed on the estimated database clock (see dbNow) and capped at MaxSleep.
 func (c *Closer) runTimer(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()

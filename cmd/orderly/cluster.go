@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,6 +193,7 @@ func (c *cluster) start(in *instance) error {
 	// (kill, Stop), not a context.
 	cmd := exec.Command(c.cfg.Binary, c.args(in)...) //nolint:gosec,noctx // see above
 	cmd.Stdout, cmd.Stderr = in.log, in.log
+	cmd.Env = instanceEnv(os.Environ())
 	fmt.Fprintf(in.log, "=== %s orderly simulate: starting instance %d on %s\n", time.Now().UTC().Format(time.RFC3339Nano), in.n, in.addr)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("cluster: start instance %d: %w", in.n, err)
@@ -217,6 +219,14 @@ func (c *cluster) start(in *instance) error {
 		close(exited) // after the crash is recorded: who waits for the exit sees it
 	}()
 	return nil
+}
+
+// instanceEnv is the environment of an instance: this process's without the ORDERLY_*
+// variables, so that a shell set up for `orderly serve` (ORDERLY_DATABASE_URL,
+// ORDERLY_REDIS_URL, ORDERLY_NATS_URL, …) lends none of its services to test traffic;
+// instances get their configuration from their arguments only.
+func instanceEnv(environ []string) []string {
+	return slices.DeleteFunc(slices.Clone(environ), func(kv string) bool { return strings.HasPrefix(kv, "ORDERLY_") })
 }
 
 // hasExited reports whether the current process exited; in.mu is held.

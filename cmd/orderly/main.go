@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,27 +18,143 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp(os.Stdout, os.Stderr).Run(ctx, os.Args)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "orderly:", err)
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
+	os.Exit(code)
+}
+
+// Exit statuses of the program.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command failed, or found violations (simulate, verify)
+	exitUsage   = 2 // a command line the program does not take: nothing was done
+)
+
+// run runs the program with args (args[0] is its name) and returns its exit status. An
+// error is printed once, on one line, as "orderly: <message>".
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := newApp(stdout, stderr).Run(ctx, args)
+	if err == nil {
+		return exitOK
 	}
+	msg := err.Error()
+	// A domain error's code ("[invalid-input]") is for programs; people read the message.
+	if code := orderly.ErrorCode(err); code != orderly.EINTERNAL {
+		msg = strings.Replace(msg, " ["+code+"]", "", 1)
+	}
+	if msg != "" {
+		fmt.Fprintln(stderr, "orderly:", msg)
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return exitFailure
+}
+
+// usageError is a command line the program does not take (an unknown flag or command, a
+// flag value that does not parse); it exits with status 2.
+type usageError struct {
+	msg string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+// ExitCode implements cli.ExitCoder.
+func (e *usageError) ExitCode() int { return exitUsage }
+
+// usagef returns a usageError about cmd: the message, then where to find the usage.
+func usagef(cmd *cli.Command, format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...) + fmt.Sprintf("; see '%s --help'", cmd.FullName())}
+}
+
+// undefinedFlag matches the flag parser's error for a flag no command defines.
+var undefinedFlag = regexp.MustCompile(`^flag provided but not defined: -+(.+)$`)
+
+// invalidValue matches the flag parser's error for a value that does not parse, with the
+// parser's function name dropped from the cause.
+var invalidValue = regexp.MustCompile(`^invalid value (".*") for flag -+(\S+): (?:[a-z]+\.[A-Za-z]+: )?(.*)$`)
+
+// onUsageError turns the flag parser's errors into one short line (instead of cli's whole
+// help and the error twice): the unknown flag with the nearest defined one, or the parse
+// error, and the hint to --help.
+func onUsageError(_ context.Context, cmd *cli.Command, err error, _ bool) error {
+	if m := undefinedFlag.FindStringSubmatch(err.Error()); m != nil {
+		name := m[1]
+		if s := strings.TrimLeft(cli.SuggestFlag(cmd.Flags, name, false), "-"); s != "" && similar(name, s) {
+			return usagef(cmd, "unknown flag --%s (did you mean --%s?)", name, s)
+		}
+		return usagef(cmd, "unknown flag --%s", name)
+	}
+	if m := invalidValue.FindStringSubmatch(err.Error()); m != nil {
+		return usagef(cmd, "invalid value %s for --%s: %s", m[1], m[2], m[3])
+	}
+	return usagef(cmd, "%v", err)
+}
+
+// similar reports whether a typed flag name is close enough to a defined one to suggest
+// it: at most a third of its letters (at least one) differ, by Levenshtein distance.
+func similar(typed, name string) bool {
+	a, b := []rune(typed), []rune(name)
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)] <= max(1, len(b)/3)
+}
+
+// version is the module version of the binary (a tag when installed with go install
+// module@version; a pseudo-version holding the revision, or "(devel)", when built in a
+// checkout) with the VCS revision it was built from when the build recorded one and the
+// version does not already show it, and the Go version.
+func version(info *debug.BuildInfo, ok bool) string {
+	if !ok {
+		return "unknown (no build information)"
+	}
+	v := cmp.Or(info.Main.Version, "(devel)")
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(12, len(s.Value))]
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "-modified"
+			}
+		}
+	}
+	// Go 1.24+ stamps a checkout's version as a pseudo-version holding the revision.
+	if rev != "" && !strings.Contains(v, rev) {
+		return fmt.Sprintf("%s (revision %s%s, %s)", v, rev, modified, info.GoVersion)
+	}
+	return fmt.Sprintf("%s (%s)", v, info.GoVersion)
 }
 
 // env names the ORDERLY_* variable of a flag.
@@ -46,9 +163,10 @@ func env(flag string) cli.ValueSourceChain {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.Command {
-	return &cli.Command{
+	app := &cli.Command{
 		Name:      "orderly",
 		Usage:     "order-lifecycle engine: orders, payments and timeouts that never disagree",
+		Version:   version(debug.ReadBuildInfo()),
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags: []cli.Flag{
@@ -56,7 +174,23 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", Sources: env("log-format")},
 		},
 		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand()},
+		// run prints errors and exits; cli would print an ExitCoder's message and exit itself.
+		ExitErrHandler: func(context.Context, *cli.Command, error) {},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Present() {
+				name := cmd.Args().First()
+				if s := cli.SuggestCommand(cmd.Commands, name); s != "" && similar(name, s) {
+					return usagef(cmd, "unknown command %q (did you mean %s?)", name, s)
+				}
+				return usagef(cmd, "unknown command %q", name)
+			}
+			return cli.ShowRootCommandHelp(cmd)
+		},
 	}
+	for _, c := range append([]*cli.Command{app}, app.Commands...) {
+		c.OnUsageError = onUsageError
+	}
+	return app
 }
 
 // serveFlags are the flags of `serve`, shared with `simulate` for its in-process server.
@@ -138,16 +272,30 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			cfg := serverConfig(cmd, logger)
-			if len(cfg.CallbackSecret) == 0 {
-				secret := newSecret()
-				cfg.CallbackSecret = []byte(secret)
-				fmt.Fprintf(cmd.Root().Writer, "Generated callback secret (set ORDERLY_CALLBACK_SECRET to keep it across restarts):\n  %s\n", secret)
+			if err := cfg.validate(); err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
+			// The secret is printed only once the server runs: a start that fails prints
+			// nothing but the error, and no secret that was never in use.
+			generated := len(cfg.CallbackSecret) == 0
+			if generated {
+				cfg.CallbackSecret = []byte(newSecret())
 			}
 			s, err := OpenServer(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			logger.Info("orderly serving", "url", s.URL(), "database", cfg.DatabaseURL)
+			if generated {
+				fmt.Fprintf(cmd.Root().Writer, "Generated callback secret (set ORDERLY_CALLBACK_SECRET to keep it across restarts):\n  %s\n", cfg.CallbackSecret)
+			}
+			attrs := []any{"url", s.URL(), "database", redact.URL(cfg.DatabaseURL)}
+			if cfg.RedisURL != "" {
+				attrs = append(attrs, "redis", redact.URL(cfg.RedisURL))
+			}
+			if cfg.NATSURL != "" {
+				attrs = append(attrs, "nats", redact.URL(cfg.NATSURL))
+			}
+			logger.Info("orderly serving", attrs...)
 			<-ctx.Done()
 			logger.Info("shutting down")
 			return s.Close()
@@ -167,7 +315,7 @@ func migrateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.Root().Writer, "migrations applied to", cmd.String("database-url"))
+			fmt.Fprintln(cmd.Root().Writer, "migrations applied to", redact.URL(cmd.String("database-url")))
 			return db.Close()
 		},
 	}

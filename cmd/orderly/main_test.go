@@ -88,8 +88,9 @@ func TestSimulateCommand(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
 	}
-	want := []string{"cancelled", "clock", "closed", "duplicate_callbacks", "duration_s", "early_closes", "late_payments",
-		"lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded", "violations"}
+	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors",
+		"late_payments", "lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded", "rejected", "send_s",
+		"sent", "violations"}
 	got := make([]string, 0, len(out))
 	for k := range out {
 		got = append(got, k)
@@ -104,6 +105,19 @@ func TestSimulateCommand(t *testing.T) {
 	var lateness map[string]float64
 	if err := json.Unmarshal(out["lateness_ms"], &lateness); err != nil || len(lateness) != 4 {
 		t.Fatalf("lateness_ms %s: %v", out["lateness_ms"], err)
+	}
+	// The order requests reconcile: sent = created + Σ rejected + errors.
+	var res struct {
+		Sent, Created, Orders, Errors int
+		Rejected                      map[string]int
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	rejected := res.Rejected["out-of-stock"] + res.Rejected["coupon-unavailable"]
+	if res.Sent != 60 || res.Created != res.Orders || len(res.Rejected) != 2 || res.Created+rejected+res.Errors != res.Sent {
+		t.Fatalf("sent %d, created %d (orders %d), rejected %v, errors %d: want 60 = created + rejected + errors",
+			res.Sent, res.Created, res.Orders, res.Rejected, res.Errors)
 	}
 }
 

@@ -99,6 +99,9 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	if len(cfg.CallbackSecret) == 0 {
 		return nil, errors.New("a callback secret is required")
 	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cfg.Addr = cmp.Or(cfg.Addr, ":8080")
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, defaults.SweepInterval)
@@ -106,15 +109,6 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	if cfg.InstanceID == "" {
 		host, _ := os.Hostname()
 		cfg.InstanceID = fmt.Sprintf("%s:%d", cmp.Or(host, "orderly"), os.Getpid())
-	}
-	switch cfg.Timer {
-	case "", "db":
-	case "redis":
-		if cfg.RedisURL == "" {
-			return nil, errors.New("--timer redis needs --redis-url")
-		}
-	default:
-		return nil, fmt.Errorf("--timer must be db or redis, not %q", cfg.Timer)
 	}
 	s := &Server{cfg: cfg, Gateway: payment.NewSimGateway(), Metrics: telemetry.NewMetrics()}
 	defer func() {
@@ -251,6 +245,37 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	s.served = make(chan error, 1)
 	go func() { s.served <- s.http.Serve(s.listener) }()
 	return s, nil
+}
+
+// validate checks what OpenServer can check without opening anything, so that `serve`
+// refuses a bad command line before it generates or prints anything. Errors name the flag.
+func (cfg *ServerConfig) validate() error {
+	switch cfg.Timer {
+	case "", "db":
+	case "redis":
+		if cfg.RedisURL == "" {
+			return errors.New("--timer redis needs --redis-url")
+		}
+	default:
+		return fmt.Errorf("--timer must be db or redis, not %q", cfg.Timer)
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--payment-timeout", cfg.PaymentTimeout}, {"--grace-period", cfg.GracePeriod},
+		{"--sweep-interval", cfg.SweepInterval}, {"--deep-check-interval", cfg.DeepCheckInterval},
+		{"--inspection-hold", cfg.InspectionHold}, {"--timer-poll", cfg.TimerPoll},
+		{"--outbox-poll-interval", cfg.OutboxPollInterval}, {"--outbox-retention", cfg.OutboxRetention},
+	} {
+		if d.value < 0 {
+			return fmt.Errorf("%s must not be negative, got %s", d.flag, d.value)
+		}
+	}
+	if cfg.CloseBatchSize < 0 || cfg.DatabaseMaxConns < 0 || cfg.OutboxMaxAttempts < 0 {
+		return errors.New("--close-batch-size, --database-max-conns and --outbox-max-attempts must not be negative")
+	}
+	return nil
 }
 
 // URL returns the base URL the server listens on, e.g. "http://127.0.0.1:8080".

@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/simulate"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -35,6 +36,8 @@ func simulateCommand() *cli.Command {
 		Name:  "simulate",
 		Usage: "drive realistic traffic against a server and check every invariant",
 		Description: "Without --target and --database-url, starts an in-process server on a temporary SQLite database.\n" +
+			"simulate writes test orders into the database it runs on: it never reads ORDERLY_DATABASE_URL, and refuses a\n" +
+			"--database-url that already holds orders unless --allow-existing-data is given.\n" +
 			"With --database-url (or --instances, --kill-every), starts --instances `orderly serve` child processes\n" +
 			"on that database (PostgreSQL or MySQL for more than one; default: one on a temporary SQLite file),\n" +
 			"spreads the traffic over them and, with --kill-every, SIGKILLs and restarts one now and then.\n" +
@@ -42,7 +45,10 @@ func simulateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "target", Usage: "base URL of a running server (default: start one in process)", Sources: env("target")},
 			&cli.StringFlag{Name: "callback-secret", Usage: "the target's callback secret (required with --target)", Sources: env("callback-secret")},
-			&cli.StringFlag{Name: "database-url", Usage: "the target's database, to run the database checks too (optional with --target); without --target, the database of the child instances", Sources: env("database-url")},
+			// No ORDERLY_DATABASE_URL here: that variable names serve's database, which is not
+			// where test traffic belongs.
+			&cli.StringFlag{Name: "database-url", Usage: "the target's database, to run the database checks too (optional with --target); without --target, the database of the child instances, which must hold no orders (see --allow-existing-data); never read from ORDERLY_DATABASE_URL"},
+			&cli.BoolFlag{Name: "allow-existing-data", Usage: "run on a --database-url that already holds orders (simulate adds test orders, stock and coupons to it)"},
 			&cli.IntFlag{Name: "orders", Value: simulate.DefaultOrders, Usage: "number of orders"},
 			&cli.FloatFlag{Name: "rate", Value: 200, Usage: "orders per second"},
 			&cli.DurationFlag{Name: "payment-timeout", Value: simulate.DefaultPaymentTimeout, Usage: "each order's time to pay (whole seconds)"},
@@ -160,6 +166,21 @@ func simulateTarget(ctx context.Context, cmd *cli.Command, cfg simulate.Config) 
 	return report(cmd, res, nil)
 }
 
+// checkSimulationDatabase refuses (exit status 2) a database that already holds orders,
+// unless allowed: simulate's traffic would mix with them, and stay.
+func checkSimulationDatabase(ctx context.Context, url string, allow bool) error {
+	n, err := sqlstore.CountOrders(ctx, url)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	if n > 0 && !allow {
+		return cli.Exit(fmt.Sprintf("simulate: the database %s already holds %d orders, and simulate would add its test orders, "+
+			"stock and coupons to them; give it an empty database (or no --database-url: a temporary SQLite file), "+
+			"or --allow-existing-data", redact.URL(url), n), exitUsage)
+	}
+	return nil
+}
+
 // clusterRun is what a run on child instances adds to the result.
 type clusterRun struct {
 	instances int
@@ -186,7 +207,11 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 		cfg.CallbackSecret = []byte(newSecret())
 	}
 	dbURL := cmd.String("database-url")
-	if dbURL == "" {
+	if dbURL != "" {
+		if err := checkSimulationDatabase(ctx, dbURL, cmd.Bool("allow-existing-data")); err != nil {
+			return err
+		}
+	} else {
 		dir, err := os.MkdirTemp("", "orderly-simulate-db-*")
 		if err != nil {
 			return err
@@ -331,8 +356,7 @@ func verifyCommand() *cli.Command {
 					return err
 				}
 			} else {
-				fmt.Fprintf(out, "orders: %d %v\npayments: %d %v\noutbox: %v\nearly closes: %d, overdue: %d\n",
-					rep.Orders, rep.OrdersByState, rep.Payments, rep.PaymentsByState, rep.OutboxByState, rep.EarlyCloses, rep.Overdue)
+				writeVerifyReport(out, rep)
 				for _, v := range rep.Violations {
 					fmt.Fprintln(out, "violation:", v)
 				}

@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -70,7 +72,15 @@ var _ store.Store = (*DB)(nil)
 // Open opens (creating if needed) the database named by cfg.URL and applies pending
 // migrations. Errors: an unsupported URL (EINVALID), an unreachable database, a failed
 // migration.
+//
+// No error holds a credential of cfg.URL (drivers that quote the URL they were given are
+// redacted).
 func Open(ctx context.Context, cfg Config) (*DB, error) {
+	db, err := open(ctx, cfg)
+	return db, redact.Error(err, cfg.URL)
+}
+
+func open(ctx context.Context, cfg Config) (*DB, error) {
 	d, dsn, err := parseURL(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -106,7 +116,7 @@ func parseURL(raw string) (*dialect, string, error) {
 	case strings.HasPrefix(raw, "file:"):
 		return sqliteDialect, strings.TrimPrefix(raw, "file:"), nil
 	case strings.Contains(raw, "://"):
-		return nil, "", orderly.Errorf(orderly.EINVALID, "unsupported database URL %q: use a file path, sqlite:, postgres:// or mysql://", raw)
+		return nil, "", orderly.Errorf(orderly.EINVALID, "unsupported database URL %q: use a file path, sqlite:, postgres:// or mysql://", redact.URL(raw))
 	}
 	return sqliteDialect, raw, nil
 }
@@ -115,7 +125,11 @@ func parseURL(raw string) (*dialect, string, error) {
 func mysqlDSN(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", orderly.Errorf(orderly.EINVALID, "database URL: %v", err)
+		// A *url.Error quotes the whole URL, password included: keep only its cause.
+		if uerr := (*url.Error)(nil); errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return "", orderly.Errorf(orderly.EINVALID, "database URL %s: %v", redact.URL(raw), err)
 	}
 	c := mysql.NewConfig()
 	c.Net, c.Addr, c.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
@@ -141,9 +155,14 @@ func mysqlDSN(raw string) (string, error) {
 func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate bool) error {
 	if skipMigrate {
 		// Reading an existing database (verify, simulate --target): don't create one.
-		if _, err := os.Stat(path); err != nil {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return orderly.Errorf(orderly.EINVALID, "database file %s does not exist", path)
+		} else if err != nil {
 			return orderly.Errorf(orderly.EINVALID, "database file %s: %v", path, err)
 		}
+	}
+	if err := checkDir(path); err != nil {
+		return err
 	}
 	const pragmas = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
 	// The DSN is a SQLite URI filename: escape the characters it gives a meaning to, or a
@@ -158,6 +177,9 @@ func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate bool) err
 	writer.SetMaxIdleConns(1)
 	writer.SetConnMaxLifetime(0)
 	if err := writer.PingContext(ctx); err != nil {
+		if strings.Contains(err.Error(), "(14)") { // SQLITE_CANTOPEN
+			return fmt.Errorf("open sqlite %s: cannot create or open the file: check that directory %s is writable and the file readable (%w)", path, filepath.Dir(path), err)
+		}
 		return fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	if !skipMigrate {
@@ -174,6 +196,26 @@ func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate bool) err
 	}
 	db.rstmts, err = prepareAll(ctx, db.d, db.reader)
 	return err
+}
+
+// checkDir returns an EINVALID error naming the directory of a SQLite database file when it
+// does not exist or is not a directory: SQLite itself only says "unable to open database
+// file (14)".
+func checkDir(path string) error {
+	if path == ":memory:" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return orderly.Errorf(orderly.EINVALID, "database file %s: directory %s does not exist; create it or give another path", path, dir)
+	case err != nil:
+		return orderly.Errorf(orderly.EINVALID, "database file %s: directory %s: %v", path, dir, err)
+	case !fi.IsDir():
+		return orderly.Errorf(orderly.EINVALID, "database file %s: %s is not a directory", path, dir)
+	}
+	return nil
 }
 
 func (db *DB) openPool(ctx context.Context, dsn string, cfg Config) error {

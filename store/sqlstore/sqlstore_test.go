@@ -1,8 +1,11 @@
 package sqlstore_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +171,89 @@ func TestConcurrentMigrations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCountOrders: CountOrders sees 0 in a database without the schema (and creates
+// nothing: no SQLite file), 0 in a migrated empty one, and the orders of one that has some,
+// on every dialect.
+func TestCountOrders(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			var url string
+			if dialect == "sqlite" {
+				url = filepath.Join(t.TempDir(), "count.db")
+			} else {
+				url = testdb.Fresh(t, testdb.URL(t, dialect))
+			}
+			count := func(when string, want int64) {
+				t.Helper()
+				if n, err := sqlstore.CountOrders(ctx, url); err != nil || n != want {
+					t.Fatalf("%s: CountOrders = %d, %v; want %d", when, n, err, want)
+				}
+			}
+			count("before the schema", 0)
+			if dialect == "sqlite" {
+				if _, err := os.Stat(url); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("CountOrders created %s (stat: %v)", url, err)
+				}
+			}
+			db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			count("migrated", 0)
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			err = db.InTx(ctx, func(tx store.Tx) error {
+				return tx.OrderInsert(ctx, &store.OrderInsertParams{Order: &orderly.Order{
+					ID: "o-count", UserID: "u", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment,
+					PayStatus: orderly.PayUnpaid, Items: []orderly.Item{{SKU: "s", Quantity: 1, UnitPrice: 100}},
+					Amount: 100, Currency: "EUR", CreatedAt: now, ExpiresAt: now.Add(time.Minute), CloseAt: now.Add(time.Minute),
+					Version: 1,
+				}})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			count("with one order", 1)
+		})
+	}
+	if _, err := sqlstore.CountOrders(t.Context(), "redis://:secret@localhost"); orderly.ErrorCode(err) != orderly.EINVALID || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("CountOrders(redis URL with a password) = %v, want EINVALID without the password", err)
+	}
+}
+
+// TestOpenErrors: errors of Open name what to fix (the missing directory of a SQLite file)
+// and never hold the password of the URL, whatever the driver quotes.
+func TestOpenErrors(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
+	for _, tc := range []struct {
+		url      string
+		skip     bool // with SkipMigrate
+		wantCode string
+		want     string
+	}{
+		{filepath.Join(missing, "o.db"), false, orderly.EINVALID, "directory " + missing + " does not exist"},
+		{filepath.Join(missing, "o.db"), true, orderly.EINVALID, "database file " + filepath.Join(missing, "o.db") + " does not exist"},
+		{"postgres://u:secret@127.0.0.1:badport/x", false, orderly.EINTERNAL, "postgres://u:xxxxx@127.0.0.1:badport/x"},
+		{"mysql://u:secret@127.0.0.1:badport/x", false, orderly.EINVALID, "mysql://xxxxx@127.0.0.1:badport/x"},
+		{"mysql://u:secret@127.0.0.1:1/x", false, orderly.EINTERNAL, "connection refused"},
+		{"postgres://u:secret@127.0.0.1:1/x?connect_timeout=5", false, orderly.EINTERNAL, "connect"},
+		{"nats://u:secret@127.0.0.1:1", false, orderly.EINVALID, "nats://u:xxxxx@127.0.0.1:1"},
+	} {
+		db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: tc.url, SkipMigrate: tc.skip})
+		if err == nil {
+			_ = db.Close()
+			t.Errorf("Open(%q) succeeded", tc.url)
+			continue
+		}
+		if got := orderly.ErrorCode(err); got != tc.wantCode || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("Open(%q) = %v (code %s), want code %s and %q, no password", tc.url, err, got, tc.wantCode, tc.want)
+		}
 	}
 }

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/testdb"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/verify"
+)
+
+// runCLI runs the program as main does and returns its exit status and output.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(t.Context(), append([]string{"orderly"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestCommandLineErrors: a command line the program does not take, or a command that
+// fails, prints one line on stderr, "orderly: <message>", nothing on stdout (no help, no
+// secret), and exits 2 for a usage error, 1 for a failure.
+func TestCommandLineErrors(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
+	for _, tc := range []struct {
+		args     []string
+		wantCode int
+		want     string // the whole stderr, without "orderly: " and the newline
+	}{
+		{[]string{"serve", "--databse-url", "x.db"}, 2, "unknown flag --databse-url (did you mean --database-url?); see 'orderly serve --help'"},
+		{[]string{"simulate", "--ordres", "10"}, 2, "unknown flag --ordres (did you mean --orders?); see 'orderly simulate --help'"},
+		{[]string{"verify", "--frobnicate"}, 2, "unknown flag --frobnicate; see 'orderly verify --help'"},
+		{[]string{"--log-levl", "debug", "serve"}, 2, "unknown flag --log-levl (did you mean --log-level?); see 'orderly --help'"},
+		{[]string{"serv"}, 2, `unknown command "serv" (did you mean serve?); see 'orderly --help'`},
+		{[]string{"simulate", "--orders", "many"}, 2, `invalid value "many" for --orders: parsing "many": invalid syntax; see 'orderly simulate --help'`},
+		{[]string{"serve", "--payment-timeout", "5"}, 2, `invalid value "5" for --payment-timeout: time: missing unit in duration "5"; see 'orderly serve --help'`},
+		// Flags are validated before a callback secret is generated or printed.
+		{[]string{"serve", "--timer", "redis"}, 2, "--timer redis needs --redis-url"},
+		{[]string{"serve", "--timer", "cron"}, 2, `--timer must be db or redis, not "cron"`},
+		{[]string{"serve", "--grace-period", "-1s"}, 2, "--grace-period must not be negative, got -1s"},
+		// A SQLite file in a missing directory: the directory is named, once, and no
+		// secret was printed for a server that never ran.
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--database-url", filepath.Join(missing, "o.db")}, 1,
+			"database file " + filepath.Join(missing, "o.db") + ": directory " + missing + " does not exist; create it or give another path"},
+		{[]string{"migrate", "--database-url", filepath.Join(missing, "o.db")}, 1,
+			"database file " + filepath.Join(missing, "o.db") + ": directory " + missing + " does not exist; create it or give another path"},
+		{[]string{"verify", "--database-url", filepath.Join(missing, "o.db")}, 1,
+			"database file " + filepath.Join(missing, "o.db") + " does not exist"},
+	} {
+		code, stdout, stderr := runCLI(t, tc.args...)
+		if code != tc.wantCode || stderr != "orderly: "+tc.want+"\n" || stdout != "" {
+			t.Errorf("orderly %s: exit %d, stdout %q, stderr %q\nwant exit %d, no stdout, stderr %q",
+				strings.Join(tc.args, " "), code, stdout, stderr, tc.wantCode, "orderly: "+tc.want+"\n")
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runCLI(t, "--version")
+	want := version(debug.ReadBuildInfo())
+	if code != 0 || stdout != "orderly version "+want+"\n" || stderr != "" || !strings.Contains(want, "go1.") {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	rev := []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}
+	for _, tc := range []struct {
+		info *debug.BuildInfo
+		want string
+	}{
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.4.0"}}, "v1.4.0 (go1.26.8)"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: rev},
+			"(devel) (revision 0123456789ab-modified, go1.26.8)"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.0.0-20261130164209-0123456789ab+dirty"}, Settings: rev},
+			"v0.0.0-20261130164209-0123456789ab+dirty (go1.26.8)"},
+	} {
+		if got := version(tc.info, true); got != tc.want {
+			t.Errorf("version(%+v) = %q, want %q", tc.info.Main, got, tc.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use that signals when it first holds
+// a string.
+type syncBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func newSyncBuffer(want string) *syncBuffer {
+	return &syncBuffer{want: want, seen: make(chan struct{})}
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.buf.Write(p)
+	if b.want != "" && strings.Contains(b.buf.String(), b.want) {
+		b.want = ""
+		close(b.seen)
+	}
+	return n, err
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestCredentialsRedacted: no command prints or logs a password or token of a database,
+// Redis or NATS URL, whether it succeeds or fails.
+func TestCredentialsRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-pw"
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"serve", "--addr", "127.0.0.1:0", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=5"},
+		{"serve", "--addr", "127.0.0.1:0", "--database-url", "mysql://u:" + secret + "@127.0.0.1:1/x"},
+		{"serve", "--addr", "127.0.0.1:0", "--database-url", "postgres://u:" + secret + "@127.0.0.1:port/x"},
+		{"serve", "--addr", "127.0.0.1:0", "--database-url", "redis://:" + secret + "@127.0.0.1:1/0"},
+		{"serve", "--addr", "127.0.0.1:0", "--database-url", filepath.Join(dir, "a.db"), "--timer", "redis", "--redis-url", "redis://:" + secret + "@127.0.0.1:1/0"},
+		{"serve", "--addr", "127.0.0.1:0", "--database-url", filepath.Join(dir, "b.db"), "--nats-url", "nats://" + secret + "@127.0.0.1:1"},
+		{"migrate", "--database-url", "mysql://u:" + secret + "@127.0.0.1:1/x"},
+		{"verify", "--database-url", "postgres://u:" + secret + "@127.0.0.1:1/x?connect_timeout=5"},
+		{"simulate", "--database-url", "mysql://u:" + secret + "@127.0.0.1:1/x"},
+		{"simulate", "--target", "http://127.0.0.1:1", "--callback-secret", "s", "--database-url", "mysql://u:" + secret + "@127.0.0.1:1/x"},
+	} {
+		code, stdout, stderr := runCLI(t, args...)
+		if code == 0 || strings.Contains(stdout+stderr, secret) || !strings.HasPrefix(stderr, "orderly: ") {
+			t.Errorf("orderly %s: exit %d, output holds the secret or no error:\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+		}
+	}
+}
+
+// TestCredentialsRedactedInLogs runs migrate and serve (text and JSON logs) on PostgreSQL
+// with a password in the URL (the test server trusts, so any password works): the
+// password is in no output.
+func TestCredentialsRedactedInLogs(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testdb.Fresh(t, testdb.URL(t, "postgres")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "s3cr3t-pw"
+	u.User = url.UserPassword(u.User.Username(), secret)
+	dbURL := u.String()
+	code, stdout, stderr := runCLI(t, "migrate", "--database-url", dbURL)
+	if code != 0 || strings.Contains(stdout+stderr, secret) || !strings.Contains(stdout, "migrations applied to postgres://"+u.User.Username()+":xxxxx@") {
+		t.Errorf("migrate: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	for _, format := range []string{"text", "json"} {
+		ctx, cancel := context.WithCancel(t.Context())
+		var stdout bytes.Buffer
+		stderr := newSyncBuffer("orderly serving")
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, []string{"orderly", "--log-format", format, "serve", "--addr", "127.0.0.1:0", "--database-url", dbURL,
+				"--redis-url", "redis://:" + secret + "@127.0.0.1:6379/0", "--callback-secret", "cb"}, &stdout, stderr)
+		}()
+		select {
+		case <-stderr.seen:
+		case code := <-done:
+			cancel()
+			t.Fatalf("serve (%s logs) exited %d before serving:\n%s", format, code, stderr.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("serve (%s logs) did not log that it serves within 30 s:\n%s", format, stderr.String())
+		}
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve (%s logs) exited %d", format, code)
+		}
+		logs := stderr.String()
+		wantDB := fmt.Sprintf("postgres://%s:xxxxx@", u.User.Username())
+		if strings.Contains(logs+stdout.String(), secret) || !strings.Contains(logs, wantDB) {
+			t.Errorf("serve (%s logs): want the database as %s…, and no password:\n%s", format, wantDB, logs)
+		}
+	}
+}
+
+// createOrderIn makes a SQLite database at path holding one order.
+func createOrderIn(t *testing.T, path string) {
+	t.Helper()
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	err = db.InTx(t.Context(), func(tx store.Tx) error {
+		return tx.OrderInsert(t.Context(), &store.OrderInsertParams{Order: &orderly.Order{
+			ID: "users-order", UserID: "u", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment,
+			PayStatus: orderly.PayUnpaid, Items: []orderly.Item{{SKU: "s", Quantity: 1, UnitPrice: 100}},
+			Amount: 100, Currency: "EUR", CreatedAt: now, ExpiresAt: now.Add(time.Hour), CloseAt: now.Add(time.Hour), Version: 1,
+		}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func orderCount(t *testing.T, url string) int64 {
+	t.Helper()
+	n, err := sqlstore.CountOrders(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSimulateLeavesUsersDatabase: simulate never reads ORDERLY_DATABASE_URL (serve's
+// variable), refuses a --database-url that holds orders unless --allow-existing-data, and
+// its instances inherit no ORDERLY_* variable.
+func TestSimulateLeavesUsersDatabase(t *testing.T) {
+	users := filepath.Join(t.TempDir(), "shop.db")
+	createOrderIn(t, users)
+	t.Setenv("ORDERLY_DATABASE_URL", users) // as the README has users set it for serve
+
+	code, stdout, stderr := runCLI(t, "simulate", "--orders", "20", "--rate", "100", "--payment-timeout", "1s", "--json")
+	if code != 0 || !strings.Contains(stdout, `"created"`) {
+		t.Fatalf("simulate with ORDERLY_DATABASE_URL set: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if n := orderCount(t, users); n != 1 {
+		t.Fatalf("simulate wrote into ORDERLY_DATABASE_URL's database: %d orders, want 1", n)
+	}
+
+	code, stdout, stderr = runCLI(t, "simulate", "--database-url", users, "--orders", "20")
+	want := "orderly: simulate: the database " + users + " already holds 1 orders"
+	if code != 2 || stdout != "" || !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "--allow-existing-data") {
+		t.Fatalf("simulate --database-url <a database with orders>: exit %d, stdout %q, stderr %q; want exit 2 and %q…", code, stdout, stderr, want)
+	}
+	if n := orderCount(t, users); n != 1 {
+		t.Fatalf("refused, but the database has %d orders, want 1", n)
+	}
+	if err := checkSimulationDatabase(t.Context(), users, true); err != nil {
+		t.Errorf("with --allow-existing-data: %v", err)
+	}
+	if err := checkSimulationDatabase(t.Context(), filepath.Join(t.TempDir(), "new.db"), false); err != nil {
+		t.Errorf("a database that does not exist yet: %v", err)
+	}
+
+	env := instanceEnv([]string{"PATH=/bin", "ORDERLY_DATABASE_URL=shop.db", "ORDERLY_NATS_URL=nats://prod", "TMPDIR=/tmp", "ORDERLY_TIMER=redis"})
+	if got := strings.Join(env, " "); got != "PATH=/bin TMPDIR=/tmp" {
+		t.Errorf("instance environment %q, want no ORDERLY_* variable", got)
+	}
+}
+
+func TestVerifyReport(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	writeVerifyReport(&b, &verify.Report{
+		Orders: 13, OrdersByState: map[string]int64{"paid": 1, "closed": 12},
+		OrdersByPayStatus:   map[string]int64{"unpaid": 12, "paid": 1},
+		OrdersByCloseReason: map[string]int64{"payment_timeout": 10, "buyer_cancelled": 2},
+		Payments:            3, PaymentsByState: map[string]int64{"succeeded": 1, "refunded": 2},
+		OutboxByState: map[string]int64{"delivered": 30, "pending": 3}, EarlyCloses: 0, Overdue: 1,
+	})
+	want := `orders          13  closed=12 paid=1
+  pay status        paid=1 unpaid=12
+  close reason      buyer_cancelled=2 payment_timeout=10
+payments         3  refunded=2 succeeded=1
+outbox          33  delivered=30 pending=3
+early closes     0
+overdue          1
+`
+	if b.String() != want {
+		t.Errorf("verify report\n got:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	// The command prints the same table for a database at rest.
+	path := filepath.Join(t.TempDir(), "v.db")
+	if code, _, stderr := runCLI(t, "migrate", "--database-url", path); code != 0 {
+		t.Fatalf("migrate: %s", stderr)
+	}
+	code, stdout, stderr := runCLI(t, "verify", "--database-url", path)
+	if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "orders           0\n") || strings.Contains(stdout, "map[") ||
+		!strings.HasSuffix(stdout, "all invariants hold\n") {
+		t.Errorf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
