@@ -2,8 +2,14 @@
 // written in the same transaction as a state change are claimed in batches, delivered to
 // the handler of their topic, retried with capped exponential backoff and jitter, and moved
 // to dead with their last error after MaxAttempts, where an admin can re-drive them (I7).
-// A failing message never blocks the others: each message's local effects run in their own
-// savepoint of the batch transaction.
+//
+// The messages of one key (an order's events and releases, say) are delivered in the order
+// they were written: the store never claims a message while an earlier one of its key is
+// pending, and within a batch, once a message fails, the later messages of its key are put
+// back unattempted. Other keys are not held up: each message's local effects run in their
+// own savepoint of the batch transaction. A dead message does not hold its key (a message
+// that keeps failing never blocks the others): the later ones proceed, and a re-driven dead
+// message is delivered after them, its event sequence telling consumers it is older.
 package outbox
 
 import (
@@ -155,10 +161,44 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 // calls of the batch used up half of its lease.
 var errLeaseSpent = errors.New("not attempted: earlier calls of the batch used half of its lease")
 
+// errHeld marks a message not delivered because an earlier message of its key in the
+// batch was not delivered: it must wait for it.
+var errHeld = errors.New("not attempted: an earlier message of its key is not delivered yet")
+
+// errRedo makes apply run again without the messages it has just held back.
+var errRedo = errors.New("apply again")
+
 // outcome is what happened to one message in a batch.
 type outcome struct {
-	msg *orderly.Message
-	err error
+	msg    *orderly.Message
+	err    error
+	called bool // Handler.Call ran (or started)
+}
+
+// unattempted reports whether the message was put back without an attempt of its own: it
+// goes back untouched (no attempt counted, due at once, never dead).
+func (o *outcome) unattempted() bool {
+	return !o.called && (errors.Is(o.err, errLeaseSpent) || errors.Is(o.err, errHeld))
+}
+
+// holdKeys marks errHeld every message that follows a failed message of its key (results
+// are in id order). It reports whether one of those had already been applied.
+func (r *Relay) holdKeys(results []outcome) (appliedHeld bool) {
+	failed := map[string]bool{}
+	for i := range results {
+		res := &results[i]
+		if res.err != nil {
+			failed[res.msg.Key] = true
+			continue
+		}
+		if failed[res.msg.Key] {
+			res.err = errHeld
+			if h, _ := r.handler(res.msg.Topic); h.Apply != nil {
+				appliedHeld = true
+			}
+		}
+	}
+	return appliedHeld
 }
 
 // RunOnce claims one batch of due messages and delivers it: Call outside any transaction,
@@ -181,19 +221,28 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	// External calls must end well within the lease, or another relay would claim the same
 	// messages while this one still calls: past half the lease, the rest of the batch is
 	// put back for a later attempt (a hanging broker costs one batch, not the relay).
+	// Messages come in id order; once one fails, the later ones of its key wait for it.
 	callsUntil := time.Now().Add(r.cfg.Lease / 2)
 	results := make([]outcome, len(msgs))
+	failedKeys := map[string]bool{}
 	for i, m := range msgs {
-		results[i].msg = m
+		res := &results[i]
+		res.msg = m
 		h, ok := r.handler(m.Topic)
 		switch {
+		case failedKeys[m.Key]:
+			res.err = errHeld
 		case !ok:
-			results[i].err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
+			res.err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
 		case h.Call == nil:
 		case time.Now().After(callsUntil):
-			results[i].err = errLeaseSpent
+			res.err = errLeaseSpent
 		default:
-			results[i].err = r.call(ctx, h, m)
+			res.called = true
+			res.err = r.call(ctx, h, m)
+		}
+		if res.err != nil {
+			failedKeys[m.Key] = true
 		}
 	}
 
@@ -202,33 +251,64 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		if err := r.apply(ctx, tx, results); err != nil {
-			return err
+		// Apply; when a message fails there, the later messages of its key must not take
+		// effect before it: roll the applies back and run them again without those.
+		for {
+			err := tx.Savepoint(ctx, func() error {
+				if err := r.apply(ctx, tx, results); err != nil {
+					return err
+				}
+				if r.holdKeys(results) {
+					return errRedo
+				}
+				return nil
+			})
+			if !errors.Is(err, errRedo) {
+				if err != nil {
+					return err
+				}
+				break
+			}
 		}
 		var delivered []int64
-		for _, res := range results {
-			if res.err == nil {
+		for i := range results {
+			res := &results[i]
+			switch {
+			case res.err == nil:
 				delivered = append(delivered, res.msg.ID)
 				continue
+			case res.unattempted():
+				continue
 			}
-			dead := IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts
+			held := errors.Is(res.err, errHeld) // called, but held back by an earlier failure
+			next := now.Add(r.backoff(res.msg.Attempts))
+			if held {
+				next = now
+			}
 			if err := tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{
-				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: dead,
-				NextAttemptAt: now.Add(r.backoff(res.msg.Attempts)),
+				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: !held && r.dead(res),
+				NextAttemptAt: next,
 			}); err != nil {
 				return err
 			}
+		}
+		if err := r.unclaim(ctx, tx, results, now); err != nil {
+			return err
 		}
 		return tx.OutboxMarkDelivered(ctx, delivered, now)
 	})
 	if err != nil {
 		return len(msgs), fmt.Errorf("outbox batch of %d: %w", len(msgs), err)
 	}
-	for _, res := range results {
+	for i := range results {
+		res := &results[i]
 		switch {
 		case res.err == nil:
 			r.cfg.Metrics.OutboxDelivered.WithLabelValues(res.msg.Topic).Inc()
-		case IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts:
+		case errors.Is(res.err, errHeld) || res.unattempted():
+			r.cfg.Logger.Debug("outbox message put back", "message_id", res.msg.ID, "topic", res.msg.Topic,
+				"key", res.msg.Key, "reason", res.err)
+		case r.dead(res):
 			r.cfg.Metrics.OutboxDead.WithLabelValues(res.msg.Topic).Inc()
 			r.cfg.Logger.Error("outbox message dead", "message_id", res.msg.ID, "topic", res.msg.Topic,
 				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
@@ -239,6 +319,27 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return len(msgs), nil
+}
+
+// dead reports whether a failed message goes dead rather than back to pending.
+func (r *Relay) dead(res *outcome) bool {
+	return IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts
+}
+
+// unclaim puts the unattempted messages back, each group with its reason.
+func (r *Relay) unclaim(ctx context.Context, tx store.Tx, results []outcome, now time.Time) error {
+	byReason := map[error][]int64{}
+	for i := range results {
+		if res := &results[i]; res.unattempted() {
+			byReason[res.err] = append(byReason[res.err], res.msg.ID)
+		}
+	}
+	for _, reason := range []error{errLeaseSpent, errHeld} {
+		if err := tx.OutboxUnclaim(ctx, byReason[reason], now, reason.Error()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // apply runs the Apply of each topic on the messages whose Call succeeded: all of a topic's

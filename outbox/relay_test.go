@@ -19,13 +19,20 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// insert writes n messages of topic, with keys "<topic>/0" … "<topic>/<n-1>".
 func insert(t *testing.T, e *enginetest.Env, topic string, n int) {
+	t.Helper()
+	insertKeys(t, e, topic, n, func(i int) string { return fmt.Sprintf("%s/%d", topic, i) })
+}
+
+// insertKeys writes n messages of topic in one transaction, message i with key key(i).
+func insertKeys(t *testing.T, e *enginetest.Env, topic string, n int, key func(i int) string) {
 	t.Helper()
 	ctx := context.Background()
 	err := e.Store.InTx(ctx, func(tx store.Tx) error {
 		var msgs []*store.OutboxInsertParams
 		for i := range n {
-			m, err := outbox.NewMessage(topic, fmt.Sprint(i), map[string]int{"n": i}, e.Clock.Now())
+			m, err := outbox.NewMessage(topic, key(i), map[string]int{"n": i}, e.Clock.Now())
 			if err != nil {
 				return err
 			}
@@ -75,7 +82,7 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	}})
 	insert(t, e, "test.ok", 3)
 	insert(t, e, "test.poison", 1)
-	insert(t, e, "test.ok", 2)
+	insertKeys(t, e, "test.ok", 2, func(i int) string { return fmt.Sprintf("test.ok/%d", 3+i) })
 
 	var lastNext time.Time
 	for attempt := 1; attempt <= 4; attempt++ {
@@ -111,7 +118,7 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	if _, err := e.Orders.Stock(ctx, "poison-effect"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
 		t.Fatalf("the poison's own write was not rolled back: %v", err)
 	}
-	if _, err := e.Orders.Stock(ctx, "effect-2"); err != nil {
+	if _, err := e.Orders.Stock(ctx, "effect-test.ok/4"); err != nil {
 		t.Fatalf("an ok message's effect is missing: %v", err)
 	}
 
@@ -149,7 +156,7 @@ func TestOneBadMessageInABatch(t *testing.T) {
 				if _, err := tx.StockSet(ctx, "effect-"+m.Key, 1); err != nil {
 					return err
 				}
-				if m.Key == "3" {
+				if m.Key == "test.mixed/3" {
 					return errors.New("message 3 is bad")
 				}
 			}
@@ -166,11 +173,11 @@ func TestOneBadMessageInABatch(t *testing.T) {
 	if d := list(t, e, orderly.MessageDelivered); len(d) != 5 {
 		t.Fatalf("%d delivered, want 5", len(d))
 	}
-	if p := list(t, e, orderly.MessagePending); len(p) != 1 || p[0].Key != "3" || p[0].LastError != "message 3 is bad" {
+	if p := list(t, e, orderly.MessagePending); len(p) != 1 || p[0].Key != "test.mixed/3" || p[0].LastError != "message 3 is bad" {
 		t.Fatalf("pending %+v, want message 3 with its error", p)
 	}
 	for key, want := range map[string]bool{"0": true, "2": true, "3": false, "5": true} {
-		_, err := e.Orders.Stock(ctx, "effect-"+key)
+		_, err := e.Orders.Stock(ctx, "effect-test.mixed/"+key)
 		if got := err == nil; got != want {
 			t.Errorf("effect of message %s present = %v, want %v", key, got, want)
 		}
