@@ -172,7 +172,8 @@ var errRedo = errors.New("apply again")
 type outcome struct {
 	msg    *orderly.Message
 	err    error
-	called bool // Handler.Call ran (or started)
+	called bool      // Handler.Call ran (or started)
+	next   time.Time // when a message not delivered is due again
 }
 
 // unattempted reports whether the message was put back without an attempt of its own: it
@@ -270,29 +271,38 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 				break
 			}
 		}
+		// A held message is due again when the failed message of its key is: then both are
+		// due together and claimed together, in order.
 		var delivered []int64
+		retryAt := map[string]time.Time{} // per key, when its first failed message is due again
 		for i := range results {
 			res := &results[i]
 			switch {
 			case res.err == nil:
 				delivered = append(delivered, res.msg.ID)
 				continue
-			case res.unattempted():
+			case errors.Is(res.err, errHeld):
+				res.next = retryAt[res.msg.Key]
+			case res.unattempted() || r.dead(res):
+				res.next = now
+			default:
+				res.next = now.Add(r.backoff(res.msg.Attempts))
+			}
+			if _, ok := retryAt[res.msg.Key]; !ok {
+				retryAt[res.msg.Key] = res.next
+			}
+			if res.unattempted() {
 				continue
 			}
-			held := errors.Is(res.err, errHeld) // called, but held back by an earlier failure
-			next := now.Add(r.backoff(res.msg.Attempts))
-			if held {
-				next = now
-			}
+			held := errors.Is(res.err, errHeld) // called, but held back by an earlier failure: never dead
 			if err := tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{
 				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: !held && r.dead(res),
-				NextAttemptAt: next,
+				NextAttemptAt: res.next,
 			}); err != nil {
 				return err
 			}
 		}
-		if err := r.unclaim(ctx, tx, results, now); err != nil {
+		if err := r.unclaim(ctx, tx, results); err != nil {
 			return err
 		}
 		return tx.OutboxMarkDelivered(ctx, delivered, now)
@@ -326,16 +336,25 @@ func (r *Relay) dead(res *outcome) bool {
 	return IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts
 }
 
-// unclaim puts the unattempted messages back, each group with its reason.
-func (r *Relay) unclaim(ctx context.Context, tx store.Tx, results []outcome, now time.Time) error {
-	byReason := map[error][]int64{}
+// unclaim puts the unattempted messages back, with their reason, due at their next time.
+func (r *Relay) unclaim(ctx context.Context, tx store.Tx, results []outcome) error {
+	type group struct {
+		reason error
+		at     time.Time
+	}
+	var groups []group
+	ids := map[group][]int64{}
 	for i := range results {
 		if res := &results[i]; res.unattempted() {
-			byReason[res.err] = append(byReason[res.err], res.msg.ID)
+			g := group{res.err, res.next}
+			if ids[g] == nil {
+				groups = append(groups, g)
+			}
+			ids[g] = append(ids[g], res.msg.ID)
 		}
 	}
-	for _, reason := range []error{errLeaseSpent, errHeld} {
-		if err := tx.OutboxUnclaim(ctx, byReason[reason], now, reason.Error()); err != nil {
+	for _, g := range groups {
+		if err := tx.OutboxUnclaim(ctx, ids[g], g.at, g.reason.Error()); err != nil {
 			return err
 		}
 	}

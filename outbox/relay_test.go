@@ -337,3 +337,96 @@ func TestHangingCallsGiveBackTheBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyOrder: when a message fails, the later messages of its key wait, unattempted, until
+// it is delivered, while other keys go on; a failure in Apply holds them back too, and
+// their local effects are rolled back. Then they are delivered in order.
+func TestKeyOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var (
+		calls      []string // "key/n" in call order
+		applyFails atomic.Bool
+	)
+	applyFails.Store(true)
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{
+		"test.publish": {Call: func(ctx context.Context, m *orderly.Message) error {
+			var p struct{ N int }
+			if err := outbox.Decode(m, &p); err != nil {
+				return err
+			}
+			calls = append(calls, fmt.Sprintf("%s/%d", m.Key, p.N))
+			if m.Key == "order-1" && p.N == 0 && m.Attempts == 1 {
+				return errors.New("broker unreachable")
+			}
+			return nil
+		}},
+		"test.local-fails": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			if applyFails.Load() {
+				return errors.New("local effect failed")
+			}
+			return nil
+		}},
+		"test.local": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			for _, m := range msgs {
+				if _, err := tx.StockSet(ctx, "effect-"+m.Key, 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}})
+	// order-1: an event that fails once, then one that must wait for it. order-2: goes on.
+	// order-3: a local effect that fails, then one whose effect must wait for it.
+	insertKeys(t, e, "test.publish", 2, func(int) string { return "order-1" })
+	insertKeys(t, e, "test.publish", 1, func(int) string { return "order-2" })
+	insertKeys(t, e, "test.local-fails", 1, func(int) string { return "order-3" })
+	insertKeys(t, e, "test.local", 1, func(int) string { return "order-3" })
+	insertKeys(t, e, "test.local", 1, func(int) string { return "order-4" })
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"order-1/0", "order-2/0"}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v (order-1/1 waits for order-1/0)", calls, want)
+	}
+	state := func() string {
+		var b strings.Builder
+		for _, st := range []string{orderly.MessagePending, orderly.MessageDelivered} {
+			for _, m := range list(t, e, st) {
+				fmt.Fprintf(&b, "%s %s %s attempts=%d error=%q\n", m.Key, m.Topic, m.State, m.Attempts, m.LastError)
+			}
+		}
+		return b.String()
+	}
+	want := `order-1 test.publish pending attempts=1 error="broker unreachable"
+order-1 test.publish pending attempts=0 error="not attempted: an earlier message of its key is not delivered yet"
+order-3 test.local-fails pending attempts=1 error="local effect failed"
+order-3 test.local pending attempts=0 error="not attempted: an earlier message of its key is not delivered yet"
+order-2 test.publish delivered attempts=1 error=""
+order-4 test.local delivered attempts=1 error=""
+`
+	if got := state(); got != want {
+		t.Fatalf("after the first pass:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := e.Orders.Stock(ctx, "effect-order-3"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("order-3's second message took effect before its first: %v", err)
+	}
+	if _, err := e.Orders.Stock(ctx, "effect-order-4"); err != nil {
+		t.Fatalf("order-4's effect is missing: %v", err)
+	}
+
+	applyFails.Store(false)
+	e.Clock.Advance(2 * time.Second) // past the first retry's backoff (1 s ± 50 %)
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"order-1/0", "order-2/0", "order-1/0", "order-1/1"}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", calls, want)
+	}
+	if p := list(t, e, orderly.MessagePending); len(p) != 0 {
+		t.Fatalf("pending after the retry: %s", state())
+	}
+	if _, err := e.Orders.Stock(ctx, "effect-order-3"); err != nil {
+		t.Fatalf("order-3's effect is missing: %v", err)
+	}
+}

@@ -41,7 +41,13 @@ var (
 			WHERE state = 'pending' AND next_attempt_at <= ? AND NOT EXISTS (
 				SELECT 1 FROM outbox AS e` + d.forceIndex("outbox_key_id") + ` WHERE e.message_key = outbox.message_key
 				AND e.state = 'pending' AND e.id < outbox.id AND e.next_attempt_at > outbox.next_attempt_at)
-			ORDER BY next_attempt_at, id LIMIT ?` + d.skipLocked
+			ORDER BY next_attempt_at, id LIMIT ?` + d.outboxDueLock()
+	})
+	// qOutboxLockDue locks, skipping rows other relays hold, the messages of an id list that
+	// are still due: MySQL's second step of qOutboxDue (see outboxDueLock).
+	qOutboxLockDue = newQuery(func(d *dialect) string {
+		return d.selectByIDs("outbox.id, outbox.message_key", "outbox", "id", d.intIDs,
+			`outbox.state = 'pending' AND outbox.next_attempt_at <= ?`, ` ORDER BY outbox.next_attempt_at, outbox.id`+d.skipLocked)
 	})
 	// qOutboxPendingOfKeys lists the pending messages of a list of keys.
 	qOutboxPendingOfKeys = newQuery(func(d *dialect) string {
@@ -223,6 +229,16 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 	return msgs, nil
 }
 
+// outboxDueLock is the locking clause of qOutboxDue. MariaDB's locking reads also lock
+// (and skip) the rows its NOT EXISTS subquery reads, which deadlocks concurrent claims: on
+// MySQL qOutboxDue is a plain read, and qOutboxLockDue then locks what it found.
+func (d *dialect) outboxDueLock() string {
+	if d == mysqlDialect {
+		return ""
+	}
+	return d.skipLocked
+}
+
 // claimableMessageIDs selects (and locks, skipping rows other relays hold) the due messages
 // of qOutboxDue, then drops those with an earlier pending message of their key that is not
 // among them: one skipped because another relay is claiming it, or one that qOutboxDue
@@ -231,6 +247,15 @@ func (t *tx) claimableMessageIDs(ctx context.Context, p *store.OutboxClaimParams
 	due, err := t.keyedIDs(ctx, qOutboxDue, ms(p.Now), p.Limit)
 	if err != nil || len(due) == 0 {
 		return nil, err
+	}
+	if t.db.d == mysqlDialect {
+		ids := make([]int64, len(due))
+		for i, m := range due {
+			ids[i] = m.id
+		}
+		if due, err = t.keyedIDs(ctx, qOutboxLockDue, jsonList(ids), ms(p.Now)); err != nil || len(due) == 0 {
+			return nil, err
+		}
 	}
 	selected := make(map[int64]bool, len(due))
 	keySet := map[string]bool{}
@@ -264,8 +289,8 @@ type keyedID struct {
 	key string
 }
 
-// keyedIDs runs a query that yields (id, message_key) or (message_key, id) rows: q is
-// qOutboxDue (id first) or qOutboxPendingOfKeys (key first).
+// keyedIDs runs a query that yields (id, message_key) rows, or (message_key, id) rows for
+// qOutboxPendingOfKeys.
 func (t *tx) keyedIDs(ctx context.Context, q *query, args ...any) ([]keyedID, error) {
 	rows, err := t.query(ctx, q, args...)
 	if err != nil {
@@ -275,7 +300,7 @@ func (t *tx) keyedIDs(ctx context.Context, q *query, args ...any) ([]keyedID, er
 	var out []keyedID
 	for rows.Next() {
 		var m keyedID
-		if q == qOutboxDue {
+		if q != qOutboxPendingOfKeys {
 			err = rows.Scan(&m.id, &m.key)
 		} else {
 			err = rows.Scan(&m.key, &m.id)
