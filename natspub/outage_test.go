@@ -171,7 +171,7 @@ func TestOutage(t *testing.T) {
 		t.Errorf("m1 published again after the restart was stored again: %+v", ack)
 	}
 	got := readAll(t, b.js, b.cfg.Stream, 2)
-	if got[0].MsgID != "1" || got[1].MsgID != "2" {
-		t.Fatalf("msg ids %q, %q; want 1, 2", got[0].MsgID, got[1].MsgID)
+	if got[0].MsgID != m1.MessageID || got[1].MsgID != m2.MessageID {
+		t.Fatalf("msg ids %q, %q; want %s, %s", got[0].MsgID, got[1].MsgID, m1.MessageID, m2.MessageID)
 	}
 }

@@ -3,7 +3,6 @@ package natspub_test
 import (
 	"encoding/json"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -35,7 +34,7 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 	}{
 		{orderly.TopicOrderClosed, "ord-1", orderly.OrderEvent{OrderID: "ord-1", State: "closed", Reason: "payment_timeout", At: at}},
 		{orderly.TopicOrderPaid, "ord-2", orderly.OrderEvent{OrderID: "ord-2", State: "paid", At: at}},
-		{orderly.TopicPaymentRefunded, "pay-3", orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}},
+		{orderly.TopicPaymentRefunded, "ord-3", orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}},
 		{orderly.TopicOrderClosed, "ord-4", orderly.OrderEvent{OrderID: "ord-4", State: "closed", Reason: "buyer_cancelled", At: at}},
 		{orderly.TopicOrderPaid, "ord-5", orderly.OrderEvent{OrderID: "ord-5", State: "paid", At: at}},
 	}
@@ -96,7 +95,7 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := storedMsg{
-			Subject: b.cfg.SubjectPrefix + "." + e.topic, MsgID: "relaytest-" + strconv.FormatInt(m.ID, 10),
+			Subject: b.cfg.SubjectPrefix + "." + e.topic, MsgID: "relaytest-" + m.MessageID,
 			Topic: e.topic, Key: e.key, Data: string(payload),
 		}
 		if g := byID[want.MsgID]; g != want {
