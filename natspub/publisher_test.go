@@ -199,7 +199,7 @@ func TestPublishReadBack(t *testing.T) {
 	closed := message(7, orderly.TopicOrderClosed, "ord-1", orderly.OrderEvent{OrderID: "ord-1", State: "closed", Reason: "payment_timeout", At: at, Sequence: 3})
 	closed.Sequence = 3
 	cases := []struct {
-		msg                  *orderly.Message
+		msg                *orderly.Message
 		wantMsgID, wantSeq string
 	}{
 		{closed, "db1-00000000-0000-7000-8000-000000000007", "3"},
