@@ -5,16 +5,18 @@ import (
 	"time"
 )
 
-// Outbox topics written by the engine. Topics with a local handler change this database in
-// the transaction that marks the message delivered; the others are events for other
-// services and go to the configured publisher.
+// Outbox topics written by the engine, with their key. Topics with a local handler change
+// this database in the transaction that marks the message delivered; the others are events
+// for other services and go to the configured publisher. Every event about an order is
+// keyed by the order id and carries the order's event sequence (OrderEvent.Sequence), so
+// that the relay delivers an order's events in commit order.
 const (
-	TopicReservationRelease = "reservation.release" // payload: OrderRef; local
-	TopicCouponRelease      = "coupon.release"      // payload: CouponRef; local
-	TopicPaymentRefund      = "payment.refund"      // payload: PaymentRef; gateway refund, then local
-	TopicOrderClosed        = "order.closed"        // payload: OrderEvent; event
-	TopicOrderPaid          = "order.paid"          // payload: OrderEvent; event
-	TopicPaymentRefunded    = "payment.refunded"    // payload: PaymentRef; event
+	TopicReservationRelease = "reservation.release" // key: order id; payload: OrderRef; local
+	TopicCouponRelease      = "coupon.release"      // key: order id; payload: CouponRef; local
+	TopicPaymentRefund      = "payment.refund"      // key: payment id; payload: PaymentRef; gateway refund, then local
+	TopicOrderClosed        = "order.closed"        // key: order id; payload: OrderEvent; event
+	TopicOrderPaid          = "order.paid"          // key: order id; payload: OrderEvent; event
+	TopicPaymentRefunded    = "payment.refunded"    // key: order id; payload: PaymentRef with Sequence; event
 )
 
 // Outbox message states. The store keeps a CHECK constraint with the same list.
