@@ -6,7 +6,9 @@
 // The messages of one key (an order's events and releases, say) are delivered in the order
 // they were written: the store never claims a message while an earlier one of its key is
 // pending, and within a batch, once a message fails, the later messages of its key are put
-// back unattempted. Other keys are not held up: each message's local effects run in their
+// back unattempted; a call (a publish) waits for the local effects of the earlier messages
+// of its key to be applied, so an order's order.closed goes out after its stock and coupon
+// are released. Other keys are not held up: each message's local effects run in their
 // own savepoint of the batch transaction. A dead message does not hold its key (a message
 // that keeps failing never blocks the others): the later ones proceed, and a re-driven dead
 // message is delivered after them, its event sequence telling consumers it is older.
@@ -149,9 +151,9 @@ func (r *Relay) run(ctx context.Context) {
 func (r *Relay) Drain(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := r.RunOnce(ctx)
+		n, deferred, err := r.runOnce(ctx)
 		total += n
-		if err != nil || n < r.cfg.BatchSize {
+		if err != nil || (n < r.cfg.BatchSize && deferred == 0) {
 			return total, err
 		}
 	}
@@ -164,6 +166,11 @@ var errLeaseSpent = errors.New("not attempted: earlier calls of the batch used h
 // errHeld marks a message not delivered because an earlier message of its key in the
 // batch was not delivered: it must wait for it.
 var errHeld = errors.New("not attempted: an earlier message of its key is not delivered yet")
+
+// errDeferred marks a message whose Call was not made because an earlier message of its
+// key in the batch has local effects not applied yet (an order's releases before its
+// order.closed event): it is called in the next batch, once they are.
+var errDeferred = errors.New("not attempted: waits for the local effects of an earlier message of its key")
 
 // errRedo makes apply run again without the messages it has just held back.
 var errRedo = errors.New("apply again")
@@ -179,7 +186,7 @@ type outcome struct {
 // unattempted reports whether the message was put back without an attempt of its own: it
 // goes back untouched (no attempt counted, due at once, never dead).
 func (o *outcome) unattempted() bool {
-	return !o.called && (errors.Is(o.err, errLeaseSpent) || errors.Is(o.err, errHeld))
+	return !o.called && (errors.Is(o.err, errLeaseSpent) || errors.Is(o.err, errHeld) || errors.Is(o.err, errDeferred))
 }
 
 // holdKeys marks errHeld every message that follows a failed message of its key (results
@@ -206,8 +213,15 @@ func (r *Relay) holdKeys(results []outcome) (appliedHeld bool) {
 // then, in one transaction, each topic's Apply (see apply), then delivered or failed
 // marks. It returns the number of messages claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	n, _, err := r.runOnce(ctx)
+	return n, err
+}
+
+// runOnce is RunOnce; it also returns the number of messages deferred to the next batch
+// (errDeferred), which are due at once.
+func (r *Relay) runOnce(ctx context.Context) (claimed, deferred int, err error) {
 	var msgs []*orderly.Message
-	err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+	err = r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -216,16 +230,17 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		return err
 	})
 	if err != nil || len(msgs) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
 
 	// External calls must end well within the lease, or another relay would claim the same
 	// messages while this one still calls: past half the lease, the rest of the batch is
 	// put back for a later attempt (a hanging broker costs one batch, not the relay).
-	// Messages come in id order; once one fails, the later ones of its key wait for it.
+	// Messages come in id order; once one fails, the later ones of its key wait for it, and
+	// no call is made for a key while an earlier message's local effects are not applied.
 	callsUntil := time.Now().Add(r.cfg.Lease / 2)
 	results := make([]outcome, len(msgs))
-	failedKeys := map[string]bool{}
+	failedKeys, applyKeys := map[string]bool{}, map[string]bool{}
 	for i, m := range msgs {
 		res := &results[i]
 		res.msg = m
@@ -236,6 +251,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		case !ok:
 			res.err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
 		case h.Call == nil:
+		case applyKeys[m.Key]:
+			res.err = errDeferred
+			deferred++
 		case time.Now().After(callsUntil):
 			res.err = errLeaseSpent
 		default:
@@ -244,6 +262,8 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 		if res.err != nil {
 			failedKeys[m.Key] = true
+		} else if h.Apply != nil {
+			applyKeys[m.Key] = true
 		}
 	}
 
@@ -281,8 +301,8 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			case res.err == nil:
 				delivered = append(delivered, res.msg.ID)
 				continue
-			case errors.Is(res.err, errHeld):
-				res.next = retryAt[res.msg.Key]
+			case errors.Is(res.err, errHeld) || errors.Is(res.err, errDeferred):
+				res.next = cmp.Or(retryAt[res.msg.Key], now)
 			case res.unattempted() || r.dead(res):
 				res.next = now
 			default:
@@ -308,7 +328,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		return tx.OutboxMarkDelivered(ctx, delivered, now)
 	})
 	if err != nil {
-		return len(msgs), fmt.Errorf("outbox batch of %d: %w", len(msgs), err)
+		return len(msgs), 0, fmt.Errorf("outbox batch of %d: %w", len(msgs), err)
 	}
 	for i := range results {
 		res := &results[i]
@@ -328,7 +348,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
 		}
 	}
-	return len(msgs), nil
+	return len(msgs), deferred, nil
 }
 
 // dead reports whether a failed message goes dead rather than back to pending.

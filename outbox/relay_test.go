@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -428,5 +429,64 @@ order-4 test.local delivered attempts=1 error=""
 	}
 	if _, err := e.Orders.Stock(ctx, "effect-order-3"); err != nil {
 		t.Fatalf("order-3's effect is missing: %v", err)
+	}
+}
+
+// TestEventWaitsForLocalEffects: an event is not published before the local effects of an
+// earlier message of its key (an order's stock release before its order.closed) are
+// applied: in one Drain when they apply, after their retry when they fail.
+func TestEventWaitsForLocalEffects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var (
+		calls   []string
+		applied []string
+	)
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{
+		"test.release": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			for _, m := range msgs {
+				if m.Key == "order-2" && m.Attempts == 1 {
+					return errors.New("release failed")
+				}
+			}
+			for _, m := range msgs {
+				applied = append(applied, m.Key)
+			}
+			return nil
+		}},
+		"test.event": {Call: func(ctx context.Context, m *orderly.Message) error {
+			if len(applied) == 0 || !slices.Contains(applied, m.Key) {
+				return fmt.Errorf("event of %s called before its release was applied (applied: %v)", m.Key, applied)
+			}
+			calls = append(calls, m.Key)
+			return nil
+		}},
+	}})
+	for _, key := range []string{"order-1", "order-2"} {
+		insertKeys(t, e, "test.release", 1, func(int) string { return key })
+		insertKeys(t, e, "test.event", 1, func(int) string { return key })
+	}
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(calls) != "[order-1]" {
+		t.Fatalf("events published after the first drain: %v, want [order-1]", calls)
+	}
+	var left []string
+	for _, m := range list(t, e, orderly.MessagePending) {
+		left = append(left, fmt.Sprintf("%s %s attempts=%d", m.Key, m.Topic, m.Attempts))
+	}
+	if want := "[order-2 test.release attempts=1 order-2 test.event attempts=0]"; fmt.Sprint(left) != want {
+		t.Fatalf("pending %v, want %s", left, want)
+	}
+	e.Clock.Advance(2 * time.Second)
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(calls) != "[order-1 order-2]" {
+		t.Fatalf("events published: %v, want [order-1 order-2]", calls)
+	}
+	if p := list(t, e, orderly.MessagePending); len(p) != 0 {
+		t.Fatalf("%d messages still pending", len(p))
 	}
 }
