@@ -5,16 +5,18 @@ import (
 	"time"
 )
 
-// Outbox topics written by the engine. Topics with a local handler change this database in
-// the transaction that marks the message delivered; the others are events for other
-// services and go to the configured publisher.
+// Outbox topics written by the engine, with their key. Topics with a local handler change
+// this database in the transaction that marks the message delivered; the others are events
+// for other services and go to the configured publisher. Every event about an order is
+// keyed by the order id and carries the order's event sequence (OrderEvent.Sequence), so
+// that the relay delivers an order's events in commit order.
 const (
-	TopicReservationRelease = "reservation.release" // payload: OrderRef; local
-	TopicCouponRelease      = "coupon.release"      // payload: CouponRef; local
-	TopicPaymentRefund      = "payment.refund"      // payload: PaymentRef; gateway refund, then local
-	TopicOrderClosed        = "order.closed"        // payload: OrderEvent; event
-	TopicOrderPaid          = "order.paid"          // payload: OrderEvent; event
-	TopicPaymentRefunded    = "payment.refunded"    // payload: PaymentRef; event
+	TopicReservationRelease = "reservation.release" // key: order id; payload: OrderRef; local
+	TopicCouponRelease      = "coupon.release"      // key: order id; payload: CouponRef; local
+	TopicPaymentRefund      = "payment.refund"      // key: payment id; payload: PaymentRef; gateway refund, then local
+	TopicOrderClosed        = "order.closed"        // key: order id; payload: OrderEvent; event
+	TopicOrderPaid          = "order.paid"          // key: order id; payload: OrderEvent; event
+	TopicPaymentRefunded    = "payment.refunded"    // key: order id; payload: PaymentRef with Sequence; event
 )
 
 // Outbox message states. The store keeps a CHECK constraint with the same list.
@@ -26,10 +28,28 @@ const (
 
 // Message is a transactional outbox row: written in the same transaction as the state
 // change it announces, delivered at least once by the relay (I7).
+//
+// Order: the relay delivers the messages of one Key in ID order. It does not claim a
+// message while an earlier message of its key is pending (waiting for a retry, or claimed
+// by a relay), so a broker outage or a failing handler delays the key's later messages
+// instead of letting them overtake. A dead message does not hold its key: once it is dead,
+// the later messages of the key proceed (a message that keeps failing never blocks the
+// others, I7); re-driven, it is delivered after them, and its Sequence tells consumers it
+// is older.
 type Message struct {
-	ID            int64           `json:"id"`
-	Topic         string          `json:"topic"`
-	Key           string          `json:"key"` // the entity it is about (order or payment id)
+	ID int64 `json:"id"` // this database's row id; the delivery order within a key
+	// MessageID is a UUID minted with the row: the message's id outside this database, unique
+	// across databases (the broker's de-duplication id, e.g. NATS's Nats-Msg-Id).
+	MessageID string `json:"message_id"`
+	Topic     string `json:"topic"`
+	// Key is the entity the message is about and the unit of ordering: the order id for
+	// every event about an order (order.*, payment.refunded) and for the order's local
+	// releases; the payment id for payment.refund, a command to the gateway that is not
+	// held up by the order's events.
+	Key string `json:"key"`
+	// Sequence is, for an event, its number among the events of its key: 1, 2, 3… in commit
+	// order, the same as the payload's "sequence". Zero for a message that is not an event.
+	Sequence      int64           `json:"sequence"`
 	Payload       json.RawMessage `json:"payload"`
 	State         string          `json:"state"`
 	Attempts      int64           `json:"attempts"`
@@ -50,14 +70,21 @@ type CouponRef struct {
 	OrderID  string `json:"order_id"`
 }
 
-// PaymentRef is the payload of messages about one payment.
+// PaymentRef is the payload of messages about one payment: payment.refund (keyed by the
+// payment id) and the payment.refunded event (keyed by the order id).
 type PaymentRef struct {
 	PaymentID string `json:"payment_id"`
 	OrderID   string `json:"order_id"`
-	Amount    int64  `json:"amount"`
+	Amount    int64  `json:"amount"` // minor currency units
 	// ChannelTxnID is the capture's transaction at the provider, when known.
 	ChannelTxnID string `json:"channel_txn_id,omitempty"`
+	// Sequence is the event's per-order sequence on payment.refunded (see OrderEvent);
+	// absent on payment.refund.
+	Sequence int64 `json:"sequence,omitempty"`
 }
+
+// SetSequence implements Sequenced.
+func (p *PaymentRef) SetSequence(seq int64) { p.Sequence = seq }
 
 // OrderEvent is the payload of order.* events.
 type OrderEvent struct {
@@ -65,4 +92,20 @@ type OrderEvent struct {
 	State   State     `json:"state"`
 	Reason  string    `json:"reason,omitempty"`
 	At      time.Time `json:"at"`
+	// Sequence numbers the events of one order (order.closed, order.paid, payment.refunded,
+	// …): 1 for its first event, then +1 per event, in the order their transactions
+	// committed, which is also the order in which they are published. A consumer that has
+	// applied sequence n of an order can ignore any event of that order with a sequence ≤ n
+	// (a redelivery, or a re-driven dead letter), and a gap means an event it has not seen
+	// yet (still being retried, or dead).
+	Sequence int64 `json:"sequence"`
+}
+
+// SetSequence implements Sequenced.
+func (e *OrderEvent) SetSequence(seq int64) { e.Sequence = seq }
+
+// Sequenced is the payload of an event about an order: the outbox sets its per-order
+// sequence when the event is written (outbox.NewEvent).
+type Sequenced interface {
+	SetSequence(seq int64)
 }

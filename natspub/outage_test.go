@@ -3,6 +3,7 @@ package natspub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/natspub"
+	"github.com/orderlyhq/orderly/outbox"
 )
 
 const natsServerBin = "/usr/sbin/nats-server"
@@ -171,7 +174,93 @@ func TestOutage(t *testing.T) {
 		t.Errorf("m1 published again after the restart was stored again: %+v", ack)
 	}
 	got := readAll(t, b.js, b.cfg.Stream, 2)
-	if got[0].MsgID != "1" || got[1].MsgID != "2" {
-		t.Fatalf("msg ids %q, %q; want 1, 2", got[0].MsgID, got[1].MsgID)
+	if got[0].MsgID != m1.MessageID || got[1].MsgID != m2.MessageID {
+		t.Fatalf("msg ids %q, %q; want %s, %s", got[0].MsgID, got[1].MsgID, m1.MessageID, m2.MessageID)
 	}
+}
+
+// TestLateRefundAfterCloseInOrder: the broker is unreachable around the close of orders
+// whose payment then succeeds late. order.closed fails and waits for its retry while the
+// late payment is refunded at the gateway; payment.refunded, an event about the same
+// order, must not overtake it. Subscribers see, for every order, order.closed (sequence 1)
+// and then payment.refunded (sequence 2).
+func TestLateRefundAfterCloseInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := startNATSServer(t)
+	b := setup(t, srv.url(), natspub.Config{PublishTimeout: 500 * time.Millisecond})
+	h := b.p.Handler()
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{
+		orderly.TopicOrderClosed: h, orderly.TopicOrderPaid: h, orderly.TopicPaymentRefunded: h,
+	}})
+	e.SetStock(t, "SKU-1", 10)
+	const orders = 4
+	type paid struct {
+		o *orderly.Order
+		p *orderly.Payment
+	}
+	var ps []paid
+	for range orders {
+		o := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+		p, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, paid{o, p})
+	}
+
+	srv.stop()
+	eventually(t, 5*time.Second, "the publisher notices the outage", func() bool { return !b.p.Connected() })
+	for _, x := range ps {
+		if _, err := e.Orders.CancelOrder(ctx, x.o.ID, "buyer", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Drain(t) // releases delivered; order.closed fails and waits for its retry
+	if p := list(t, e, orderly.MessagePending); len(p) != orders || p[0].Topic != orderly.TopicOrderClosed || p[0].Attempts != 1 {
+		t.Fatalf("pending after the failed publish: %d messages, first %+v; want %d order.closed retrying", len(p), p[0], orders)
+	}
+
+	srv.start()
+	eventually(t, 15*time.Second, "the publisher reconnects", b.p.Connected)
+	for _, x := range ps {
+		res, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: x.p.ID, OrderID: x.o.ID, ChannelTxnID: "txn-" + x.p.ID,
+			Amount: x.p.Amount, Currency: x.p.Currency, Status: orderly.CallbackSucceeded, OccurredAt: e.Clock.Now()})
+		if err != nil || !res.Refund {
+			t.Fatalf("late payment %s: %+v, %v; want a refund", x.p.ID, res, err)
+		}
+	}
+	// The refunds reach the gateway at once; their events wait behind order.closed.
+	e.Drain(t)
+	e.Drain(t)
+	for _, x := range ps {
+		if got := e.Gateway.Refunded(x.p.ID); got != x.p.Amount {
+			t.Fatalf("payment %s: gateway refunded %d, want %d", x.p.ID, got, x.p.Amount)
+		}
+	}
+	readAll(t, b.js, b.cfg.Stream, 0)
+
+	e.Clock.Advance(2 * time.Second) // order.closed's retry is due (1 s ± 50 %)
+	for pass := 0; len(list(t, e, orderly.MessagePending)) > 0; pass++ {
+		if pass == 10 {
+			t.Fatalf("still pending after 10 passes: %+v", list(t, e, orderly.MessagePending))
+		}
+		e.Drain(t)
+	}
+	got := map[string][]string{}
+	for _, m := range readAll(t, b.js, b.cfg.Stream, 2*orders) {
+		got[m.Key] = append(got[m.Key], m.Topic+" "+m.Sequence)
+	}
+	for _, x := range ps {
+		want := []string{orderly.TopicOrderClosed + " 1", orderly.TopicPaymentRefunded + " 2"}
+		if fmt.Sprint(got[x.o.ID]) != fmt.Sprint(want) {
+			t.Errorf("order %s: subscribers saw %v, want %v", x.o.ID, got[x.o.ID], want)
+		}
+	}
+}
+
+// list returns an engine's outbox messages in a state, oldest first.
+func list(t *testing.T, e *enginetest.Env, state string) []*orderly.Message {
+	t.Helper()
+	return outboxList(t, e.Store, state)
 }

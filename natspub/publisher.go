@@ -1,6 +1,7 @@
 package natspub
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -22,8 +23,11 @@ import (
 const (
 	// HeaderTopic carries the outbox topic, e.g. "order.closed".
 	HeaderTopic = "Orderly-Topic"
-	// HeaderKey carries the outbox key: the order or payment id the event is about.
+	// HeaderKey carries the outbox key: the order id for every event about an order.
 	HeaderKey = "Orderly-Key"
+	// HeaderSequence carries an event's per-order sequence (decimal), the same as its
+	// payload's "sequence"; absent on messages that are not events.
+	HeaderSequence = "Orderly-Sequence"
 )
 
 // Config configures New. Zero values mean the documented defaults.
@@ -47,8 +51,8 @@ type Config struct {
 	// PublishTimeout bounds one publish, from sending to the stream's ack; 5 s. Keep it
 	// below the relay's CallTimeout (10 s).
 	PublishTimeout time.Duration
-	// MsgIDPrefix is prepended to the decimal outbox id to form the Nats-Msg-Id, so that
-	// two databases publishing to one stream do not collide ("db1-" → "db1-42"); optional.
+	// MsgIDPrefix is prepended to the message's MessageID (a UUID, unique across databases)
+	// to form the Nats-Msg-Id; optional, e.g. to tell deployments apart in the stream.
 	MsgIDPrefix string
 	// Logger logs connection losses and reconnects; slog.Default().
 	Logger *slog.Logger
@@ -93,7 +97,8 @@ type Publisher struct {
 	cfg    Config
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	closed chan struct{} // closed by the connection's closed handler
+	stream jetstream.Stream // cfg.Stream, to read back the stored copy of a duplicate
+	closed chan struct{}    // closed by the connection's closed handler
 }
 
 // New connects to cfg.URL and creates or updates cfg.Stream with the subjects
@@ -151,7 +156,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	name, subjects := p.cfg.Stream, p.cfg.SubjectPrefix+".>"
 	s, err := p.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
+		s, err = p.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        name,
 			Description: "orderly outbox events",
 			Subjects:    []string{subjects},
@@ -162,6 +167,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("natspub: create stream %s: %w", name, err)
 			}
+			p.stream = s
 			return nil
 		}
 		// Another instance created it meanwhile, maybe with other settings: update it.
@@ -170,6 +176,7 @@ func (p *Publisher) ensureStream(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("natspub: stream %s: %w", name, err)
 	}
+	p.stream = s
 	sc := s.CachedInfo().Config
 	if slices.Contains(sc.Subjects, subjects) && sc.Duplicates == p.cfg.Duplicates {
 		return nil
@@ -206,16 +213,29 @@ func (p *Publisher) Stream() string { return p.cfg.Stream }
 // Subject returns the subject of a topic: "<SubjectPrefix>.<topic>".
 func (p *Publisher) Subject(topic string) string { return p.cfg.SubjectPrefix + "." + topic }
 
-// MsgID returns the JetStream message id of an outbox message id: MsgIDPrefix + decimal id.
-func (p *Publisher) MsgID(id int64) string { return p.cfg.MsgIDPrefix + strconv.FormatInt(id, 10) }
+// MsgID returns the JetStream message id (Nats-Msg-Id) of an outbox message:
+// MsgIDPrefix + m.MessageID, a UUID minted with the row, so that no other database's
+// messages share it.
+func (p *Publisher) MsgID(m *orderly.Message) string { return p.cfg.MsgIDPrefix + m.MessageID }
 
-// Publish publishes m.Payload to Subject(m.Topic) with the headers Nats-Msg-Id (MsgID(m.ID)),
-// Orderly-Topic and Orderly-Key, and waits for the stream's ack, at most PublishTimeout.
-// The ack's Duplicate is true when the stream already held the message (an earlier
-// attempt that was stored but whose ack was lost); that is a success. Errors: a topic that
-// is not a valid subject token sequence, a key with line breaks or a payload over the
-// server's limit are permanent (outbox.Permanent: retrying cannot fix them); anything
-// else (no connection, timeout, no stream) is transient.
+// Publish publishes m.Payload to Subject(m.Topic) with the headers Nats-Msg-Id (MsgID(m)),
+// Orderly-Topic, Orderly-Key and, for an event, Orderly-Sequence, and waits for the
+// stream's ack, at most PublishTimeout.
+//
+// An ack with Duplicate set means the stream already held a message with that id, so it
+// did not store this one. That is a delivery only when the stored message is this one (an
+// earlier attempt that was stored but whose ack was lost, or whose delivered mark was
+// lost in a crash): Publish reads the stored copy back and compares topic, key and
+// payload. When they differ, the id was taken by another publisher and Publish returns
+// an error (transient: the relay retries, and once the duplicate window has passed, the
+// message is stored). When the copy cannot be read (removed by the stream's limits, or no
+// permission), the duplicate counts as delivered only if the message was attempted before
+// (m.Attempts > 1).
+//
+// Errors: a message without MessageID, a topic that is not a valid subject token sequence,
+// a key with line breaks or a payload over the server's limit are permanent
+// (outbox.Permanent: retrying cannot fix them); anything else (no connection, timeout, no
+// stream, an unexpected duplicate) is transient.
 func (p *Publisher) Publish(ctx context.Context, m *orderly.Message) (*jetstream.PubAck, error) {
 	subject := p.Subject(m.Topic)
 	if !validSubject(subject) {
@@ -224,17 +244,29 @@ func (p *Publisher) Publish(ctx context.Context, m *orderly.Message) (*jetstream
 	if strings.ContainsAny(m.Key, "\r\n") {
 		return nil, outbox.Permanent(fmt.Errorf("natspub: message %d: key %q has line breaks", m.ID, m.Key))
 	}
+	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "\r\n") {
+		return nil, outbox.Permanent(fmt.Errorf("natspub: message %d: message id %q is not usable as Nats-Msg-Id", m.ID, m.MessageID))
+	}
+	msgID := p.MsgID(m)
 	msg := &nats.Msg{Subject: subject, Data: m.Payload, Header: nats.Header{}}
 	msg.Header.Set(HeaderTopic, m.Topic)
 	msg.Header.Set(HeaderKey, m.Key)
+	if m.Sequence > 0 {
+		msg.Header.Set(HeaderSequence, strconv.FormatInt(m.Sequence, 10))
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
 	ack, err := p.js.PublishMsg(ctx, msg,
-		jetstream.WithMsgID(p.MsgID(m.ID)),
+		jetstream.WithMsgID(msgID),
 		// De-duplication works per stream: refuse a subject another stream captured.
 		jetstream.WithExpectStream(p.cfg.Stream))
 	switch {
 	case err == nil:
+		if ack.Duplicate {
+			if err := p.checkDuplicate(ctx, m, msgID, ack); err != nil {
+				return nil, err
+			}
+		}
 		return ack, nil
 	case errors.Is(err, nats.ErrMaxPayload):
 		return nil, outbox.Permanent(fmt.Errorf("natspub: publish message %d to %s: %w", m.ID, subject, err))
@@ -247,9 +279,30 @@ func (p *Publisher) Publish(ctx context.Context, m *orderly.Message) (*jetstream
 	}
 }
 
+// checkDuplicate returns nil when the message the stream holds under msgID (at ack's
+// sequence) is m, and an error when it is another message or cannot be told apart and m
+// was never attempted before.
+func (p *Publisher) checkDuplicate(ctx context.Context, m *orderly.Message, msgID string, ack *jetstream.PubAck) error {
+	stored, err := p.stream.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		if m.Attempts > 1 {
+			return nil // most likely our own earlier attempt
+		}
+		return fmt.Errorf("natspub: message %d: the stream reports Nats-Msg-Id %s as a duplicate (stream sequence %d) on a first attempt, and its stored copy cannot be read: %w",
+			m.ID, msgID, ack.Sequence, err)
+	}
+	if stored.Header.Get(jetstream.MsgIDHeader) == msgID && stored.Header.Get(HeaderTopic) == m.Topic &&
+		stored.Header.Get(HeaderKey) == m.Key && bytes.Equal(stored.Data, m.Payload) {
+		return nil
+	}
+	return fmt.Errorf("natspub: message %d: the stream already holds another message with Nats-Msg-Id %s (stream sequence %d, subject %s): not stored; will retry after the duplicate window",
+		m.ID, msgID, ack.Sequence, stored.Subject)
+}
+
 // Handler returns the outbox handler that publishes messages with Publish: use it as the
 // relay's Default handler, or for each event topic. Its Call is idempotent per message
-// through the Nats-Msg-Id de-duplication; an error leaves the message pending for retry.
+// through the Nats-Msg-Id de-duplication; an error leaves the message pending for retry,
+// and the relay publishes no later message of the same key (order) until it succeeds.
 func (p *Publisher) Handler() outbox.Handler {
 	return outbox.Handler{Call: func(ctx context.Context, m *orderly.Message) error {
 		_, err := p.Publish(ctx, m)

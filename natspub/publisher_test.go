@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -126,18 +127,20 @@ func inspector(t *testing.T, url string) jetstream.JetStream {
 	return js
 }
 
-// message returns an outbox message as the relay hands it to Call.
+// message returns an outbox message as the relay hands it to Call, on its first attempt,
+// with a message id made from id (UUID-shaped, as the store mints them).
 func message(id int64, topic, key string, payload any) *orderly.Message {
 	b, err := json.Marshal(payload)
 	if err != nil {
 		panic(err)
 	}
-	return &orderly.Message{ID: id, Topic: topic, Key: key, Payload: b, State: orderly.MessagePending, Attempts: 1}
+	return &orderly.Message{ID: id, MessageID: fmt.Sprintf("00000000-0000-7000-8000-%012d", id), Topic: topic, Key: key,
+		Payload: b, State: orderly.MessagePending, Attempts: 1}
 }
 
 // storedMsg is one message read back from the stream.
 type storedMsg struct {
-	Subject, MsgID, Topic, Key, Data string
+	Subject, MsgID, Topic, Key, Sequence, Data string
 }
 
 // readAll checks that the stream holds exactly want messages and reads them, in stream
@@ -173,7 +176,8 @@ func readAll(t *testing.T, js jetstream.JetStream, stream string, want int) []st
 		h := m.Headers()
 		got = append(got, storedMsg{
 			Subject: m.Subject(), MsgID: h.Get(jetstream.MsgIDHeader),
-			Topic: h.Get(natspub.HeaderTopic), Key: h.Get(natspub.HeaderKey), Data: string(m.Data()),
+			Topic: h.Get(natspub.HeaderTopic), Key: h.Get(natspub.HeaderKey), Sequence: h.Get(natspub.HeaderSequence),
+			Data: string(m.Data()),
 		})
 	}
 	if err := batch.Error(); err != nil {
@@ -186,18 +190,22 @@ func readAll(t *testing.T, js jetstream.JetStream, stream string, want int) []st
 }
 
 // TestPublishReadBack: each event topic is stored on "<prefix>.<topic>" with its payload
-// and the headers Nats-Msg-Id (MsgIDPrefix + outbox id), Orderly-Topic and Orderly-Key.
+// and the headers Nats-Msg-Id (MsgIDPrefix + message id), Orderly-Topic, Orderly-Key and,
+// for an event, Orderly-Sequence.
 func TestPublishReadBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t, natsURL(t), natspub.Config{MsgIDPrefix: "db1-"})
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	closed := message(7, orderly.TopicOrderClosed, "ord-1", orderly.OrderEvent{OrderID: "ord-1", State: "closed", Reason: "payment_timeout", At: at, Sequence: 3})
+	closed.Sequence = 3
 	cases := []struct {
-		msg       *orderly.Message
-		wantMsgID string
+		msg                *orderly.Message
+		wantMsgID, wantSeq string
 	}{
-		{message(7, orderly.TopicOrderClosed, "ord-1", orderly.OrderEvent{OrderID: "ord-1", State: "closed", Reason: "payment_timeout", At: at}), "db1-7"},
-		{message(8, orderly.TopicOrderPaid, "ord-2", orderly.OrderEvent{OrderID: "ord-2", State: "paid", At: at}), "db1-8"},
-		{message(1234567890123, orderly.TopicPaymentRefunded, "pay-3", orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}), "db1-1234567890123"},
+		{closed, "db1-00000000-0000-7000-8000-000000000007", "3"},
+		{message(8, orderly.TopicOrderPaid, "ord-2", orderly.OrderEvent{OrderID: "ord-2", State: "paid", At: at}), "db1-00000000-0000-7000-8000-000000000008", ""},
+		{message(1234567890123, orderly.TopicPaymentRefunded, "ord-3", orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}),
+			"db1-00000000-0000-7000-8000-1234567890123", ""},
 	}
 	call := b.p.Handler().Call
 	for _, c := range cases {
@@ -209,7 +217,7 @@ func TestPublishReadBack(t *testing.T) {
 	for i, c := range cases {
 		want := storedMsg{
 			Subject: b.cfg.SubjectPrefix + "." + c.msg.Topic, MsgID: c.wantMsgID,
-			Topic: c.msg.Topic, Key: c.msg.Key, Data: string(c.msg.Payload),
+			Topic: c.msg.Topic, Key: c.msg.Key, Sequence: c.wantSeq, Data: string(c.msg.Payload),
 		}
 		if got[i] != want {
 			t.Errorf("message %d:\n got %+v\nwant %+v", i, got[i], want)
@@ -219,11 +227,11 @@ func TestPublishReadBack(t *testing.T) {
 
 // TestPublishTwiceStoredOnce: the same outbox message published again (the relay retrying
 // after a crash between publish and marking it delivered) is acknowledged as a duplicate
-// and stored once; the same outbox id from another database (another MsgIDPrefix) is not
-// a duplicate.
+// and stored once; a message with the same outbox id from another database (its own
+// message id) is not a duplicate.
 func TestPublishTwiceStoredOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t, natsURL(t), natspub.Config{MsgIDPrefix: "db1-"})
+	b := setup(t, natsURL(t), natspub.Config{})
 	m := message(42, orderly.TopicOrderClosed, "ord-42", orderly.OrderRef{OrderID: "ord-42"})
 	first, err := b.p.Publish(t.Context(), m)
 	if err != nil {
@@ -237,27 +245,46 @@ func TestPublishTwiceStoredOnce(t *testing.T) {
 		t.Fatalf("acks: first %+v, second %+v; want the second a duplicate of the first", first, second)
 	}
 	if err := b.p.Handler().Call(t.Context(), m); err != nil {
-		t.Fatalf("a duplicate is a successful delivery, got %v", err)
+		t.Fatalf("a duplicate of our own message is a successful delivery, got %v", err)
 	}
 	readAll(t, b.js, b.cfg.Stream, 1)
 
-	cfg2 := b.cfg
-	cfg2.MsgIDPrefix = "db2-"
-	p2, err := natspub.New(t.Context(), cfg2)
-	if err != nil {
+	other := *m
+	other.MessageID = "00000000-0000-7000-8000-999999999999"
+	if ack, err := b.p.Publish(t.Context(), &other); err != nil || ack.Duplicate {
+		t.Fatalf("outbox id 42 of another database: ack %+v, err %v; want stored", ack, err)
+	}
+	readAll(t, b.js, b.cfg.Stream, 2)
+}
+
+// TestUnexpectedDuplicateIsAnError: when the stream already holds another message under our
+// message's Nats-Msg-Id (another publisher took it), the duplicate ack is an error, not a
+// delivery, so the outbox keeps the message and retries it.
+func TestUnexpectedDuplicateIsAnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, natsURL(t), natspub.Config{})
+	m := message(5, orderly.TopicOrderClosed, "ord-5", orderly.OrderEvent{OrderID: "ord-5", State: "closed", Sequence: 1})
+	// Another publisher's message, stored first under the same id.
+	foreign := &nats.Msg{Subject: b.p.Subject(orderly.TopicOrderClosed), Data: []byte(`{"order_id":"someone-else"}`), Header: nats.Header{}}
+	if _, err := b.js.PublishMsg(t.Context(), foreign, jetstream.WithMsgID(b.p.MsgID(m))); err != nil {
 		t.Fatal(err)
 	}
-	defer p2.Close()
-	other, err := p2.Publish(t.Context(), m)
-	if err != nil {
-		t.Fatal(err)
+	for _, attempts := range []int64{1, 2} {
+		m.Attempts = attempts
+		ack, err := b.p.Publish(t.Context(), m)
+		if err == nil || !strings.Contains(err.Error(), "already holds another message") {
+			t.Fatalf("attempt %d: Publish = %+v, %v; want an error naming the other message", attempts, ack, err)
+		}
+		if outbox.IsPermanent(err) {
+			t.Fatalf("attempt %d: %v is permanent; want a retry", attempts, err)
+		}
+		if err := b.p.Handler().Call(t.Context(), m); err == nil {
+			t.Fatalf("attempt %d: Call reported a dropped message as delivered", attempts)
+		}
 	}
-	if other.Duplicate {
-		t.Fatalf("outbox id 42 of another database was dropped as a duplicate: %+v", other)
-	}
-	got := readAll(t, b.js, b.cfg.Stream, 2)
-	if got[0].MsgID != "db1-42" || got[1].MsgID != "db2-42" {
-		t.Fatalf("msg ids %q, %q; want db1-42, db2-42", got[0].MsgID, got[1].MsgID)
+	got := readAll(t, b.js, b.cfg.Stream, 1)
+	if got[0].Data != `{"order_id":"someone-else"}` {
+		t.Fatalf("stream holds %+v", got[0])
 	}
 }
 

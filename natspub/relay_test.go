@@ -2,8 +2,8 @@ package natspub_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -35,7 +35,7 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 	}{
 		{orderly.TopicOrderClosed, "ord-1", orderly.OrderEvent{OrderID: "ord-1", State: "closed", Reason: "payment_timeout", At: at}},
 		{orderly.TopicOrderPaid, "ord-2", orderly.OrderEvent{OrderID: "ord-2", State: "paid", At: at}},
-		{orderly.TopicPaymentRefunded, "pay-3", orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}},
+		{orderly.TopicPaymentRefunded, "ord-3", orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}},
 		{orderly.TopicOrderClosed, "ord-4", orderly.OrderEvent{OrderID: "ord-4", State: "closed", Reason: "buyer_cancelled", At: at}},
 		{orderly.TopicOrderPaid, "ord-5", orderly.OrderEvent{OrderID: "ord-5", State: "paid", At: at}},
 	}
@@ -96,7 +96,7 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := storedMsg{
-			Subject: b.cfg.SubjectPrefix + "." + e.topic, MsgID: "relaytest-" + strconv.FormatInt(m.ID, 10),
+			Subject: b.cfg.SubjectPrefix + "." + e.topic, MsgID: "relaytest-" + m.MessageID,
 			Topic: e.topic, Key: e.key, Data: string(payload),
 		}
 		if g := byID[want.MsgID]; g != want {
@@ -117,4 +117,57 @@ func outboxList(t *testing.T, db store.Store, state string) []*orderly.Message {
 		t.Fatal(err)
 	}
 	return msgs
+}
+
+// TestTwoDatabasesOneStream: two fresh databases, whose outbox ids are the same (1, 2, 3),
+// publish to one stream within its duplicate window: every event of both arrives, because
+// the Nats-Msg-Id is the message's UUID, not its row id.
+func TestTwoDatabasesOneStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t, natsURL(t), natspub.Config{})
+	ctx := t.Context()
+	h := b.p.Handler()
+	for db := range 2 {
+		s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "t.db")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		err = s.InTx(ctx, func(tx store.Tx) error {
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			var msgs []*store.OutboxInsertParams
+			for i := range 3 {
+				id := fmt.Sprintf("db%d-ord-%d", db, i)
+				m, err := outbox.NewEvent(ctx, tx, orderly.TopicOrderClosed, id, &orderly.OrderEvent{OrderID: id, State: "closed", At: now}, now)
+				if err != nil {
+					return err
+				}
+				msgs = append(msgs, m)
+			}
+			return tx.OutboxInsert(ctx, msgs)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		relay, err := outbox.NewRelay(outbox.Config{Store: s, Default: &h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := relay.Drain(ctx); err != nil || n != 3 {
+			t.Fatalf("database %d: Drain handled %d, %v; want 3", db, n, err)
+		}
+		if d := outboxList(t, s, orderly.MessageDelivered); len(d) != 3 || d[0].ID != 1 {
+			t.Fatalf("database %d: delivered %+v; want ids 1, 2, 3", db, d)
+		}
+	}
+	var keys []string
+	for _, m := range readAll(t, b.js, b.cfg.Stream, 6) {
+		keys = append(keys, m.Key)
+	}
+	if want := "[db0-ord-0 db0-ord-1 db0-ord-2 db1-ord-0 db1-ord-1 db1-ord-2]"; fmt.Sprint(keys) != want {
+		t.Fatalf("stream holds events of %v, want %s", keys, want)
+	}
 }

@@ -411,7 +411,7 @@ func (s *Service) cancel(ctx context.Context, id, settled, actor, traceID string
 		} else if len(changed) == 0 {
 			return errAttemptChanged // changed since it was read: look again
 		}
-		msgs, err := CloseMessages([]Closed{{ID: id, CouponID: cur.CouponID}}, orderly.CloseReasonBuyerCancelled, now)
+		msgs, err := CloseMessages(ctx, tx, []Closed{{ID: id, CouponID: cur.CouponID}}, orderly.CloseReasonBuyerCancelled, now)
 		if err != nil {
 			return err
 		}

@@ -33,12 +33,23 @@ type Closed struct {
 	CouponID string // "" when the order froze no coupon
 }
 
-// CloseMessages returns the outbox messages that a close writes in its own transaction:
+// CloseMessages returns the outbox messages that a close writes in its own transaction tx:
 // release the reservations, release the coupon (when there is one) and the order.closed
-// event (DESIGN.md §4 step 3).
-func CloseMessages(closed []Closed, reason orderly.CloseReason, now time.Time) ([]*store.OutboxInsertParams, error) {
+// event (DESIGN.md §4 step 3), all keyed by the order id, in that order, the event with the
+// order's next event sequence (reserved in tx).
+func CloseMessages(ctx context.Context, tx store.Tx, closed []Closed, reason orderly.CloseReason, now time.Time) ([]*store.OutboxInsertParams, error) {
+	ids := make([]string, len(closed))
+	payloads := make([]orderly.Sequenced, len(closed))
+	for i, c := range closed {
+		ids[i] = c.ID
+		payloads[i] = &orderly.OrderEvent{OrderID: c.ID, State: orderly.StateClosed, Reason: string(reason), At: now}
+	}
+	events, err := outbox.NewEvents(ctx, tx, orderly.TopicOrderClosed, ids, payloads, now)
+	if err != nil {
+		return nil, err
+	}
 	msgs := make([]*store.OutboxInsertParams, 0, 3*len(closed))
-	for _, c := range closed {
+	for i, c := range closed {
 		m, err := outbox.NewMessage(orderly.TopicReservationRelease, c.ID, orderly.OrderRef{OrderID: c.ID}, now)
 		if err != nil {
 			return nil, err
@@ -51,12 +62,7 @@ func CloseMessages(closed []Closed, reason orderly.CloseReason, now time.Time) (
 			}
 			msgs = append(msgs, m)
 		}
-		m, err = outbox.NewMessage(orderly.TopicOrderClosed, c.ID,
-			orderly.OrderEvent{OrderID: c.ID, State: orderly.StateClosed, Reason: string(reason), At: now}, now)
-		if err != nil {
-			return nil, err
-		}
-		msgs = append(msgs, m)
+		msgs = append(msgs, events[i])
 	}
 	return msgs, nil
 }

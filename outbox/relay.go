@@ -2,8 +2,16 @@
 // written in the same transaction as a state change are claimed in batches, delivered to
 // the handler of their topic, retried with capped exponential backoff and jitter, and moved
 // to dead with their last error after MaxAttempts, where an admin can re-drive them (I7).
-// A failing message never blocks the others: each message's local effects run in their own
-// savepoint of the batch transaction.
+//
+// The messages of one key (an order's events and releases, say) are delivered in the order
+// they were written: the store never claims a message while an earlier one of its key is
+// pending, and within a batch, once a message fails, the later messages of its key are put
+// back unattempted; a call (a publish) waits for the local effects of the earlier messages
+// of its key to be applied, so an order's order.closed goes out after its stock and coupon
+// are released. Other keys are not held up: each message's local effects run in their
+// own savepoint of the batch transaction. A dead message does not hold its key (a message
+// that keeps failing never blocks the others): the later ones proceed, and a re-driven dead
+// message is delivered after them, its event sequence telling consumers it is older.
 package outbox
 
 import (
@@ -143,9 +151,9 @@ func (r *Relay) run(ctx context.Context) {
 func (r *Relay) Drain(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		n, err := r.RunOnce(ctx)
+		n, deferred, err := r.runOnce(ctx)
 		total += n
-		if err != nil || n < r.cfg.BatchSize {
+		if err != nil || (n < r.cfg.BatchSize && deferred == 0) {
 			return total, err
 		}
 	}
@@ -155,18 +163,65 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 // calls of the batch used up half of its lease.
 var errLeaseSpent = errors.New("not attempted: earlier calls of the batch used half of its lease")
 
+// errHeld marks a message not delivered because an earlier message of its key in the
+// batch was not delivered: it must wait for it.
+var errHeld = errors.New("not attempted: an earlier message of its key is not delivered yet")
+
+// errDeferred marks a message whose Call was not made because an earlier message of its
+// key in the batch has local effects not applied yet (an order's releases before its
+// order.closed event): it is called in the next batch, once they are.
+var errDeferred = errors.New("not attempted: waits for the local effects of an earlier message of its key")
+
+// errRedo makes apply run again without the messages it has just held back.
+var errRedo = errors.New("apply again")
+
 // outcome is what happened to one message in a batch.
 type outcome struct {
-	msg *orderly.Message
-	err error
+	msg    *orderly.Message
+	err    error
+	called bool      // Handler.Call ran (or started)
+	next   time.Time // when a message not delivered is due again
+}
+
+// unattempted reports whether the message was put back without an attempt of its own: it
+// goes back untouched (no attempt counted, due at once, never dead).
+func (o *outcome) unattempted() bool {
+	return !o.called && (errors.Is(o.err, errLeaseSpent) || errors.Is(o.err, errHeld) || errors.Is(o.err, errDeferred))
+}
+
+// holdKeys marks errHeld every message that follows a failed message of its key (results
+// are in id order). It reports whether one of those had already been applied.
+func (r *Relay) holdKeys(results []outcome) (appliedHeld bool) {
+	failed := map[string]bool{}
+	for i := range results {
+		res := &results[i]
+		if res.err != nil {
+			failed[res.msg.Key] = true
+			continue
+		}
+		if failed[res.msg.Key] {
+			res.err = errHeld
+			if h, _ := r.handler(res.msg.Topic); h.Apply != nil {
+				appliedHeld = true
+			}
+		}
+	}
+	return appliedHeld
 }
 
 // RunOnce claims one batch of due messages and delivers it: Call outside any transaction,
 // then, in one transaction, each topic's Apply (see apply), then delivered or failed
 // marks. It returns the number of messages claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	n, _, err := r.runOnce(ctx)
+	return n, err
+}
+
+// runOnce is RunOnce; it also returns the number of messages deferred to the next batch
+// (errDeferred), which are due at once.
+func (r *Relay) runOnce(ctx context.Context) (claimed, deferred int, err error) {
 	var msgs []*orderly.Message
-	err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+	err = r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -175,25 +230,40 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		return err
 	})
 	if err != nil || len(msgs) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
 
 	// External calls must end well within the lease, or another relay would claim the same
 	// messages while this one still calls: past half the lease, the rest of the batch is
 	// put back for a later attempt (a hanging broker costs one batch, not the relay).
+	// Messages come in id order; once one fails, the later ones of its key wait for it, and
+	// no call is made for a key while an earlier message's local effects are not applied.
 	callsUntil := time.Now().Add(r.cfg.Lease / 2)
 	results := make([]outcome, len(msgs))
+	failedKeys, applyKeys := map[string]bool{}, map[string]bool{}
 	for i, m := range msgs {
-		results[i].msg = m
+		res := &results[i]
+		res.msg = m
 		h, ok := r.handler(m.Topic)
 		switch {
+		case failedKeys[m.Key]:
+			res.err = errHeld
 		case !ok:
-			results[i].err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
+			res.err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
 		case h.Call == nil:
+		case applyKeys[m.Key]:
+			res.err = errDeferred
+			deferred++
 		case time.Now().After(callsUntil):
-			results[i].err = errLeaseSpent
+			res.err = errLeaseSpent
 		default:
-			results[i].err = r.call(ctx, h, m)
+			res.called = true
+			res.err = r.call(ctx, h, m)
+		}
+		if res.err != nil {
+			failedKeys[m.Key] = true
+		} else if h.Apply != nil {
+			applyKeys[m.Key] = true
 		}
 	}
 
@@ -202,33 +272,73 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		if err := r.apply(ctx, tx, results); err != nil {
-			return err
+		// Apply; when a message fails there, the later messages of its key must not take
+		// effect before it: roll the applies back and run them again without those.
+		for {
+			err := tx.Savepoint(ctx, func() error {
+				if err := r.apply(ctx, tx, results); err != nil {
+					return err
+				}
+				if r.holdKeys(results) {
+					return errRedo
+				}
+				return nil
+			})
+			if !errors.Is(err, errRedo) {
+				if err != nil {
+					return err
+				}
+				break
+			}
 		}
+		// A held message is due again when the failed message of its key is: then both are
+		// due together and claimed together, in order.
 		var delivered []int64
-		for _, res := range results {
-			if res.err == nil {
+		retryAt := map[string]time.Time{} // per key, when its first failed message is due again
+		for i := range results {
+			res := &results[i]
+			switch {
+			case res.err == nil:
 				delivered = append(delivered, res.msg.ID)
 				continue
+			case errors.Is(res.err, errHeld) || errors.Is(res.err, errDeferred):
+				res.next = cmp.Or(retryAt[res.msg.Key], now)
+			case res.unattempted() || r.dead(res):
+				res.next = now
+			default:
+				res.next = now.Add(r.backoff(res.msg.Attempts))
 			}
-			dead := IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts
+			if _, ok := retryAt[res.msg.Key]; !ok {
+				retryAt[res.msg.Key] = res.next
+			}
+			if res.unattempted() {
+				continue
+			}
+			held := errors.Is(res.err, errHeld) // called, but held back by an earlier failure: never dead
 			if err := tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{
-				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: dead,
-				NextAttemptAt: now.Add(r.backoff(res.msg.Attempts)),
+				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: !held && r.dead(res),
+				NextAttemptAt: res.next,
 			}); err != nil {
 				return err
 			}
 		}
+		if err := r.unclaim(ctx, tx, results); err != nil {
+			return err
+		}
 		return tx.OutboxMarkDelivered(ctx, delivered, now)
 	})
 	if err != nil {
-		return len(msgs), fmt.Errorf("outbox batch of %d: %w", len(msgs), err)
+		return len(msgs), 0, fmt.Errorf("outbox batch of %d: %w", len(msgs), err)
 	}
-	for _, res := range results {
+	for i := range results {
+		res := &results[i]
 		switch {
 		case res.err == nil:
 			r.cfg.Metrics.OutboxDelivered.WithLabelValues(res.msg.Topic).Inc()
-		case IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts:
+		case errors.Is(res.err, errHeld) || res.unattempted():
+			r.cfg.Logger.Debug("outbox message put back", "message_id", res.msg.ID, "topic", res.msg.Topic,
+				"key", res.msg.Key, "reason", res.err)
+		case r.dead(res):
 			r.cfg.Metrics.OutboxDead.WithLabelValues(res.msg.Topic).Inc()
 			r.cfg.Logger.Error("outbox message dead", "message_id", res.msg.ID, "topic", res.msg.Topic,
 				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
@@ -238,7 +348,37 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
 		}
 	}
-	return len(msgs), nil
+	return len(msgs), deferred, nil
+}
+
+// dead reports whether a failed message goes dead rather than back to pending.
+func (r *Relay) dead(res *outcome) bool {
+	return IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts
+}
+
+// unclaim puts the unattempted messages back, with their reason, due at their next time.
+func (r *Relay) unclaim(ctx context.Context, tx store.Tx, results []outcome) error {
+	type group struct {
+		reason error
+		at     time.Time
+	}
+	var groups []group
+	ids := map[group][]int64{}
+	for i := range results {
+		if res := &results[i]; res.unattempted() {
+			g := group{res.err, res.next}
+			if ids[g] == nil {
+				groups = append(groups, g)
+			}
+			ids[g] = append(ids[g], res.msg.ID)
+		}
+	}
+	for _, g := range groups {
+		if err := tx.OutboxUnclaim(ctx, ids[g], g.at, g.reason.Error()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // apply runs the Apply of each topic on the messages whose Call succeeded: all of a topic's

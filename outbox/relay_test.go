@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,13 +20,20 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// insert writes n messages of topic, with keys "<topic>/0" … "<topic>/<n-1>".
 func insert(t *testing.T, e *enginetest.Env, topic string, n int) {
+	t.Helper()
+	insertKeys(t, e, topic, n, func(i int) string { return fmt.Sprintf("%s/%d", topic, i) })
+}
+
+// insertKeys writes n messages of topic in one transaction, message i with key key(i).
+func insertKeys(t *testing.T, e *enginetest.Env, topic string, n int, key func(i int) string) {
 	t.Helper()
 	ctx := context.Background()
 	err := e.Store.InTx(ctx, func(tx store.Tx) error {
 		var msgs []*store.OutboxInsertParams
 		for i := range n {
-			m, err := outbox.NewMessage(topic, fmt.Sprint(i), map[string]int{"n": i}, e.Clock.Now())
+			m, err := outbox.NewMessage(topic, key(i), map[string]int{"n": i}, e.Clock.Now())
 			if err != nil {
 				return err
 			}
@@ -75,7 +83,7 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	}})
 	insert(t, e, "test.ok", 3)
 	insert(t, e, "test.poison", 1)
-	insert(t, e, "test.ok", 2)
+	insertKeys(t, e, "test.ok", 2, func(i int) string { return fmt.Sprintf("test.ok/%d", 3+i) })
 
 	var lastNext time.Time
 	for attempt := 1; attempt <= 4; attempt++ {
@@ -111,7 +119,7 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	if _, err := e.Orders.Stock(ctx, "poison-effect"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
 		t.Fatalf("the poison's own write was not rolled back: %v", err)
 	}
-	if _, err := e.Orders.Stock(ctx, "effect-2"); err != nil {
+	if _, err := e.Orders.Stock(ctx, "effect-test.ok/4"); err != nil {
 		t.Fatalf("an ok message's effect is missing: %v", err)
 	}
 
@@ -149,7 +157,7 @@ func TestOneBadMessageInABatch(t *testing.T) {
 				if _, err := tx.StockSet(ctx, "effect-"+m.Key, 1); err != nil {
 					return err
 				}
-				if m.Key == "3" {
+				if m.Key == "test.mixed/3" {
 					return errors.New("message 3 is bad")
 				}
 			}
@@ -166,11 +174,11 @@ func TestOneBadMessageInABatch(t *testing.T) {
 	if d := list(t, e, orderly.MessageDelivered); len(d) != 5 {
 		t.Fatalf("%d delivered, want 5", len(d))
 	}
-	if p := list(t, e, orderly.MessagePending); len(p) != 1 || p[0].Key != "3" || p[0].LastError != "message 3 is bad" {
+	if p := list(t, e, orderly.MessagePending); len(p) != 1 || p[0].Key != "test.mixed/3" || p[0].LastError != "message 3 is bad" {
 		t.Fatalf("pending %+v, want message 3 with its error", p)
 	}
 	for key, want := range map[string]bool{"0": true, "2": true, "3": false, "5": true} {
-		_, err := e.Orders.Stock(ctx, "effect-"+key)
+		_, err := e.Orders.Stock(ctx, "effect-test.mixed/"+key)
 		if got := err == nil; got != want {
 			t.Errorf("effect of message %s present = %v, want %v", key, got, want)
 		}
@@ -328,5 +336,157 @@ func TestHangingCallsGiveBackTheBatch(t *testing.T) {
 		if !strings.HasPrefix(m.LastError, "not attempted") {
 			t.Fatalf("pending message %d: last error %q", m.ID, m.LastError)
 		}
+	}
+}
+
+// TestKeyOrder: when a message fails, the later messages of its key wait, unattempted, until
+// it is delivered, while other keys go on; a failure in Apply holds them back too, and
+// their local effects are rolled back. Then they are delivered in order.
+func TestKeyOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var (
+		calls      []string // "key/n" in call order
+		applyFails atomic.Bool
+	)
+	applyFails.Store(true)
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{
+		"test.publish": {Call: func(ctx context.Context, m *orderly.Message) error {
+			var p struct{ N int }
+			if err := outbox.Decode(m, &p); err != nil {
+				return err
+			}
+			calls = append(calls, fmt.Sprintf("%s/%d", m.Key, p.N))
+			if m.Key == "order-1" && p.N == 0 && m.Attempts == 1 {
+				return errors.New("broker unreachable")
+			}
+			return nil
+		}},
+		"test.local-fails": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			if applyFails.Load() {
+				return errors.New("local effect failed")
+			}
+			return nil
+		}},
+		"test.local": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			for _, m := range msgs {
+				if _, err := tx.StockSet(ctx, "effect-"+m.Key, 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}})
+	// order-1: an event that fails once, then one that must wait for it. order-2: goes on.
+	// order-3: a local effect that fails, then one whose effect must wait for it.
+	insertKeys(t, e, "test.publish", 2, func(int) string { return "order-1" })
+	insertKeys(t, e, "test.publish", 1, func(int) string { return "order-2" })
+	insertKeys(t, e, "test.local-fails", 1, func(int) string { return "order-3" })
+	insertKeys(t, e, "test.local", 1, func(int) string { return "order-3" })
+	insertKeys(t, e, "test.local", 1, func(int) string { return "order-4" })
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"order-1/0", "order-2/0"}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v (order-1/1 waits for order-1/0)", calls, want)
+	}
+	state := func() string {
+		var b strings.Builder
+		for _, st := range []string{orderly.MessagePending, orderly.MessageDelivered} {
+			for _, m := range list(t, e, st) {
+				fmt.Fprintf(&b, "%s %s %s attempts=%d error=%q\n", m.Key, m.Topic, m.State, m.Attempts, m.LastError)
+			}
+		}
+		return b.String()
+	}
+	want := `order-1 test.publish pending attempts=1 error="broker unreachable"
+order-1 test.publish pending attempts=0 error="not attempted: an earlier message of its key is not delivered yet"
+order-3 test.local-fails pending attempts=1 error="local effect failed"
+order-3 test.local pending attempts=0 error="not attempted: an earlier message of its key is not delivered yet"
+order-2 test.publish delivered attempts=1 error=""
+order-4 test.local delivered attempts=1 error=""
+`
+	if got := state(); got != want {
+		t.Fatalf("after the first pass:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := e.Orders.Stock(ctx, "effect-order-3"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("order-3's second message took effect before its first: %v", err)
+	}
+	if _, err := e.Orders.Stock(ctx, "effect-order-4"); err != nil {
+		t.Fatalf("order-4's effect is missing: %v", err)
+	}
+
+	applyFails.Store(false)
+	e.Clock.Advance(2 * time.Second) // past the first retry's backoff (1 s ± 50 %)
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"order-1/0", "order-2/0", "order-1/0", "order-1/1"}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", calls, want)
+	}
+	if p := list(t, e, orderly.MessagePending); len(p) != 0 {
+		t.Fatalf("pending after the retry: %s", state())
+	}
+	if _, err := e.Orders.Stock(ctx, "effect-order-3"); err != nil {
+		t.Fatalf("order-3's effect is missing: %v", err)
+	}
+}
+
+// TestEventWaitsForLocalEffects: an event is not published before the local effects of an
+// earlier message of its key (an order's stock release before its order.closed) are
+// applied: in one Drain when they apply, after their retry when they fail.
+func TestEventWaitsForLocalEffects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var (
+		calls   []string
+		applied []string
+	)
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{
+		"test.release": {Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			for _, m := range msgs {
+				if m.Key == "order-2" && m.Attempts == 1 {
+					return errors.New("release failed")
+				}
+			}
+			for _, m := range msgs {
+				applied = append(applied, m.Key)
+			}
+			return nil
+		}},
+		"test.event": {Call: func(ctx context.Context, m *orderly.Message) error {
+			if len(applied) == 0 || !slices.Contains(applied, m.Key) {
+				return fmt.Errorf("event of %s called before its release was applied (applied: %v)", m.Key, applied)
+			}
+			calls = append(calls, m.Key)
+			return nil
+		}},
+	}})
+	for _, key := range []string{"order-1", "order-2"} {
+		insertKeys(t, e, "test.release", 1, func(int) string { return key })
+		insertKeys(t, e, "test.event", 1, func(int) string { return key })
+	}
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(calls) != "[order-1]" {
+		t.Fatalf("events published after the first drain: %v, want [order-1]", calls)
+	}
+	var left []string
+	for _, m := range list(t, e, orderly.MessagePending) {
+		left = append(left, fmt.Sprintf("%s %s attempts=%d", m.Key, m.Topic, m.Attempts))
+	}
+	if want := "[order-2 test.release attempts=1 order-2 test.event attempts=0]"; fmt.Sprint(left) != want {
+		t.Fatalf("pending %v, want %s", left, want)
+	}
+	e.Clock.Advance(2 * time.Second)
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(calls) != "[order-1 order-2]" {
+		t.Fatalf("events published: %v, want [order-1 order-2]", calls)
+	}
+	if p := list(t, e, orderly.MessagePending); len(p) != 0 {
+		t.Fatalf("%d messages still pending", len(p))
 	}
 }

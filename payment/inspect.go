@@ -193,7 +193,9 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 			return err
 		}
 	}
-	ev, err := outbox.NewMessage(orderly.TopicPaymentRefunded, ref.PaymentID, ref, now)
+	// The event is about the order: keyed by the order id, with the order's next sequence, so
+	// that subscribers never see it before the order's earlier events (order.closed).
+	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicPaymentRefunded, ref.OrderID, &ref, now)
 	if err != nil {
 		return err
 	}

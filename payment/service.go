@@ -353,7 +353,7 @@ func (s *Service) applySuccess(ctx context.Context, tx store.Tx, p *orderly.Paym
 				return nil, fmt.Errorf("use coupon %s of order %s: not frozen by it", o.CouponID, o.ID)
 			}
 		}
-		m, err := outbox.NewMessage(orderly.TopicOrderPaid, o.ID, orderly.OrderEvent{OrderID: o.ID, State: orderly.StatePaid, At: now}, now)
+		m, err := outbox.NewEvent(ctx, tx, orderly.TopicOrderPaid, o.ID, &orderly.OrderEvent{OrderID: o.ID, State: orderly.StatePaid, At: now}, now)
 		if err != nil {
 			return nil, err
 		}

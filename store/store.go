@@ -135,12 +135,30 @@ type Tx interface {
 	// at most limit.
 	CallbackRefusalList(ctx context.Context, paymentID string, limit int) ([]*orderly.CallbackRefusal, error)
 
-	// OutboxInsert writes messages in the caller's transaction (the transactional outbox).
+	// OutboxInsert writes messages in the caller's transaction (the transactional outbox), in
+	// list order (ids increase), each with a new UUID as MessageID. The relay delivers the
+	// messages of one key in id order, so the transactions that write messages of one key
+	// must be serialized: an event's OutboxSequences does it; any other message must be
+	// written by a transaction that has changed (and so locked) the row of the entity its key
+	// names, before the insert.
 	OutboxInsert(ctx context.Context, msgs []*OutboxInsertParams) error
+	// OutboxSequences reserves the next event sequence of each key, in list order (a key
+	// listed k times gets k consecutive numbers); a key's first event gets 1. It locks the
+	// keys' counters until the transaction ends, so the events of one key get their numbers,
+	// and their ids, in commit order. Pass the numbers as OutboxInsertParams.Sequence.
+	OutboxSequences(ctx context.Context, keys []string) ([]int64, error)
 	// OutboxClaim leases up to Limit pending messages whose next_attempt_at <= Now: it sets
 	// their next_attempt_at to LeaseUntil and increments attempts, so a crashed relay's
-	// messages become due again when the lease ends.
+	// messages become due again when the lease ends. It never returns a message while an
+	// earlier message (lower id) of its key is pending and not returned with it (waiting for
+	// a retry, claimed by another relay, or left out by Limit); the messages of one key that
+	// it returns are consecutive, and the relay delivers them in id order. Dead messages do
+	// not hold their key. Messages come back ordered by id.
 	OutboxClaim(ctx context.Context, params *OutboxClaimParams) ([]*orderly.Message, error)
+	// OutboxUnclaim puts back claimed messages that were not attempted: attempts is
+	// decremented, last_error set to reason, and they are due at now. Only pending messages
+	// change.
+	OutboxUnclaim(ctx context.Context, ids []int64, now time.Time, reason string) error
 	// OutboxMarkDelivered marks pending messages delivered.
 	OutboxMarkDelivered(ctx context.Context, ids []int64, now time.Time) error
 	// OutboxMarkFailed records a failed attempt: pending again at NextAttemptAt, or dead.
@@ -315,7 +333,10 @@ type OutboxInsertParams struct {
 	Topic   string
 	Key     string
 	Payload []byte // JSON
-	Now     time.Time
+	// Sequence is an event's number from OutboxSequences, reserved in the same transaction;
+	// 0 for a message that is not an event.
+	Sequence int64
+	Now      time.Time
 }
 
 // OutboxClaimParams is the input of Tx.OutboxClaim.

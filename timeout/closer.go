@@ -278,7 +278,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 				rel[i] = order.Closed{ID: id, CouponID: byID[id].CouponID}
 				closed = append(closed, byID[id])
 			}
-			msgs, err := order.CloseMessages(rel, orderly.CloseReasonPaymentTimeout, now)
+			msgs, err := order.CloseMessages(ctx, tx, rel, orderly.CloseReasonPaymentTimeout, now)
 			if err != nil {
 				return err
 			}

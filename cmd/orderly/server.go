@@ -336,7 +336,7 @@ func (s *Server) Close() error {
 // broker is configured: events are kept in the outbox table and logged at debug level.
 func eventLog(logger *slog.Logger) *outbox.Handler {
 	return &outbox.Handler{Call: func(ctx context.Context, m *orderly.Message) error {
-		logger.DebugContext(ctx, "event", "topic", m.Topic, "key", m.Key, "message_id", m.ID)
+		logger.DebugContext(ctx, "event", "topic", m.Topic, "key", m.Key, "sequence", m.Sequence, "message_id", m.ID)
 		return nil
 	}}
 }

@@ -3,29 +3,85 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
 )
 
-const messageColumns = `id, topic, message_key, payload, state, attempts, next_attempt_at, last_error, created_at, delivered_at`
+const messageColumns = `id, message_id, topic, message_key, sequence, payload, state, attempts, next_attempt_at, last_error,
+	created_at, delivered_at`
 
 var (
 	// qOutboxInsert[k] inserts outboxChunks[k] messages with one statement.
 	qOutboxInsert = func() []*query {
 		qs := make([]*query, len(outboxChunks))
 		for i, n := range outboxChunks {
-			qs[i] = sqlText(`INSERT INTO outbox (topic, message_key, payload, next_attempt_at, created_at) VALUES ` +
-				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", n), ", "))
+			qs[i] = sqlText(`INSERT INTO outbox (message_id, topic, message_key, sequence, payload, next_attempt_at, created_at) VALUES ` +
+				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", n), ", "))
 		}
 		return qs
 	}()
+	// qOutboxDue selects (and locks, skipping rows other relays hold) the due messages whose
+	// every earlier pending message of their key comes before them in the claim's order
+	// (next_attempt_at, id): an earlier one waiting for a retry or leased by a relay has a
+	// later next_attempt_at than any due message and so excludes the key's later messages,
+	// and the limit can never cut an earlier message while keeping a later one. Earlier due
+	// messages may be claimed with them (an order's releases and event, written together);
+	// claimableMessageIDs checks that they were.
 	qOutboxDue = newQuery(func(d *dialect) string {
-		return `SELECT id FROM outbox` + d.forceIndex("outbox_state_next_attempt_at") + ` WHERE state = 'pending' AND next_attempt_at <= ?
-			ORDER BY next_attempt_at, id LIMIT ?` + d.skipLocked
+		return `SELECT id, message_key FROM outbox` + d.forceIndex("outbox_state_next_attempt_at") + `
+			WHERE state = 'pending' AND next_attempt_at <= ? AND NOT EXISTS (
+				SELECT 1 FROM outbox AS e` + d.forceIndex("outbox_key_id") + ` WHERE e.message_key = outbox.message_key
+				AND e.state = 'pending' AND e.id < outbox.id AND e.next_attempt_at > outbox.next_attempt_at)
+			ORDER BY next_attempt_at, id LIMIT ?` + d.outboxDueLock()
+	})
+	// qOutboxLockDue locks, skipping rows other relays hold, the messages of an id list that
+	// are still due: MySQL's second step of qOutboxDue (see outboxDueLock).
+	qOutboxLockDue = newQuery(func(d *dialect) string {
+		return d.selectByIDs("outbox.id, outbox.message_key", "outbox", "id", d.intIDs,
+			`outbox.state = 'pending' AND outbox.next_attempt_at <= ?`, ` ORDER BY outbox.next_attempt_at, outbox.id`+d.skipLocked)
+	})
+	// qOutboxPendingOfKeys lists the pending messages of a list of keys.
+	qOutboxPendingOfKeys = newQuery(func(d *dialect) string {
+		if d == mysqlDialect {
+			return `SELECT STRAIGHT_JOIN o.message_key, o.id FROM (` + d.ids + `) AS j
+				JOIN outbox AS o FORCE INDEX (outbox_key_id) ON o.message_key = j.v WHERE o.state = 'pending'`
+		}
+		return `SELECT message_key, id FROM outbox WHERE message_key IN (` + d.ids + `) AND state = 'pending'`
+	})
+	// qOutboxSequencesAdd adds n to the counters of a JSON list of [key, n] pairs, creating
+	// missing ones; qOutboxSequencesGet reads them back.
+	qOutboxSequencesAdd = newQuery(func(d *dialect) string {
+		switch d {
+		case mysqlDialect:
+			return `INSERT INTO outbox_sequences (message_key, last_sequence)
+				SELECT k, n FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+					n BIGINT PATH '$[1]')) AS t
+				ON DUPLICATE KEY UPDATE last_sequence = last_sequence + VALUES(last_sequence)`
+		case postgresDialect:
+			return `INSERT INTO outbox_sequences (message_key, last_sequence)
+				SELECT e->>0, (e->>1)::bigint FROM jsonb_array_elements(?::jsonb) AS t(e)
+				ON CONFLICT (message_key) DO UPDATE SET last_sequence = outbox_sequences.last_sequence + EXCLUDED.last_sequence`
+		default: // "WHERE true" tells SQLite's parser that ON CONFLICT is the upsert clause
+			return `INSERT INTO outbox_sequences (message_key, last_sequence)
+				SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?) WHERE true
+				ON CONFLICT (message_key) DO UPDATE SET last_sequence = last_sequence + excluded.last_sequence`
+		}
+	})
+	qOutboxSequencesGet = newQuery(func(d *dialect) string {
+		return d.selectByIDs("outbox_sequences.message_key, last_sequence", "outbox_sequences", "message_key", d.ids, "1 = 1", "")
+	})
+	qOutboxUnclaim = newQuery(func(d *dialect) string {
+		return d.updateByIDs("outbox", "id", d.intIDs, `attempts = attempts - 1, next_attempt_at = ?, last_error = ?`,
+			`state = 'pending' AND attempts > 0`)
 	})
 	qOutboxLease = newQuery(func(d *dialect) string {
 		return d.updateByIDs("outbox", "id", d.intIDs, `next_attempt_at = ?, attempts = attempts + 1`, "")
@@ -60,8 +116,8 @@ func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 			nextAt, createdAt int64
 			deliveredAt       sql.NullInt64
 		)
-		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &payload, &m.State, &m.Attempts, &nextAt, &m.LastError,
-			&createdAt, &deliveredAt); err != nil {
+		if err := rows.Scan(&m.ID, &m.MessageID, &m.Topic, &m.Key, &m.Sequence, &payload, &m.State, &m.Attempts, &nextAt,
+			&m.LastError, &createdAt, &deliveredAt); err != nil {
 			return nil, err
 		}
 		m.Payload = []byte(payload)
@@ -79,10 +135,14 @@ var outboxChunks = []int{128, 16, 1}
 func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams) error {
 	for k, n := range outboxChunks {
 		for len(msgs) >= n {
-			args := make([]any, 0, 5*n)
+			args := make([]any, 0, 7*n)
 			for _, m := range msgs[:n] {
+				id, err := uuid.NewV7()
+				if err != nil {
+					return fmt.Errorf("outbox message id: %w", err)
+				}
 				at := ms(m.Now)
-				args = append(args, m.Topic, m.Key, string(m.Payload), at, at)
+				args = append(args, id.String(), m.Topic, m.Key, m.Sequence, string(m.Payload), at, at)
 			}
 			if _, err := t.exec(ctx, "outbox messages", qOutboxInsert[k], args...); err != nil {
 				return err
@@ -93,9 +153,61 @@ func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams)
 	return nil
 }
 
+// OutboxSequences implements store.Tx.
+func (t *tx) OutboxSequences(ctx context.Context, keys []string) ([]int64, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	counts := map[string]int64{}
+	for _, k := range keys {
+		counts[k]++
+	}
+	// Sorted, so that transactions lock the counters of overlapping key sets in one order.
+	distinct := slices.Sorted(maps.Keys(counts))
+	pairs := make([][2]any, len(distinct))
+	for i, k := range distinct {
+		pairs[i] = [2]any{k, counts[k]}
+	}
+	b, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.exec(ctx, "reserve event sequences", qOutboxSequencesAdd, string(b)); err != nil {
+		return nil, err
+	}
+	rows, err := t.query(ctx, qOutboxSequencesGet, jsonList(distinct))
+	if err != nil {
+		return nil, fmt.Errorf("reserve event sequences: %w", err)
+	}
+	defer rows.Close()
+	next := make(map[string]int64, len(distinct)) // the first number reserved for each key
+	for rows.Next() {
+		var (
+			k    string
+			last int64
+		)
+		if err := rows.Scan(&k, &last); err != nil {
+			return nil, fmt.Errorf("reserve event sequences: %w", err)
+		}
+		next[k] = last - counts[k] + 1
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reserve event sequences: %w", err)
+	}
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		n, ok := next[k]
+		if !ok {
+			return nil, fmt.Errorf("reserve event sequences: no counter for key %q", k)
+		}
+		out[i], next[k] = n, n+1
+	}
+	return out, nil
+}
+
 // OutboxClaim implements store.Tx.
 func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*orderly.Message, error) {
-	ids, err := t.dueMessageIDs(ctx, p)
+	ids, err := t.claimableMessageIDs(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
@@ -117,22 +229,97 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 	return msgs, nil
 }
 
-// dueMessageIDs selects (and locks, skipping rows other relays hold) the due messages.
-func (t *tx) dueMessageIDs(ctx context.Context, p *store.OutboxClaimParams) ([]int64, error) {
-	rows, err := t.query(ctx, qOutboxDue, ms(p.Now), p.Limit)
+// outboxDueLock is the locking clause of qOutboxDue. MariaDB's locking reads also lock
+// (and skip) the rows its NOT EXISTS subquery reads, which deadlocks concurrent claims: on
+// MySQL qOutboxDue is a plain read, and qOutboxLockDue then locks what it found.
+func (d *dialect) outboxDueLock() string {
+	if d == mysqlDialect {
+		return ""
+	}
+	return d.skipLocked
+}
+
+// claimableMessageIDs selects (and locks, skipping rows other relays hold) the due messages
+// of qOutboxDue, then drops those with an earlier pending message of their key that is not
+// among them: one skipped because another relay is claiming it, or one that qOutboxDue
+// excluded itself (it has an earlier message due later).
+func (t *tx) claimableMessageIDs(ctx context.Context, p *store.OutboxClaimParams) ([]int64, error) {
+	due, err := t.keyedIDs(ctx, qOutboxDue, ms(p.Now), p.Limit)
+	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	if t.db.d == mysqlDialect {
+		ids := make([]int64, len(due))
+		for i, m := range due {
+			ids[i] = m.id
+		}
+		if due, err = t.keyedIDs(ctx, qOutboxLockDue, jsonList(ids), ms(p.Now)); err != nil || len(due) == 0 {
+			return nil, err
+		}
+	}
+	selected := make(map[int64]bool, len(due))
+	keySet := map[string]bool{}
+	for _, m := range due {
+		selected[m.id] = true
+		keySet[m.key] = true
+	}
+	pending, err := t.keyedIDs(ctx, qOutboxPendingOfKeys, jsonList(slices.Collect(maps.Keys(keySet))))
+	if err != nil {
+		return nil, err
+	}
+	// firstOut[k] is the lowest id of a pending message of key k that was not selected.
+	firstOut := map[string]int64{}
+	for _, m := range pending {
+		if first, ok := firstOut[m.key]; !selected[m.id] && (!ok || m.id < first) {
+			firstOut[m.key] = m.id
+		}
+	}
+	ids := make([]int64, 0, len(due))
+	for _, m := range due {
+		if first, ok := firstOut[m.key]; !ok || m.id < first {
+			ids = append(ids, m.id)
+		}
+	}
+	return ids, nil
+}
+
+// keyedID is a message id with its key.
+type keyedID struct {
+	id  int64
+	key string
+}
+
+// keyedIDs runs a query that yields (id, message_key) rows, or (message_key, id) rows for
+// qOutboxPendingOfKeys.
+func (t *tx) keyedIDs(ctx context.Context, q *query, args ...any) ([]keyedID, error) {
+	rows, err := t.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var ids []int64
+	var out []keyedID
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var m keyedID
+		if q != qOutboxPendingOfKeys {
+			err = rows.Scan(&m.id, &m.key)
+		} else {
+			err = rows.Scan(&m.key, &m.id)
+		}
+		if err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		out = append(out, m)
 	}
-	return ids, rows.Err()
+	return out, rows.Err()
+}
+
+// OutboxUnclaim implements store.Tx.
+func (t *tx) OutboxUnclaim(ctx context.Context, ids []int64, now time.Time, reason string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := t.exec(ctx, "unclaim messages", qOutboxUnclaim, t.db.d.byIDsArgs(jsonList(ids), []any{ms(now), reason}, nil)...)
+	return err
 }
 
 // OutboxMarkDelivered implements store.Tx.

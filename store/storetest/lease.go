@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -200,6 +201,116 @@ func testClaims(t *testing.T, open opener) {
 				t.Fatalf("message %d claimed %d times", id, n)
 			}
 		}
+	})
+	// ConcurrentRelaysKeepKeyOrder: relays claiming concurrently, some deliveries failing and
+	// retried, never deliver a key's messages out of id order, and deliver each once.
+	t.Run("ConcurrentRelaysKeepKeyOrder", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		const keys, perKey = 8, 6
+		var msgs []*store.OutboxInsertParams
+		for j := range perKey {
+			for i := range keys {
+				msgs = append(msgs, &store.OutboxInsertParams{Topic: "t", Key: fmt.Sprintf("order-%d", i),
+					Payload: []byte(fmt.Sprintf(`{"n":%d}`, j)), Now: t0})
+			}
+		}
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxInsert(ctx, msgs) })
+		written := map[string][]int64{}
+		for _, m := range listMessages(t, s, orderly.MessagePending, 1000) {
+			written[m.Key] = append(written[m.Key], m.ID)
+		}
+		var (
+			mu        sync.Mutex
+			delivered = map[string][]int64{} // per key, in delivery order
+			total     int
+			wg        sync.WaitGroup
+		)
+		for range 4 {
+			wg.Go(func() {
+				for pass := 0; pass < 500; pass++ {
+					mu.Lock()
+					done := total == keys*perKey
+					mu.Unlock()
+					if done {
+						return
+					}
+					var batch []*orderly.Message
+					err := s.InTx(ctx, func(tx store.Tx) (err error) {
+						batch, err = tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: t0, LeaseUntil: t0.Add(time.Hour), Limit: 5})
+						return err
+					})
+					if err != nil {
+						t.Errorf("claim: %v", err)
+						return
+					}
+					// Deliver in id order; every third message fails its first attempt and is due
+					// again at once; the later messages of its key in the batch are put back.
+					var ok, failed, held []int64
+					failedKeys := map[string]bool{}
+					for _, m := range batch {
+						switch {
+						case failedKeys[m.Key]:
+							held = append(held, m.ID)
+						case m.Attempts == 1 && m.ID%3 == 0:
+							failed = append(failed, m.ID)
+							failedKeys[m.Key] = true
+						default:
+							ok = append(ok, m.ID)
+							mu.Lock()
+							delivered[m.Key] = append(delivered[m.Key], m.ID)
+							mu.Unlock()
+						}
+					}
+					err = s.InTx(ctx, func(tx store.Tx) error {
+						for _, id := range failed {
+							if err := tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{ID: id, LastError: "boom", NextAttemptAt: t0}); err != nil {
+								return err
+							}
+						}
+						if err := tx.OutboxUnclaim(ctx, held, t0, "held"); err != nil {
+							return err
+						}
+						return tx.OutboxMarkDelivered(ctx, ok, t0)
+					})
+					if err != nil {
+						t.Errorf("mark: %v", err)
+						return
+					}
+					mu.Lock()
+					total += len(ok)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		equal(t, "delivered messages per key, in delivery order", delivered, written)
+	})
+	// ConcurrentSequences: transactions reserving the next event of one key get consecutive
+	// numbers in commit order, and their messages' ids follow that order.
+	t.Run("ConcurrentSequences", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		var wg sync.WaitGroup
+		for range 12 {
+			wg.Go(func() {
+				err := s.InTx(ctx, func(tx store.Tx) error {
+					seq, err := tx.OutboxSequences(ctx, []string{"order-1"})
+					if err != nil {
+						return err
+					}
+					return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicOrderPaid, Key: "order-1",
+						Payload: []byte(fmt.Sprintf(`{"sequence":%d}`, seq[0])), Sequence: seq[0], Now: t0}})
+				})
+				if err != nil {
+					t.Errorf("write event: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		var got []int64
+		for _, m := range listMessages(t, s, orderly.MessagePending, 100) { // by id
+			got = append(got, m.Sequence)
+		}
+		equal(t, "sequences in id order", got, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
 	})
 	t.Run("BatchRelease", func(t *testing.T) {
 		_, s := setup(t, open)

@@ -2,10 +2,13 @@ package storetest
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
@@ -36,6 +39,13 @@ func testOutbox(t *testing.T, open opener) {
 				State: orderly.MessagePending, NextAttemptAt: utcMS(p.Now), CreatedAt: utcMS(p.Now)})
 		}
 		equalMessages(t, "pending messages", got, want)
+		seen := map[string]bool{}
+		for _, m := range got {
+			if seen[m.MessageID] {
+				t.Errorf("message id %s given twice", m.MessageID)
+			}
+			seen[m.MessageID] = true
+		}
 		for i := 1; i < len(got); i++ {
 			if got[i].ID <= got[i-1].ID {
 				t.Errorf("message ids not increasing in insert order: %d after %d", got[i].ID, got[i-1].ID)
@@ -285,6 +295,128 @@ func testOutbox(t *testing.T, open opener) {
 		equal(t, "pending kept", ids64(listMessages(t, s, orderly.MessagePending, 10)), []int64{pending})
 		equal(t, "dead kept", ids64(listMessages(t, s, orderly.MessageDead, 10)), []int64{dead})
 	})
+
+	t.Run("Sequences", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		reserve := func(keys ...string) []int64 {
+			t.Helper()
+			return write(t, s, func(tx store.Tx) ([]int64, error) { return tx.OutboxSequences(ctx, keys) })
+		}
+		equal(t, "first events", reserve("o1", "o2", "o1"), []int64{1, 1, 2})
+		equal(t, "next event", reserve("o1"), []int64{3})
+		equal(t, "no keys", reserve(), []int64(nil))
+		// A rolled-back transaction gives its numbers back: the sequence has no gaps.
+		err := txErr(t, s, func(tx store.Tx) error {
+			if _, err := tx.OutboxSequences(ctx, []string{"o2"}); err != nil {
+				return err
+			}
+			return errors.New("roll back")
+		})
+		if err == nil {
+			t.Fatal("InTx returned nil for a rolled-back transaction")
+		}
+		equal(t, "after a rollback", reserve("o2", "o3"), []int64{2, 1})
+
+		// The sequence is stored with the message.
+		inTx(t, s, func(tx store.Tx) error {
+			return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{
+				{Topic: orderly.TopicReservationRelease, Key: "o1", Payload: []byte(`{}`), Now: t0},
+				{Topic: orderly.TopicOrderClosed, Key: "o1", Payload: []byte(`{"sequence":4}`), Sequence: 4, Now: t0},
+			})
+		})
+		got := listMessages(t, s, orderly.MessagePending, 10)
+		equal(t, "stored sequences", []int64{got[0].Sequence, got[1].Sequence}, []int64{0, 4})
+	})
+
+	// ClaimKeyOrder: a message is not claimed while an earlier message of its key is pending
+	// (claimed by a relay, or waiting for a retry); other keys go on; once the earlier one is
+	// delivered, the later one is claimed.
+	t.Run("ClaimKeyOrder", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		first := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
+		second := insertMessage(t, s, orderly.TopicPaymentRefunded, "o1", t0)
+		other := insertMessage(t, s, orderly.TopicOrderClosed, "o2", t0)
+		lease := t0.Add(time.Minute)
+		equal(t, "claim, limit 1", ids64(claim(t, s, t0, lease, 1)), []int64{first})
+		equal(t, "claim while the first is leased", ids64(claim(t, s, t0, lease, 10)), []int64{other})
+
+		retry := t0.Add(10 * time.Second)
+		inTx(t, s, func(tx store.Tx) error {
+			return tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{ID: first, LastError: "broker down", NextAttemptAt: retry})
+		})
+		equal(t, "claim while the first waits for its retry", len(claim(t, s, retry.Add(-time.Millisecond), lease, 10)), 0)
+		// At its retry time the first is due again, alone: the second has an earlier message
+		// due after it, so it waits until that one is delivered.
+		equal(t, "claim at the retry time", ids64(claim(t, s, retry, retry.Add(time.Minute), 10)), []int64{first})
+		inTx(t, s, func(tx store.Tx) error {
+			return tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{ID: first, LastError: "broker down", NextAttemptAt: retry})
+		})
+		equal(t, "claim after a second failure", ids64(claim(t, s, retry, retry.Add(time.Minute), 10)), []int64{first})
+		equal(t, "claim while the first is leased again", len(claim(t, s, retry, retry.Add(time.Minute), 10)), 0)
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxMarkDelivered(ctx, []int64{first}, retry) })
+		equal(t, "claim after the first is delivered", ids64(claim(t, s, retry, retry.Add(time.Minute), 10)), []int64{second})
+	})
+
+	// ClaimKeyRun: due messages of one key written together (an order's releases and its
+	// event) are claimed together, in id order; the limit cuts the later ones, never an
+	// earlier one.
+	t.Run("ClaimKeyRun", func(t *testing.T) {
+		_, s := setup(t, open)
+		var run []int64
+		for range 3 {
+			run = append(run, insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0))
+		}
+		other := insertMessage(t, s, orderly.TopicOrderClosed, "o2", t0)
+		equal(t, "claim, limit 2", ids64(claim(t, s, t0, t0.Add(time.Minute), 2)), run[:2])
+		equal(t, "claim while the run's head is leased", ids64(claim(t, s, t0, t0.Add(time.Minute), 10)), []int64{other})
+		// The lease ended (a crashed relay): the run's head is claimed again; its last message,
+		// due before the head's new time, waits until the head is delivered.
+		at := t0.Add(time.Minute)
+		equal(t, "claim after the lease", ids64(claim(t, s, at, at.Add(time.Minute), 10)), []int64{run[0], run[1], other})
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxMarkDelivered(t.Context(), run[:2], at) })
+		equal(t, "claim after the head is delivered", ids64(claim(t, s, at, at.Add(time.Minute), 10)), run[2:])
+	})
+
+	// DeadDoesNotHoldKey: once a message is dead, the later messages of its key are claimed;
+	// re-driven, the dead one is claimed again (after them).
+	t.Run("DeadDoesNotHoldKey", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		dead := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
+		later := insertMessage(t, s, orderly.TopicPaymentRefunded, "o1", t0)
+		equal(t, "claim", ids64(claim(t, s, t0, t0.Add(time.Minute), 1)), []int64{dead})
+		inTx(t, s, func(tx store.Tx) error {
+			return tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{ID: dead, LastError: "gave up", Dead: true})
+		})
+		equal(t, "claim after the first is dead", ids64(claim(t, s, t0, t0.Add(time.Minute), 10)), []int64{later})
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxMarkDelivered(ctx, []int64{later}, t0) })
+		if !write(t, s, func(tx store.Tx) (bool, error) { return tx.OutboxRedrive(ctx, dead, t0) }) {
+			t.Fatal("re-drive changed nothing")
+		}
+		equal(t, "claim after the re-drive", ids64(claim(t, s, t0, t0.Add(time.Minute), 10)), []int64{dead})
+	})
+
+	t.Run("Unclaim", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		m1 := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
+		m2 := insertMessage(t, s, orderly.TopicOrderClosed, "o2", t0)
+		delivered := insertMessage(t, s, orderly.TopicOrderClosed, "o3", t0)
+		claim(t, s, t0, t0.Add(time.Minute), 10)
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxMarkDelivered(ctx, []int64{delivered}, t0) })
+		before := getMessage(t, s, delivered)
+		at := t0.Add(time.Second)
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxUnclaim(ctx, []int64{m1, delivered}, at, "not attempted") })
+		got := getMessage(t, s, m1)
+		if got.State != orderly.MessagePending || got.Attempts != 0 || !got.NextAttemptAt.Equal(at) || got.LastError != "not attempted" {
+			t.Errorf("unclaimed message: %+v; want pending, attempts 0, next_attempt_at %v, last_error set", got, at)
+		}
+		equalMessages(t, "delivered message after OutboxUnclaim", []*orderly.Message{getMessage(t, s, delivered)}, []*orderly.Message{before})
+		equal(t, "claim", claimed(claim(t, s, at, at.Add(time.Minute), 10)), []string{
+			fmt.Sprintf("%d attempts=1 next=%s", m1, at.Add(time.Minute).Format(time.RFC3339Nano))})
+		if m := getMessage(t, s, m2); m.Attempts != 1 {
+			t.Errorf("message not unclaimed: attempts %d, want 1", m.Attempts)
+		}
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxUnclaim(ctx, nil, at, "") })
+	})
 }
 
 // listMessages lists up to limit messages in a state.
@@ -342,6 +474,12 @@ func equalMessages(t *testing.T, what string, got, want []*orderly.Message) {
 		gm.Payload, wm.Payload = nil, nil
 		if wm.ID == 0 {
 			wm.ID = gm.ID
+		}
+		if wm.MessageID == "" {
+			if _, err := uuid.Parse(gm.MessageID); err != nil {
+				t.Errorf("%s: message %d has message id %q, want a UUID: %v", what, i, gm.MessageID, err)
+			}
+			wm.MessageID = gm.MessageID
 		}
 		g, w = append(g, gm), append(w, wm)
 	}
