@@ -12,7 +12,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"net/url"
 	"os"
 	"strings"
@@ -175,20 +174,8 @@ func LockWaits(t testing.TB, dbURL string) func(ctx context.Context) (int64, err
 // information_schema.INNODB_TRX is a cache that is not refreshed while anyone reads it more
 // often than every 100 ms, so a poll of it keeps showing the moment before the wait.
 func innodbLockWaits(ctx context.Context, db *sql.DB, name string) (int64, error) {
-	rows, err := db.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?`, name)
+	ours, err := mysqlSessions(ctx, db, name)
 	if err != nil {
-		return 0, err
-	}
-	ours := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			_ = rows.Close()
-			return 0, err
-		}
-		ours[id] = true
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return 0, err
 	}
 	var typ, status, text string
@@ -221,4 +208,22 @@ func parseURL(t testing.TB, raw string) *url.URL {
 		t.Fatalf("testdb: %v", err)
 	}
 	return u
+}
+
+// mysqlSessions returns the ids of the connections that use the database name.
+func mysqlSessions(ctx context.Context, db *sql.DB, name string) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?`, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ours := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ours[id] = true
+	}
+	return ours, rows.Err()
 }
