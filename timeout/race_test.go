@@ -39,7 +39,7 @@ func raceTogether(perm []int, fns ...func()) {
 }
 
 // TestRaceOnOneOrder races the timer, the sweep, a buyer cancel and a success callback on
-// one due order whose attempt failed, behind a start barrier, for raceRounds rounds on
+// one due order whose attempt failed or is in flight, behind a start barrier, for raceRounds rounds on
 // every dialect. Every round exactly one transition leaves pending_payment: either the
 // payment wins (paid, the close skipped, stock sold, coupon used) or a close wins (closed,
 // stock and coupon released, the payment refunded once). Over the rounds both outcomes
@@ -169,14 +169,18 @@ func testRaceOnOneOrder(t *testing.T, dialect string) {
 	tally := map[string]int{}
 	for r, c := range coupons {
 		o := e.CreateOrder(t, enginetest.CreateOrderOpts{SKU: sku, Quantity: 2, TimeoutSeconds: 1, CouponID: c.ID})
-		// An attempt that failed at the gateway, so the close path may close the order; its
-		// success (failed → succeeded) races the closers.
+		// An attempt whose success races the closers. In two rounds of three it failed at the
+		// gateway first, so the closers may close the order at once; in the others it is still
+		// in flight at close_at, so the closers inspect it (the gateway cancels the pending
+		// attempt) and close the order only once it is marked failed.
 		p, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackFailed}); err != nil {
-			t.Fatal(err)
+		if inFlight := rng.IntN(3) == 0; !inFlight {
+			if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackFailed}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		e.Clock.Set(o.CloseAt)
 
