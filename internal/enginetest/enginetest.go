@@ -92,7 +92,9 @@ func New(t testing.TB, opts Options) *Env {
 	if opts.Dialect != "" && opts.Dialect != "sqlite" {
 		url = testdb.Fresh(t, testdb.URL(t, opts.Dialect))
 	}
-	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url, Now: clock.Now})
+	// 10 connections on a server: enough for the races of the tests (8 at once), and tests
+	// of several packages share the server's connection limit.
+	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url, Now: clock.Now, MaxConns: 10})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -97,13 +97,23 @@ func createRacers(t *testing.T, s store.Store, round int, prefix string, lost er
 		t.Fatalf("round %d: no racer won", round)
 	}
 	// Only the winner's order was committed.
-	for i := range racers {
-		id := fmt.Sprintf("%s-%d", prefix, i)
-		err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.OrderGet(ctx, id); return err })
+	errs = make([]error, racers)
+	if err := s.Read(ctx, func(tx store.Tx) error {
+		for i := range racers {
+			_, errs[i] = tx.OrderGet(ctx, fmt.Sprintf("%s-%d", prefix, i))
+			if errs[i] != nil && orderly.ErrorCode(errs[i]) != orderly.ENOTFOUND {
+				return errs[i]
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("round %d: read orders: %v", round, err)
+	}
+	for i, err := range errs {
 		if i == winner && err != nil {
-			t.Fatalf("round %d: winner's order %s: %v", round, id, err)
-		} else if i != winner && orderly.ErrorCode(err) != orderly.ENOTFOUND {
-			t.Fatalf("round %d: loser's order %s: %v, want it rolled back (ENOTFOUND)", round, id, err)
+			t.Fatalf("round %d: winner's order: %v", round, err)
+		} else if i != winner && err == nil {
+			t.Fatalf("round %d: loser %d's order was committed, want it rolled back", round, i)
 		}
 	}
 	return winner
@@ -128,9 +138,23 @@ func testRaceLastUnit(t *testing.T, open opener) {
 			return tx.StockReserve(ctx, &store.StockReserveParams{OrderID: orderID, SKU: sku, Quantity: 1, Now: t0})
 		})
 		wins[w]++
-		equal(t, fmt.Sprintf("round %d: stock", r), getStock(t, s, sku), &orderly.Stock{SKU: sku, Held: 1})
-		equal(t, fmt.Sprintf("round %d: reservations of the winner", r), reservations(t, s, fmt.Sprintf("%s-%d", prefix, w)),
-			[]*orderly.Reservation{{OrderID: fmt.Sprintf("%s-%d", prefix, w), SKU: sku, Quantity: 1, State: orderly.ReservationHeld}})
+		winner := fmt.Sprintf("%s-%d", prefix, w)
+		var (
+			stock *orderly.Stock
+			held  []*orderly.Reservation
+		)
+		if err := s.Read(ctx, func(tx store.Tx) (err error) {
+			if stock, err = tx.StockGet(ctx, sku); err != nil {
+				return err
+			}
+			held, err = tx.ReservationList(ctx, winner)
+			return err
+		}); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		equal(t, fmt.Sprintf("round %d: stock", r), stock, &orderly.Stock{SKU: sku, Held: 1})
+		equal(t, fmt.Sprintf("round %d: reservations of the winner", r), held,
+			[]*orderly.Reservation{{OrderID: winner, SKU: sku, Quantity: 1, State: orderly.ReservationHeld}})
 		if t.Failed() {
 			t.FailNow()
 		}
@@ -270,11 +294,31 @@ func testRaceMoves(t *testing.T, open opener, mixed bool) {
 			{OrderID: f.order, SKU: f.skuB, Quantity: 2, State: state},
 		}
 		what := fmt.Sprintf("round %d (%s won)", r, state)
+		var (
+			res            []*orderly.Reservation
+			stockA, stockB *orderly.Stock
+			coupon         *orderly.Coupon
+		)
+		if err := s.Read(ctx, func(tx store.Tx) (err error) {
+			if res, err = tx.ReservationList(ctx, f.order); err != nil {
+				return err
+			}
+			if stockA, err = tx.StockGet(ctx, f.skuA); err != nil {
+				return err
+			}
+			if stockB, err = tx.StockGet(ctx, f.skuB); err != nil {
+				return err
+			}
+			coupon, err = tx.CouponGet(ctx, f.coupon)
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
 		equal(t, what+": moved", sortReservations(moved[winner]), want)
-		equal(t, what+": reservations", reservations(t, s, f.order), want)
-		equal(t, what+": "+f.skuA, getStock(t, s, f.skuA), &wantA)
-		equal(t, what+": "+f.skuB, getStock(t, s, f.skuB), &wantB)
-		equal(t, what+": coupon", getCoupon(t, s, f.coupon), wantCoupon)
+		equal(t, what+": reservations", res, want)
+		equal(t, what+": "+f.skuA, stockA, &wantA)
+		equal(t, what+": "+f.skuB, stockB, &wantB)
+		equal(t, what+": coupon", coupon, wantCoupon)
 		if t.Failed() {
 			t.FailNow()
 		}
