@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -98,85 +97,6 @@ func TestBatchesUntilShort(t *testing.T) {
 	// A second pass finds nothing.
 	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil || res.Claimed != 0 {
 		t.Fatalf("second pass = %+v, %v; want nothing claimed", res, err)
-	}
-}
-
-// TestRaceOnOneOrder races the timer, the sweep, a buyer cancel and a success callback on
-// the same order, many times: exactly one transition leaves pending_payment, and stock is
-// released or committed exactly once (I3).
-func TestRaceOnOneOrder(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	for i := range 20 {
-		e := enginetest.New(t, enginetest.Options{})
-		e.SetStock(t, "SKU-1", 5)
-		o := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 2, TimeoutSeconds: 1})
-		p, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The attempt failed at the gateway, so the close path may close the order.
-		if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackFailed}); err != nil {
-			t.Fatal(err)
-		}
-		p2, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p2.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackExpired}); err != nil {
-			t.Fatal(err)
-		}
-		e.Clock.Set(o.CloseAt)
-		var wg sync.WaitGroup
-		errs := make(chan error, 4)
-		wg.Add(4)
-		go func() { defer wg.Done(); _, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer); errs <- err }()
-		go func() { defer wg.Done(); _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); errs <- err }()
-		go func() {
-			defer wg.Done()
-			_, err := e.Orders.CancelOrder(ctx, o.ID, "buyer", "")
-			if orderly.ErrorCode(err) == orderly.EILLEGAL {
-				err = nil // lost the race: fine
-			}
-			errs <- err
-		}()
-		go func() {
-			defer wg.Done()
-			_, err := e.Payments.HandleCallback(ctx, &orderly.Callback{
-				PaymentID: p2.ID, OrderID: o.ID, ChannelTxnID: "txn-" + p2.ID, Amount: o.Amount, Currency: "USD", Status: orderly.CallbackSucceeded,
-			})
-			errs <- err
-		}()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatalf("round %d: %v", i, err)
-			}
-		}
-		e.Drain(t)
-		trail := e.StateTrail(t, o.ID)
-		if len(trail) != 1 || trail[0].From != orderly.StatePendingPayment {
-			t.Fatalf("round %d: trail %+v, want exactly one transition out of pending_payment", i, trail)
-		}
-		got := e.OrderOf(t, o.ID)
-		s := e.StockOf(t, "SKU-1")
-		var payment *orderly.Payment
-		if payment, err = e.Payments.Payment(ctx, p2.ID); err != nil {
-			t.Fatal(err)
-		}
-		switch got.State {
-		case orderly.StatePaid:
-			if s != (orderly.Stock{SKU: "SKU-1", Available: 3, Held: 0, Sold: 2}) || payment.State != orderly.PaymentSucceeded {
-				t.Fatalf("round %d: paid order but stock %+v payment %s", i, s, payment.State)
-			}
-		case orderly.StateClosed:
-			if s != (orderly.Stock{SKU: "SKU-1", Available: 5, Held: 0, Sold: 0}) || payment.State != orderly.PaymentRefunded {
-				t.Fatalf("round %d: closed order but stock %+v payment %s", i, s, payment.State)
-			}
-		default:
-			t.Fatalf("round %d: order ended %s", i, got.State)
-		}
 	}
 }
 

@@ -2,7 +2,9 @@
 // (DESIGN.md §9): URL reads the address from ORDERLY_TEST_POSTGRES_URL or
 // ORDERLY_TEST_MYSQL_URL and skips the test when it is unset (fails instead when
 // ORDERLY_TEST_REQUIRE_SERVICES=1); Fresh makes an empty schema (PostgreSQL) or database
-// (MySQL) for one test and drops it when the test ends.
+// (MySQL) for one test and drops it when the test ends; LockWaits shows the sessions of such
+// a database that wait for a lock, so that a lock-wait test moves on only once the database
+// shows its waiter blocked.
 package testdb
 
 import (
@@ -57,7 +59,8 @@ func Fresh(t testing.TB, base string) string {
 			defer db.Close()
 			_, _ = db.ExecContext(ctx, `DROP SCHEMA `+name+` CASCADE`)
 		})
-		return withQuery(t, base, "search_path", name)
+		// The application name tags the schema's sessions, so that LockWaits counts only them.
+		return withQuery(t, withQuery(t, base, "search_path", name), "application_name", name)
 	case strings.HasPrefix(base, "mysql"):
 		db := open(t, "mysql", mysqlServerDSN(t, base))
 		defer db.Close()
@@ -126,4 +129,101 @@ func mysqlServerDSN(t testing.TB, base string) string {
 		c.Passwd, _ = u.User.Password()
 	}
 	return c.FormatDSN()
+}
+
+// LockWaits returns a function counting the sessions of dbURL's database, a URL that Fresh
+// returned, that wait now for a lock another transaction holds: on PostgreSQL the sessions
+// of the schema (tagged with its application_name) whose wait_event_type is Lock; on
+// MySQL/MariaDB the InnoDB transactions in LOCK WAIT whose connection uses the database.
+// It holds one connection of its own, closed when t ends. Poll it every few milliseconds
+// at most: it asks the server each time.
+func LockWaits(t testing.TB, dbURL string) func(ctx context.Context) (int64, error) {
+	t.Helper()
+	switch {
+	case strings.HasPrefix(dbURL, "postgres"):
+		u := parseURL(t, dbURL)
+		arg := u.Query().Get("application_name")
+		if arg == "" {
+			t.Fatalf("testdb: LockWaits: %s has no application_name (use a URL from Fresh)", u.Redacted())
+		}
+		q := u.Query()
+		q.Set("application_name", arg+"_probe") // not one of the sessions it counts
+		u.RawQuery = q.Encode()
+		db := open(t, "pgx", u.String())
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { _ = db.Close() })
+		return func(ctx context.Context) (int64, error) {
+			var n int64
+			err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = $1 AND wait_event_type = 'Lock'`, arg).Scan(&n)
+			return n, err
+		}
+	case strings.HasPrefix(dbURL, "mysql"):
+		name := strings.TrimPrefix(parseURL(t, dbURL).Path, "/")
+		db := open(t, "mysql", mysqlServerDSN(t, dbURL))
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { _ = db.Close() })
+		return func(ctx context.Context) (int64, error) { return innodbLockWaits(ctx, db, name) }
+	}
+	t.Fatalf("testdb: LockWaits: no lock view for %q", dbURL)
+	return nil
+}
+
+// innodbLockWaits counts the InnoDB transactions in LOCK WAIT whose connection uses the
+// database name. It reads SHOW ENGINE INNODB STATUS, which is made afresh on each call:
+// information_schema.INNODB_TRX is a cache that is not refreshed while anyone reads it more
+// often than every 100 ms, so a poll of it keeps showing the moment before the wait.
+func innodbLockWaits(ctx context.Context, db *sql.DB, name string) (int64, error) {
+	ours, err := mysqlSessions(ctx, db, name)
+	if err != nil {
+		return 0, err
+	}
+	var typ, status, text string
+	if err := db.QueryRowContext(ctx, `SHOW ENGINE INNODB STATUS`).Scan(&typ, &status, &text); err != nil {
+		return 0, err
+	}
+	// One block per transaction: "---TRANSACTION 50133, ACTIVE 4 sec …\nLOCK WAIT 2 lock
+	// struct(s) …\nMariaDB thread id 1910, …" (MySQL: "MySQL thread id").
+	var n int64
+	for _, block := range strings.Split(text, "---TRANSACTION ")[1:] {
+		if !strings.Contains(block, "\nLOCK WAIT ") {
+			continue
+		}
+		_, rest, ok := strings.Cut(block, " thread id ")
+		if !ok {
+			continue
+		}
+		id, _, _ := strings.Cut(rest, ",")
+		if ours[id] {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func parseURL(t testing.TB, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return u
+}
+
+// mysqlSessions returns the ids of the connections that use the database name.
+func mysqlSessions(ctx context.Context, db *sql.DB, name string) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?`, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ours := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ours[id] = true
+	}
+	return ours, rows.Err()
 }

@@ -317,6 +317,11 @@ func (db *DB) mysqlLock(ctx context.Context, name string) (func(), error) {
 // Dialect implements store.Store.
 func (db *DB) Dialect() string { return db.d.name }
 
+// WriterStats returns the statistics of the pool that runs write transactions: on SQLite
+// its one writer connection, so WaitCount counts write transactions that queued behind
+// another; on PostgreSQL and MySQL the one pool of the database.
+func (db *DB) WriterStats() sql.DBStats { return db.writer.Stats() }
+
 // Close implements store.Store.
 func (db *DB) Close() error {
 	var errs []error

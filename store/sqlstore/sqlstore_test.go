@@ -1,6 +1,7 @@
 package sqlstore_test
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -42,20 +43,33 @@ func openSQLite(t *testing.T, cfg sqlstore.Config) *sqlstore.DB {
 	return db
 }
 
+// probed is a store under test that shows its lock waits (storetest.LockWaiter).
+type probed struct {
+	*sqlstore.DB
+	waits func(ctx context.Context) (int64, error)
+}
+
+func (p probed) LockWaits(ctx context.Context) (int64, error) { return p.waits(ctx) }
+
 func TestConformance(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store { return openSQLite(t, sqlstore.Config{}) })
+		storetest.Run(t, func(t *testing.T) store.Store {
+			db := openSQLite(t, sqlstore.Config{})
+			// One writer connection: a write transaction waits for it, not for a row lock.
+			return probed{db, func(context.Context) (int64, error) { return db.WriterStats().WaitCount, nil }}
+		})
 	})
 	for _, dialect := range []string{"postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) {
 			base := testdb.URL(t, dialect) // skips, or fails with ORDERLY_TEST_REQUIRE_SERVICES=1
 			storetest.Run(t, func(t *testing.T) store.Store {
-				db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: testdb.Fresh(t, base), MaxConns: 8})
+				url := testdb.Fresh(t, base)
+				db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url, MaxConns: 8})
 				if err != nil {
 					t.Fatalf("open %s: %v", dialect, err)
 				}
 				t.Cleanup(func() { _ = db.Close() })
-				return db
+				return probed{db, testdb.LockWaits(t, url)}
 			})
 		})
 	}

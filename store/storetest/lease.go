@@ -361,31 +361,43 @@ func testPaymentSuccessAfterFailure(t *testing.T, open opener) {
 	failed := make(chan error, 1)
 	go func() {
 		failed <- s.InTx(t.Context(), func(tx store.Tx) error {
-			if _, err := tx.PaymentSetState(t.Context(), &store.PaymentSetStateParams{ID: p.ID,
-				From: []orderly.PaymentState{orderly.PaymentInitiated}, To: orderly.PaymentFailed, FailReason: "expired"}); err != nil {
+			_, err := tx.PaymentSetState(t.Context(), &store.PaymentSetStateParams{ID: p.ID,
+				From: []orderly.PaymentState{orderly.PaymentInitiated}, To: orderly.PaymentFailed, FailReason: "expired"})
+			close(locked)
+			if err != nil {
 				return err
 			}
-			close(locked)
 			<-release
 			return nil
 		})
 	}()
 	<-locked
-	succeeded := make(chan bool, 1)
+	base := lockWaits(t, s)
+	done := make(chan struct{})
+	succeeded := make(chan leaseResult, 1)
 	go func() {
-		ok := write(t, s, func(tx store.Tx) (bool, error) {
-			return tx.PaymentSetState(t.Context(), &store.PaymentSetStateParams{ID: p.ID, ChannelTxnID: "txn",
+		defer close(done)
+		var ok bool
+		err := s.InTx(t.Context(), func(tx store.Tx) (err error) {
+			ok, err = tx.PaymentSetState(t.Context(), &store.PaymentSetStateParams{ID: p.ID, ChannelTxnID: "txn",
 				From: []orderly.PaymentState{orderly.PaymentInitiated, orderly.PaymentFailed}, To: orderly.PaymentSucceeded})
+			return err
 		})
-		succeeded <- ok
+		succeeded <- leaseResult{ok, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // let the success reach the lock (or, on SQLite, the writer queue)
+	// The success must reach the failure's row lock (on SQLite, the writer queue) before the
+	// failure commits, or this would test nothing.
+	blocked := waitBlocked(t, s, base, done)
 	close(release)
 	if err := <-failed; err != nil {
 		t.Fatal(err)
 	}
-	if ok := <-succeeded; !ok {
-		t.Fatal("the success that waited for the failure's lock changed nothing")
+	res := <-succeeded
+	if !blocked {
+		t.Fatalf("the success (ok %v, error %v) did not wait for the failure's lock", res.ok, res.err)
+	}
+	if res.err != nil || !res.ok {
+		t.Fatalf("the success that waited for the failure's lock: changed %v, error %v; want it applied", res.ok, res.err)
 	}
 	equal(t, "payment after both", getPayment(t, s, p.ID).State, orderly.PaymentSucceeded)
 }

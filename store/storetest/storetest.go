@@ -20,7 +20,9 @@
 //
 // Every test opens its own store and runs in parallel with the others. Tests pass explicit
 // times (around t0) to the store, so they never depend on the wall clock and never sleep;
-// only the Tx.Now test reads the database clock.
+// only the Tx.Now test reads the database clock. Races start their transactions together
+// behind a barrier and repeat for many rounds in one store; tests that need a transaction
+// blocked behind another's lock wait until the database shows it (see LockWaiter).
 package storetest
 
 import (
@@ -34,6 +36,17 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
 )
+
+// LockWaiter is implemented by a store under test that can show its transactions waiting
+// for one another. The suite's lock-wait tests take their next step only once the database
+// shows the waiter blocked, never after a sleep; they fail when the store does not
+// implement it.
+type LockWaiter interface {
+	// LockWaits returns a count that rises by one when a transaction of the store starts
+	// to wait for a lock another transaction holds (on SQLite: for the one writer
+	// connection), and does not fall while that transaction waits.
+	LockWaits(ctx context.Context) (int64, error)
+}
 
 // opener opens a fresh, migrated, empty store that is closed when t ends.
 type opener = func(t *testing.T) store.Store
@@ -57,6 +70,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Leases", testLeases},
 		{"Claims", testClaims},
 		{"GuardRecheck", testGuardRecheck},
+		{"Races", testRaces},
+		{"Fence", testFence},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
