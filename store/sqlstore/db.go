@@ -401,7 +401,8 @@ func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
 	return db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true, Isolation: db.d.isolation}, fn)
 }
 
-func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) error {
+func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) (err error) {
+	defer func() { err = connectionUnavailable(err) }() // connlost.go
 	sqlTx, err := h.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)

@@ -1,0 +1,72 @@
+package sqlstore
+
+import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/orderlyhq/orderly"
+)
+
+// connectionLostMessage is the message of the EUNAVAILABLE error of a lost connection,
+// shown to API clients.
+const connectionLostMessage = "the database connection was lost (the database restarted or ended the session); retry later"
+
+// connectionUnavailable returns err as EUNAVAILABLE, the driver error kept in the chain
+// for logs and retry checks, when it says that the connection to the database was lost:
+// the server shut down or restarted, ended the session (an idle-in-transaction timeout, a
+// KILL), or the network dropped it. The transaction did not commit, or (when the
+// connection went during COMMIT) its outcome is unknown: in both cases the same request
+// may be sent again, and every request of the API is idempotent or refused the second
+// time. Errors that already carry a domain code are returned as they are.
+func connectionUnavailable(err error) error {
+	if err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL || !connectionLost(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", orderly.Errorf(orderly.EUNAVAILABLE, connectionLostMessage), err)
+}
+
+// connectionLost reports whether err comes from a connection to PostgreSQL or MySQL that
+// broke.
+func connectionLost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"): // connection exception
+			return true
+		case pe.Code == "25P03": // idle_in_transaction_session_timeout
+			return true
+		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin / crash shutdown, cannot connect now
+			return true
+		}
+		return false
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1053, // server shutdown in progress
+			1927, // connection was killed
+			4031: // disconnected by the server because of inactivity (idle_transaction_timeout)
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	var ne *net.OpError
+	if errors.As(err, &ne) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce)
+}
