@@ -22,10 +22,13 @@ import (
 // server ends such a session after DefaultIdleInTransactionTimeout (its locks go, its
 // transaction rolls back), and a statement waits at most DefaultLockTimeout for a row lock.
 // The lock timeout is the longer one, so that writers queued behind a stopped client
-// outlast it rather than fail first.
+// outlast it rather than fail first. The idle timeout is short because it adds up: the
+// stopped client's other sessions that were waiting in the same row's lock queue get the
+// lock in turn, and each holds it for the idle timeout before the server ends it (a
+// convoy measured at 10–14 s with 5 s in `simulate --faults sigstop`, hot SKUs).
 const (
 	DefaultLockTimeout              = 10 * time.Second
-	DefaultIdleInTransactionTimeout = 5 * time.Second
+	DefaultIdleInTransactionTimeout = 2 * time.Second
 )
 
 // sessionTimeouts are the session settings that bound lock waits and idle transactions.
