@@ -36,6 +36,10 @@ func connectionUnavailable(err error) error {
 // connectionLost reports whether err comes from a connection to PostgreSQL or MySQL that
 // broke.
 func connectionLost(err error) bool {
+	var ce *pgconn.ConnectError // no connection could be made: down, restarting, too many clients
+	if errors.As(err, &ce) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
@@ -45,13 +49,16 @@ func connectionLost(err error) bool {
 			return true
 		case pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03": // admin / crash shutdown, cannot connect now
 			return true
+		case pe.Code == "53300": // too many connections
+			return true
 		}
 		return false
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case 1053, // server shutdown in progress
+		case 1040, // too many connections
+			1053, // server shutdown in progress
 			1927, // connection was killed
 			4031: // disconnected by the server because of inactivity (idle_transaction_timeout)
 			return true
@@ -64,9 +71,5 @@ func connectionLost(err error) bool {
 		return true
 	}
 	var ne *net.OpError
-	if errors.As(err, &ne) {
-		return true
-	}
-	var ce *pgconn.ConnectError
-	return errors.As(err, &ce)
+	return errors.As(err, &ne)
 }
