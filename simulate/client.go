@@ -44,6 +44,8 @@ type target struct {
 	// downUntil is when (unix ns) a target that did not answer may be picked first again;
 	// until then requests go to the others when one of them is not avoided too.
 	downUntil atomic.Int64
+	// unhealthy marks a target whose last health check failed (health.go).
+	unhealthy atomic.Bool
 }
 
 // Pacing of retries.

@@ -173,6 +173,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		wg.Go(func() { r.progress(done) })
 		defer func() { close(done); wg.Wait() }()
 	}
+	var health sync.WaitGroup
+	health.Go(func() { r.c.watchHealth(ctx) }) // health.go; ends with ctx
+	defer health.Wait()
+	defer cancel() // before health.Wait
 	if err := r.seed(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

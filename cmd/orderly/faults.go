@@ -44,6 +44,8 @@ const (
 	natsDown          = 3 * time.Second
 	dbDown            = 2 * time.Second
 	sigstopExtra      = 2 * time.Second
+	// sigstopConcurrency is simulate's --concurrency default with sigstop.
+	sigstopConcurrency = 256
 )
 
 // faultRecord is one injected fault, as the JSON result lists it.

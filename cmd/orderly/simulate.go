@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -253,6 +254,11 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	}
 	defer db.Close()
 	cfg.Targets, cfg.Target, cfg.Store = cl.URLs(), "", db
+	if slices.Contains(env.kinds, faultSIGSTOP) && !cmd.IsSet("concurrency") {
+		// Requests sent to an instance just stopped wait for it to resume (12 s) and keep
+		// their slots meanwhile; the rest of the traffic needs slots of its own.
+		cfg.Concurrency = max(cfg.Concurrency, sigstopConcurrency)
+	}
 	// Also with one instance: it may be killed and take a moment to come back.
 	cfg.RetryFor = simulate.DefaultRetryFor
 

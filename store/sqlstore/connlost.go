@@ -26,11 +26,34 @@ const connectionLostMessage = "the database connection was lost (the database re
 // connection went during COMMIT) its outcome is unknown: in both cases the same request
 // may be sent again, and every request of the API is idempotent or refused the second
 // time. Errors that already carry a domain code are returned as they are.
+//
+// A statement that gave up waiting for a row lock (Config.LockTimeout) is EUNAVAILABLE
+// too: its transaction rolled back and changed nothing.
 func connectionUnavailable(err error) error {
-	if err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL || !connectionLost(err) {
+	if err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
 		return err
 	}
-	return fmt.Errorf("%w: %w", orderly.Errorf(orderly.EUNAVAILABLE, connectionLostMessage), err)
+	switch {
+	case connectionLost(err):
+		return fmt.Errorf("%w: %w", orderly.Errorf(orderly.EUNAVAILABLE, connectionLostMessage), err)
+	case lockTimedOut(err):
+		return fmt.Errorf("%w: %w", orderly.Errorf(orderly.EUNAVAILABLE, lockTimeoutMessage), err)
+	}
+	return err
+}
+
+// lockTimeoutMessage is the message of the EUNAVAILABLE error of a lock wait that timed out.
+const lockTimeoutMessage = "a row lock was not granted within the lock timeout; nothing was changed, retry later"
+
+// lockTimedOut reports a lock wait ended by the lock timeout: PostgreSQL lock_not_available
+// (55P03), MySQL lock wait timeout (1205).
+func lockTimedOut(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "55P03"
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1205
 }
 
 // connectionLost reports whether err comes from a connection to PostgreSQL or MySQL that

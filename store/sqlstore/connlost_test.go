@@ -35,6 +35,8 @@ func TestConnectionUnavailable(t *testing.T) {
 		{"invalid connection", fmt.Errorf("begin: %w", mysql.ErrInvalidConn), orderly.EUNAVAILABLE},
 		{"unexpected EOF", fmt.Errorf("order x: %w", io.ErrUnexpectedEOF), orderly.EUNAVAILABLE},
 		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, orderly.EUNAVAILABLE},
+		{"lock timeout", pg("55P03"), orderly.EUNAVAILABLE},
+		{"MySQL lock wait timeout", my(1205), orderly.EUNAVAILABLE},
 		{"unique violation stays internal", pg("23505"), orderly.EINTERNAL},
 		{"check violation stays internal", my(3819), orderly.EINTERNAL},
 		{"any other error", errors.New("boom"), orderly.EINTERNAL},
