@@ -36,7 +36,15 @@ func TestClientAvoidsUnhealthyTarget(t *testing.T) {
 	t.Cleanup(hung.Close)
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	live, n := countingServer(t)
+	var n atomic.Int64 // requests the live target served, health checks aside
+	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path != "/readyz" {
+			n.Add(1)
+		}
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(live.Close)
 	cl := testClient(t, 5*time.Second, hung.URL, live.URL)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup

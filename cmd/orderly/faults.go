@@ -130,9 +130,10 @@ func prepareFaults(ctx context.Context, cmd *cli.Command) (env *faultEnv, dbURL 
 	case has(faultSIGSTOP) && cmd.Int("instances") < 2:
 		return nil, "", nil, cli.Exit("--faults sigstop needs --instances 2 or more (another instance takes over the stopped one's work)", 2)
 	}
+	owned := env // env is nil in the error returns below; stop what was started
 	defer func() {
 		if err != nil {
-			env.Close()
+			owned.Close()
 		}
 	}()
 	if has(faultDBRestart) {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v3"
 )
 
 // TestStoppedLeaseHolder stops a real `orderly serve` process (SIGSTOP) while it is inside
@@ -127,7 +129,7 @@ func TestStoppedLeaseHolder(t *testing.T) {
 	// The database ends the stopped transaction after the idle-in-transaction timeout.
 	waitFor(t, 10*time.Second, "the stopped transaction to be ended", func() bool { return !inFence() })
 	if d := time.Since(stoppedAt); d > 8*time.Second {
-		t.Errorf("the stopped transaction held its locks %v; want about the idle-in-transaction timeout (2 s)", d.Round(time.Millisecond))
+		t.Errorf("the stopped transaction held its locks %v; want about the idle-in-transaction timeout (1 s)", d.Round(time.Millisecond))
 	}
 
 	taker, err := startCluster(ctx, clusterConfig{Binary: bin, Instances: 1, DatabaseURL: dbURL, CallbackSecret: secret,
@@ -249,4 +251,43 @@ func post(ctx context.Context, hc *http.Client, url, body string) error {
 	}
 	var o struct{ ID string }
 	return json.NewDecoder(resp.Body).Decode(&o)
+}
+
+// TestSimulateFaultFlags checks the refusals of --faults that happen before anything
+// starts: each fault needs something simulate owns.
+func TestSimulateFaultFlags(t *testing.T) {
+	t.Parallel()
+	pg := "postgres://postgres@127.0.0.1:1/x"
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{args: []string{"--faults", "redis-restart,oops"}, want: `unknown fault "oops"`},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "redis-restart"}, want: "needs --timer redis"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--timer", "redis", "--redis-url", "redis://127.0.0.1:6379/0", "--faults", "redis-restart"},
+			want: "simulate only kills its own; drop --redis-url"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "db-restart"}, want: "simulate only restarts its own PostgreSQL; drop --database-url"},
+		{args: []string{"--database-url", pg, "--faults", "sigstop"}, want: "needs --instances 2 or more"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "sigstop", "--fault-every", "0s"}, want: "--fault-every must be positive"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "nats-outage", "--nats-url", "nats://a:1,nats://b:2"}, want: "one server"},
+		{args: []string{"--target", "http://127.0.0.1:1", "--callback-secret", "s", "--faults", "sigstop"}, want: "do not go with --target"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		app := newApp(&stdout, &stderr)
+		app.ExitErrHandler = func(context.Context, *cli.Command, error) {} // return the error, do not exit
+		err := app.Run(t.Context(), append([]string{"orderly", "simulate"}, tt.args...))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("simulate %v: error %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestParseFaults checks the fault list: order kept, repeats and blanks dropped.
+func TestParseFaults(t *testing.T) {
+	t.Parallel()
+	got, err := parseFaults(" sigstop,redis-restart,,sigstop ,db-restart")
+	if err != nil || strings.Join(got, " ") != "sigstop redis-restart db-restart" {
+		t.Errorf("parseFaults = %v, %v", got, err)
+	}
 }

@@ -46,7 +46,7 @@ type ServerConfig struct {
 	DatabaseMaxConns int
 	// DatabaseLockTimeout and DatabaseIdleInTransactionTimeout bound how long a statement
 	// waits for a row lock (10 s) and how long the database lets a session sit idle inside
-	// a transaction before ending it (2 s), so that an instance stopped mid-transaction
+	// a transaction before ending it (1 s), so that an instance stopped mid-transaction
 	// (SIGSTOP, a frozen VM) cannot block the others; see sqlstore.Config.
 	DatabaseLockTimeout              time.Duration
 	DatabaseIdleInTransactionTimeout time.Duration

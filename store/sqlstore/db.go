@@ -62,7 +62,7 @@ type Config struct {
 	// IdleInTransactionTimeout is how long the server lets a session sit idle inside a
 	// transaction before it ends the session, rolling back and releasing its locks
 	// (PostgreSQL idle_in_transaction_session_timeout; MariaDB idle_transaction_timeout,
-	// whole seconds; MySQL has none); DefaultIdleInTransactionTimeout (2 s); negative
+	// whole seconds; MySQL has none); DefaultIdleInTransactionTimeout (1 s); negative
 	// leaves the server's setting. It bounds how long an instance stopped inside a
 	// transaction (SIGSTOP, a frozen VM) blocks the others.
 	IdleInTransactionTimeout time.Duration

@@ -24,11 +24,12 @@ import (
 // The lock timeout is the longer one, so that writers queued behind a stopped client
 // outlast it rather than fail first. The idle timeout is short because it adds up: the
 // stopped client's other sessions that were waiting in the same row's lock queue get the
-// lock in turn, and each holds it for the idle timeout before the server ends it (a
-// convoy measured at 10–14 s with 5 s in `simulate --faults sigstop`, hot SKUs).
+// lock in turn, and each holds it for the idle timeout before the server ends it (in
+// `simulate --faults sigstop`, hot SKUs: convoys of 10–14 s with 5 s, up to the 10 s lock
+// timeout with 2 s).
 const (
 	DefaultLockTimeout              = 10 * time.Second
-	DefaultIdleInTransactionTimeout = 2 * time.Second
+	DefaultIdleInTransactionTimeout = time.Second
 )
 
 // sessionTimeouts are the session settings that bound lock waits and idle transactions.
