@@ -16,7 +16,9 @@ import (
 
 func TestConnectionUnavailable(t *testing.T) {
 	t.Parallel()
-	pg := func(code string) error { return fmt.Errorf("commit: %w", &pgconn.PgError{Severity: "FATAL", Code: code}) }
+	pg := func(code string) error {
+		return fmt.Errorf("commit: %w", &pgconn.PgError{Severity: "FATAL", Code: code})
+	}
 	my := func(n uint16) error { return fmt.Errorf("stock x: %w", &mysql.MySQLError{Number: n}) }
 	tests := []struct {
 		name string
