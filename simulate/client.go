@@ -210,7 +210,7 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 		// like a request that got no answer; its outcome may be unknown too (a connection
 		// lost during COMMIT).
 		unavailable := he.Status == http.StatusServiceUnavailable
-		if !(he.noAnswer || unavailable) || ctx.Err() != nil || c.retryFor <= 0 || (!time.Now().Before(deadline) && try > len(c.targets)) {
+		if (!he.noAnswer && !unavailable) || ctx.Err() != nil || c.retryFor <= 0 || (!time.Now().Before(deadline) && try > len(c.targets)) {
 			return ambiguous, err
 		}
 		ambiguous = ambiguous || !he.unsent

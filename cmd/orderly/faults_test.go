@@ -177,21 +177,7 @@ func TestStoppedLeaseHolder(t *testing.T) {
 	if closed != orders {
 		t.Errorf("%d orders closed, want %d", closed, orders)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT o.closed_at - o.close_at, o.close_at, o.closed_at, t.actor FROM orders o
-		JOIN order_transitions t ON t.order_id = o.id AND t.to_state = 'closed' ORDER BY 1 DESC LIMIT 5`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var late, closeAt, closedAt int64
-		var actor string
-		if err := rows.Scan(&late, &closeAt, &closedAt, &actor); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("late %d ms: due %+v, closed %+v after the stop, by %s", late,
-			time.UnixMilli(closeAt).Sub(stoppedAt).Round(time.Millisecond), time.UnixMilli(closedAt).Sub(stoppedAt).Round(time.Millisecond), actor)
-	}
-	_ = rows.Close()
+	logLatest(t, db, stoppedAt)
 	if late := time.Duration(maxLate.Int64) * time.Millisecond; late > defaults.SweepInterval {
 		t.Errorf("an order closed %v late; want at most one sweep interval (%v)", late, defaults.SweepInterval)
 	} else {
@@ -289,5 +275,29 @@ func TestParseFaults(t *testing.T) {
 	got, err := parseFaults(" sigstop,redis-restart,,sigstop ,db-restart")
 	if err != nil || strings.Join(got, " ") != "sigstop redis-restart db-restart" {
 		t.Errorf("parseFaults = %v, %v", got, err)
+	}
+}
+
+// logLatest logs the five latest closes: how late, when due and closed relative to the
+// stop, and by which trigger.
+func logLatest(t *testing.T, db *sql.DB, stoppedAt time.Time) {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), `SELECT o.closed_at - o.close_at, o.close_at, o.closed_at, t.actor FROM orders o
+		JOIN order_transitions t ON t.order_id = o.id AND t.to_state = 'closed' ORDER BY 1 DESC LIMIT 5`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var late, closeAt, closedAt int64
+		var actor string
+		if err := rows.Scan(&late, &closeAt, &closedAt, &actor); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("late %d ms: due %+v, closed %+v after the stop, by %s", late,
+			time.UnixMilli(closeAt).Sub(stoppedAt).Round(time.Millisecond), time.UnixMilli(closedAt).Sub(stoppedAt).Round(time.Millisecond), actor)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

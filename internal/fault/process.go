@@ -101,7 +101,7 @@ func waitAnswer(ctx context.Context, name, addr, logPath string, exited <-chan s
 		case <-exited:
 			return fmt.Errorf("fault: %s exited before it answered on %s; its log %s ends:\n%s", name, addr, logPath, tail(logPath, 1500))
 		case <-ctx.Done():
-			return fmt.Errorf("fault: %s does not answer on %s: %v; its log %s ends:\n%s", name, addr, last, logPath, tail(logPath, 1500))
+			return fmt.Errorf("fault: %s does not answer on %s: %w; its log %s ends:\n%s", name, addr, last, logPath, tail(logPath, 1500))
 		case <-tick.C:
 		}
 	}
