@@ -47,7 +47,7 @@ func TestStoppedLeaseHolder(t *testing.T) {
 	// The victim closes due orders one per transaction (timer and sweep), so that its sweep
 	// is inside a fenced transaction most of the time while orders are due.
 	victim, err := startCluster(ctx, clusterConfig{Binary: bin, Instances: 1, DatabaseURL: u.String(), CallbackSecret: secret,
-		SweepInterval: sweep, LogDir: t.TempDir(), Extra: []string{"--instance-id", "victim", "--close-batch-size", "1"}})
+		SweepInterval: sweep, LogDir: t.TempDir(), Extra: []string{"--instance-id", "victim", "--close-batch-size", "1", "--database-max-conns", "6"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestStoppedLeaseHolder(t *testing.T) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			body := fmt.Sprintf(`{"user_id":"u%d","items":[{"sku":"stopped-sku","quantity":1,"unit_price":100}],"currency":"EUR","payment_timeout_seconds":1}`, i)
-			if err := post(ctx, hc, base+"/v1/orders", body); err != nil {
+			if err := post(ctx, hc, base+"/v1/orders", body, fmt.Sprintf("order-%d", i)); err != nil {
 				errs <- err
 			}
 		})
@@ -133,7 +133,7 @@ func TestStoppedLeaseHolder(t *testing.T) {
 	}
 
 	taker, err := startCluster(ctx, clusterConfig{Binary: bin, Instances: 1, DatabaseURL: dbURL, CallbackSecret: secret,
-		SweepInterval: sweep, LogDir: t.TempDir(), Extra: []string{"--instance-id", "taker"}})
+		SweepInterval: sweep, LogDir: t.TempDir(), Extra: []string{"--instance-id", "taker", "--database-max-conns", "6"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,24 +219,36 @@ func put(t *testing.T, hc *http.Client, url, body string) {
 	}
 }
 
-func post(ctx context.Context, hc *http.Client, url, body string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
+func post(ctx context.Context, hc *http.Client, url, body, key string) error {
+	// A 503 (the shared test database refusing connections: too many clients) is sent again
+	// for up to 20 s; the Idempotency-Key keeps it one order.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
 		var b bytes.Buffer
 		_, _ = b.ReadFrom(resp.Body)
-		return fmt.Errorf("POST %s: %s %s", url, resp.Status, b.String())
+		_ = resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusCreated:
+			var o struct{ ID string }
+			return json.Unmarshal(b.Bytes(), &o)
+		case resp.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline):
+			if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("POST %s: %s %s", url, resp.Status, b.String())
+		}
 	}
-	var o struct{ ID string }
-	return json.NewDecoder(resp.Body).Decode(&o)
 }
 
 // TestSimulateFaultFlags checks the refusals of --faults that happen before anything
