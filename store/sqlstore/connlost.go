@@ -88,11 +88,27 @@ func connectionLost(err error) bool {
 		}
 		return false
 	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+	if badConnNoWrite(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
 	var ne *net.OpError
 	return errors.As(err, &ne)
+}
+
+// badConnNoWrite reports go-sql-driver's unexported errBadConnNoWrite ("bad connection"):
+// a pooled connection found closed (MariaDB ended the session for its idle transaction)
+// before anything was written. The driver turns it into driver.ErrBadConn, which
+// database/sql answers by taking another connection, everywhere but in BeginTx with an
+// isolation level, where the SET TRANSACTION statement returns it as it is (mysql v1.10.1,
+// connection.go BeginTx); it reached clients as a 500 in `simulate --faults sigstop` on
+// MariaDB. The driver closed the connection, so database/sql does not hand it out again.
+func badConnNoWrite(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == "bad connection" {
+			return true
+		}
+	}
+	return false
 }

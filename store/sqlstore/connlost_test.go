@@ -35,6 +35,7 @@ func TestConnectionUnavailable(t *testing.T) {
 		{"MySQL too many connections", my(1040), orderly.EUNAVAILABLE},
 		{"bad connection", fmt.Errorf("begin: %w", driver.ErrBadConn), orderly.EUNAVAILABLE},
 		{"invalid connection", fmt.Errorf("begin: %w", mysql.ErrInvalidConn), orderly.EUNAVAILABLE},
+		{"MySQL bad connection, nothing written", fmt.Errorf("begin: %w", errors.New("bad connection")), orderly.EUNAVAILABLE},
 		{"unexpected EOF", fmt.Errorf("order x: %w", io.ErrUnexpectedEOF), orderly.EUNAVAILABLE},
 		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, orderly.EUNAVAILABLE},
 		{"lock timeout", pg("55P03"), orderly.EUNAVAILABLE},

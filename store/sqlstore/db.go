@@ -404,6 +404,9 @@ func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
 func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) (err error) {
 	defer func() { err = connectionUnavailable(err) }() // connlost.go
 	sqlTx, err := h.BeginTx(ctx, opts)
+	if err != nil && badConnNoWrite(err) {
+		sqlTx, err = h.BeginTx(ctx, opts) // on a fresh connection: nothing was sent (connlost.go)
+	}
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
