@@ -51,11 +51,11 @@ func (s sessionTimeouts) withDefaults() sessionTimeouts {
 // postgresSessionDSN adds the timeouts to a PostgreSQL URL as run-time parameters, which
 // pgx sends in the startup message of every connection: lock_timeout and
 // idle_in_transaction_session_timeout, in milliseconds. A parameter already in the URL
-// wins.
+// wins. A URL that does not parse is returned as it is, for the driver to report.
 func postgresSessionDSN(dsn string, s sessionTimeouts) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		return "", fmt.Errorf("database URL: %w", err)
+		return dsn, nil //nolint:nilerr // pgx names the error, and Open redacts it
 	}
 	q := u.Query()
 	set := func(name string, d time.Duration) {
