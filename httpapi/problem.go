@@ -57,6 +57,7 @@ var problemKinds = map[string]problemKind{
 	orderly.EAMOUNTMISMATCH:  {http.StatusUnprocessableEntity, "Amount mismatch"},
 	orderly.EORDERMISMATCH:   {http.StatusUnprocessableEntity, "Payment of another order"},
 	orderly.ECHANNELTXN:      {http.StatusConflict, "Channel transaction conflict"},
+	orderly.EUNAVAILABLE:     {http.StatusServiceUnavailable, "Service unavailable"},
 	orderly.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},

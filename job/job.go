@@ -166,6 +166,12 @@ func (r *Runner) RunOnce(ctx context.Context) (bool, error) {
 		return nil
 	}
 	scanned, changed, runErr := r.cfg.Run(ctx, fence)
+	if runErr != nil && !errors.Is(runErr, ErrLeaseLost) && !r.stillHeld(lease.Token) {
+		// The run failed another way (its session ended by the database while this process
+		// was stopped, its deadline passed) and the lease is gone meanwhile: that is the
+		// cause worth recording, and the new owner has the job.
+		runErr = fmt.Errorf("%w: %w", ErrLeaseLost, runErr)
+	}
 	run := &store.JobRun{Job: r.cfg.Name, Instance: r.cfg.Instance, Token: lease.Token, StartedAt: started,
 		Scanned: scanned, Changed: changed}
 	if runErr != nil {
@@ -186,4 +192,21 @@ func (r *Runner) RunOnce(ctx context.Context) (bool, error) {
 		return true, fmt.Errorf("job %s: %w", r.cfg.Name, runErr)
 	}
 	return true, nil
+}
+
+// stillHeld reports whether this runner still holds its lease with token, on the database
+// clock; true when that cannot be read (the run's own error is recorded then).
+func (r *Runner) stillHeld(token int64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held := true
+	err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		held, err = tx.LeaseCheck(ctx, r.cfg.Name, r.cfg.Instance, token, now)
+		return err
+	})
+	return err != nil || held
 }

@@ -3,7 +3,9 @@ package job_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +147,61 @@ func TestStopReleasesLease(t *testing.T) {
 	a.Stop()
 	if ran, err := b.RunOnce(ctx); !ran || err != nil {
 		t.Fatalf("B after A stopped: %v, %v", ran, err)
+	}
+}
+
+// TestRunFailedAfterLeaseLost: A's run fails with an error of its own (the database ended
+// its session while A was stopped, or its deadline passed) after B took the lease over.
+// The run is recorded as lease lost, with A's error kept, so job runs show why A stopped.
+func TestRunFailedAfterLeaseLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := &enginetest.Clock{}
+	clock.Set(enginetest.Start)
+	s := openStore(t, clock)
+	errSession := errors.New("commit: terminating connection due to idle-in-transaction timeout")
+	noop := func(context.Context, job.Fence) (int64, int64, error) { return 0, 0, nil }
+	b, _ := job.New(job.Config{Store: s, Name: "sweep", Instance: "B", Interval: time.Second, TTL: 10 * time.Second, Run: noop})
+	for _, tc := range []struct {
+		name     string
+		takeover bool // B takes the lease while A is stopped
+		want     string
+	}{
+		{"lease kept", false, "job sweep: " + errSession.Error()},
+		{"lease taken over", true, "job sweep: " + job.ErrLeaseLost.Error() + ": " + errSession.Error()},
+	} {
+		a, _ := job.New(job.Config{Store: s, Name: "sweep", Instance: "A", Interval: time.Second, TTL: 10 * time.Second,
+			Timeout: time.Minute, Run: func(context.Context, job.Fence) (int64, int64, error) {
+				if tc.takeover {
+					clock.Advance(11 * time.Second)
+					if ran, err := b.RunOnce(ctx); !ran || err != nil {
+						return 0, 0, fmt.Errorf("B's takeover: ran %v, %w", ran, err)
+					}
+				}
+				return 5, 0, errSession
+			}})
+		ran, err := a.RunOnce(ctx)
+		if !ran || err == nil || err.Error() != tc.want {
+			t.Fatalf("%s: A ran %v, %v; want %q", tc.name, ran, err, tc.want)
+		}
+		if got := errors.Is(err, job.ErrLeaseLost); got != tc.takeover {
+			t.Errorf("%s: errors.Is(err, ErrLeaseLost) = %v, want %v", tc.name, got, tc.takeover)
+		}
+		var runs []*store.JobRun
+		if err := s.Read(ctx, func(tx store.Tx) (err error) { runs, err = tx.JobRunList(ctx, "sweep", 10); return err }); err != nil {
+			t.Fatal(err)
+		}
+		var last *store.JobRun
+		for _, r := range runs {
+			if r.Instance == "A" {
+				last = r
+				break
+			}
+		}
+		if wantErr := strings.TrimPrefix(tc.want, "job sweep: "); last == nil || last.Error != wantErr || last.Scanned != 5 {
+			t.Errorf("%s: A's recorded run %+v, want error %q, 5 scanned", tc.name, last, wantErr)
+		}
+		// Hand the lease back to A for the next case.
+		clock.Advance(11 * time.Second)
 	}
 }

@@ -44,6 +44,8 @@ type target struct {
 	// downUntil is when (unix ns) a target that did not answer may be picked first again;
 	// until then requests go to the others when one of them is not avoided too.
 	downUntil atomic.Int64
+	// unhealthy marks a target whose last health check failed (health.go).
+	unhealthy atomic.Bool
 }
 
 // Pacing of retries.
@@ -164,7 +166,9 @@ func (c *client) do(ctx context.Context, method, path string, body any, header h
 // since the first try and every target was tried once after the first failure (a try may
 // have waited long on a server that then died). An answer ends it, but for a 409 conflict
 // (a row changed concurrently, nothing was done), which the server asks to retry: it is
-// sent again up to maxConflictRetries times. Any other answer is the caller's to judge.
+// sent again up to maxConflictRetries times; and but for a 503 (the server's database
+// restarted, ended the session or is busy), which is sent again like a request that got
+// no answer. Any other answer is the caller's to judge.
 func (c *client) send(ctx context.Context, method, path string, body any, header http.Header, out any) (ambiguous bool, err error) {
 	var raw []byte
 	switch b := body.(type) {
@@ -202,7 +206,11 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 			k = c.pick(k)
 			continue
 		}
-		if !he.noAnswer || ctx.Err() != nil || c.retryFor <= 0 || (!time.Now().Before(deadline) && try > len(c.targets)) {
+		// 503 (the server's database restarted, ended the session or is busy) is sent again
+		// like a request that got no answer; its outcome may be unknown too (a connection
+		// lost during COMMIT).
+		unavailable := he.Status == http.StatusServiceUnavailable
+		if (!he.noAnswer && !unavailable) || ctx.Err() != nil || c.retryFor <= 0 || (!time.Now().Before(deadline) && try > len(c.targets)) {
 			return ambiguous, err
 		}
 		ambiguous = ambiguous || !he.unsent
@@ -221,6 +229,9 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 
 // errorText is the cause of a try that got no answer, without the method and addresses.
 func errorText(he *httpError) string {
+	if he.Err == nil { // an answer (503)
+		return he.message()
+	}
 	var oe *net.OpError
 	if errors.As(he.Err, &oe) && oe.Err != nil {
 		return oe.Op + ": " + oe.Err.Error()

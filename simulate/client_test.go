@@ -91,6 +91,11 @@ func TestClientRetry(t *testing.T) {
 			dead: func(w http.ResponseWriter, r *http.Request) { cut(w, r, nil) }},
 		{name: "died mid-request, GET", method: http.MethodGet, wantAmbiguous: true,
 			dead: func(w http.ResponseWriter, r *http.Request) { cut(w, r, nil) }},
+		{name: "503 unavailable (its database restarted)", method: http.MethodPost, wantAmbiguous: true,
+			dead: func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				writeProblem(w, http.StatusServiceUnavailable, orderly.EUNAVAILABLE, "the database connection was lost")
+			}},
 		{name: "answer cut short", method: http.MethodPost, wantAmbiguous: true,
 			dead: func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Length", "100")

@@ -173,6 +173,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		wg.Go(func() { r.progress(done) })
 		defer func() { close(done); wg.Wait() }()
 	}
+	var health sync.WaitGroup
+	health.Go(func() { r.c.watchHealth(ctx) }) // health.go; ends with ctx
+	defer health.Wait()
+	defer cancel() // before health.Wait
 	if err := r.seed(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -286,7 +290,7 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 	if po.useCoupon {
 		req.CouponID = r.couponOf[po.user]
 	}
-	o, ambiguous, err := r.c.createOrder(ctx, req, fmt.Sprintf("%s-order-%d", r.prefix, po.index))
+	o, _, err := r.c.createOrder(ctx, req, fmt.Sprintf("%s-order-%d", r.prefix, po.index))
 	for now := time.Now().UnixNano(); ; {
 		last := r.lastCreated.Load()
 		if now <= last || r.lastCreated.CompareAndSwap(last, now) {
@@ -319,8 +323,12 @@ func (r *runner) runOrder(ctx context.Context, po *plannedOrder) {
 	t := &tracked{po: po, order: o, couponID: req.CouponID}
 	r.tracked[po.index] = t
 	// A create sent again after a try without answer is answered with the order the first
-	// try made, as it is now: it may have closed for payment timeout meanwhile.
-	replayedClosed := ambiguous && o.State == orderly.StateClosed && o.CloseReason == orderly.CloseReasonPaymentTimeout &&
+	// try made, as it is now: it may have closed for payment timeout meanwhile. The client
+	// does not see every such replay: net/http sends a request with an Idempotency-Key
+	// again by itself when its connection broke before any answer (an instance killed or
+	// stopped mid-request), so the answer's time decides, not ambiguous: a closed order is
+	// accepted only when the answer came after its close_at.
+	replayedClosed := o.State == orderly.StateClosed && o.CloseReason == orderly.CloseReasonPaymentTimeout &&
 		time.Now().After(o.CloseAt.Add(-r.margin))
 	if (o.State != orderly.StatePendingPayment && !replayedClosed) || o.CloseAt.Before(o.ExpiresAt) || o.ExpiresAt.Before(o.CreatedAt) {
 		t.note("HTTP: order %s was created %s/%s with expires_at %s and close_at %s, want pending_payment/unpaid with close_at ≥ expires_at",

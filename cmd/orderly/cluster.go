@@ -58,6 +58,10 @@ type cluster struct {
 	instances []*instance
 	ready     *http.Client
 	kills     atomic.Int64
+	// restarts is held from a SIGKILL until the instance is ready again (killLoop) and
+	// across the outage of a service the instances need to start (faults.go), so that an
+	// instance is never started while its database, Redis or NATS is down.
+	restarts sync.Mutex
 
 	mu      sync.Mutex
 	crashes []string // instances that exited on their own, described
@@ -77,6 +81,8 @@ type instance struct {
 	exitErr error         // its Wait error, once exited is closed
 	// expected marks an exit the cluster caused (kill, stop), not a crash.
 	expected bool
+	// paused marks a process stopped with SIGSTOP (faults.go); killLoop spares it.
+	paused bool
 }
 
 // startCluster starts cfg.Instances instances and waits until each answers /readyz: the
@@ -318,7 +324,7 @@ var errNotRunning = errors.New("not running")
 func (c *cluster) kill(in *instance) error {
 	in.mu.Lock()
 	cmd, exited := in.cmd, in.exited
-	if cmd == nil || in.hasExited() {
+	if cmd == nil || in.hasExited() || in.paused {
 		in.mu.Unlock()
 		return fmt.Errorf("cluster: instance %d: %w", in.n, errNotRunning)
 	}
@@ -350,7 +356,7 @@ func (c *cluster) killLoop(ctx context.Context, stop <-chan struct{}, d time.Dur
 		var running []*instance
 		for _, in := range c.instances {
 			in.mu.Lock()
-			if in.cmd != nil && !in.hasExited() {
+			if in.cmd != nil && !in.hasExited() && !in.paused {
 				running = append(running, in)
 			}
 			in.mu.Unlock()
@@ -358,17 +364,26 @@ func (c *cluster) killLoop(ctx context.Context, stop <-chan struct{}, d time.Dur
 		if len(running) == 0 {
 			continue
 		}
-		in := running[rng.IntN(len(running))]
-		if err := c.kill(in); errors.Is(err, errNotRunning) {
-			continue // it crashed meanwhile: Crashes reports it
-		} else if err != nil {
+		if err := c.killAndRestart(ctx, running[rng.IntN(len(running))]); err != nil {
 			return err
 		}
-		// Start it again even when stop closed meanwhile: the run goes on and counts on it.
-		if err := c.startAndWait(ctx, in); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("restart after SIGKILL: %w", err)
-		}
 	}
+}
+
+// killAndRestart SIGKILLs the instance and starts it again, holding c.restarts.
+func (c *cluster) killAndRestart(ctx context.Context, in *instance) error {
+	c.restarts.Lock()
+	defer c.restarts.Unlock()
+	if err := c.kill(in); errors.Is(err, errNotRunning) {
+		return nil // it crashed meanwhile: Crashes reports it
+	} else if err != nil {
+		return err
+	}
+	// Start it again even when stop closed meanwhile: the run goes on and counts on it.
+	if err := c.startAndWait(ctx, in); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("restart after SIGKILL: %w", err)
+	}
+	return nil
 }
 
 // Stop stops every instance: SIGTERM, then SIGKILL after stopGrace, and waits for them to

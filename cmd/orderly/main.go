@@ -199,6 +199,8 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "addr", Value: ":8080", Usage: "HTTP listen address", Sources: env("addr")},
 		&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
 		&cli.IntFlag{Name: "database-max-conns", Value: 20, Usage: "PostgreSQL/MySQL connections of this instance (keep instances × this under the server's limit)", Sources: env("database-max-conns")},
+		&cli.DurationFlag{Name: "database-lock-timeout", Value: sqlstore.DefaultLockTimeout, Usage: "how long a PostgreSQL/MySQL statement waits for a row lock (negative: the server's setting)", Sources: env("database-lock-timeout")},
+		&cli.DurationFlag{Name: "database-idle-in-transaction-timeout", Value: sqlstore.DefaultIdleInTransactionTimeout, Usage: "the database ends a session idle this long inside a transaction, releasing its locks: bounds how long a stopped instance blocks the others (PostgreSQL, MariaDB; negative: the server's setting)", Sources: env("database-idle-in-transaction-timeout")},
 		&cli.StringFlag{Name: "redis-prefix", Value: "orderly", Usage: "key prefix of the delay queue; one per database sharing a Redis", Sources: env("redis-prefix")},
 		&cli.StringFlag{Name: "instance-id", Usage: "name of this instance in leases and job runs (default host:pid)", Sources: env("instance-id")},
 		&cli.StringFlag{Name: "timer", Value: "db", Usage: "what drives the precise timer: db or redis", Sources: env("timer")},
@@ -236,6 +238,8 @@ func serverConfig(cmd *cli.Command, logger *slog.Logger) ServerConfig {
 		InstanceID: cmd.String("instance-id"), Timer: cmd.String("timer"), RedisURL: cmd.String("redis-url"),
 		NATSURL: cmd.String("nats-url"), TimerPoll: cmd.Duration("timer-poll"),
 		DatabaseMaxConns: cmd.Int("database-max-conns"), RedisPrefix: cmd.String("redis-prefix"),
+		DatabaseLockTimeout:              cmd.Duration("database-lock-timeout"),
+		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
 	}
 }
 

@@ -44,6 +44,12 @@ type ServerConfig struct {
 	RedisPrefix string // key prefix of the delay queue; "orderly"
 	// DatabaseMaxConns caps this instance's PostgreSQL/MySQL connections; 20.
 	DatabaseMaxConns int
+	// DatabaseLockTimeout and DatabaseIdleInTransactionTimeout bound how long a statement
+	// waits for a row lock (10 s) and how long the database lets a session sit idle inside
+	// a transaction before ending it (1 s), so that an instance stopped mid-transaction
+	// (SIGSTOP, a frozen VM) cannot block the others; see sqlstore.Config.
+	DatabaseLockTimeout              time.Duration
+	DatabaseIdleInTransactionTimeout time.Duration
 	// NATSURL, when set, publishes outbox events (order.closed, order.paid, …) to NATS
 	// JetStream; without it they are logged and kept in the outbox table.
 	NATSURL string
@@ -117,7 +123,8 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		}
 	}()
 
-	if s.Store, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, MaxConns: cfg.DatabaseMaxConns}); err != nil {
+	if s.Store, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, MaxConns: cfg.DatabaseMaxConns,
+		LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
 		return nil, err
 	}
 	var (

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,7 @@ func simulateCommand() *cli.Command {
 			"on that database (PostgreSQL or MySQL for more than one; default: one on a temporary SQLite file),\n" +
 			"spreads the traffic over them and, with --kill-every, SIGKILLs and restarts one now and then.\n" +
 			"Exits 1 when an invariant is violated or an order closed early.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "target", Usage: "base URL of a running server (default: start one in process)", Sources: env("target")},
 			&cli.StringFlag{Name: "callback-secret", Usage: "the target's callback secret (required with --target)", Sources: env("callback-secret")},
 			// No ORDERLY_DATABASE_URL here: that variable names serve's database, which is not
@@ -64,7 +65,7 @@ func simulateCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
 				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
-		},
+		}, faultFlags()...),
 		Action: runSimulate,
 	}
 }
@@ -107,13 +108,13 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit("--instances must be at least 1", 2)
 	case killEvery < 0:
 		return cli.Exit("--kill-every must not be negative", 2)
-	case cfg.Target != "" && (instances > 1 || killEvery > 0 || len(extra) > 0):
-		return cli.Exit("--instances, --kill-every, --timer, --redis-url and --nats-url are for the servers simulate starts; they do not go with --target", 2)
+	case cfg.Target != "" && (instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
+		return cli.Exit("--instances, --kill-every, --timer, --redis-url, --nats-url and --faults are for the servers simulate starts; they do not go with --target", 2)
 	case cfg.Target != "":
 		return simulateTarget(ctx, cmd, cfg)
-	case instances > 1 && !sharedDatabase(dbURL):
+	case instances > 1 && !sharedDatabase(dbURL) && !ownsDatabase(cmd):
 		return cli.Exit("--instances above 1 needs --database-url postgres://… or mysql://… (SQLite is a single-machine store)", 2)
-	case dbURL != "" || instances > 1 || killEvery > 0 || len(extra) > 0:
+	case dbURL != "" || instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != "":
 		return simulateCluster(ctx, cmd, cfg)
 	}
 	return simulateInProcess(ctx, cmd, cfg)
@@ -187,6 +188,7 @@ type clusterRun struct {
 	kills     int
 	killEvery time.Duration
 	logs      []string
+	faults    []faultRecord
 }
 
 // clusterReport is the JSON result of a run on child instances: the Result's members,
@@ -195,6 +197,8 @@ type clusterReport struct {
 	*simulate.Result
 	Instances int `json:"instances"`
 	Kills     int `json:"kills"`
+	// Faults are the faults injected (--faults), in order.
+	Faults []faultRecord `json:"faults,omitempty"`
 }
 
 // simulateCluster starts --instances `orderly serve` child processes on --database-url (a
@@ -206,12 +210,16 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	if len(cfg.CallbackSecret) == 0 {
 		cfg.CallbackSecret = []byte(newSecret())
 	}
-	dbURL := cmd.String("database-url")
-	if dbURL != "" {
+	env, dbURL, own, err := prepareFaults(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if cmd.String("database-url") != "" {
 		if err := checkSimulationDatabase(ctx, dbURL, cmd.Bool("allow-existing-data")); err != nil {
 			return err
 		}
-	} else {
+	} else if dbURL == "" {
 		dir, err := os.MkdirTemp("", "orderly-simulate-db-*")
 		if err != nil {
 			return err
@@ -230,7 +238,7 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	run := &clusterRun{instances: cmd.Int("instances"), killEvery: cmd.Duration("kill-every")}
 	cl, err := startCluster(ctx, clusterConfig{
 		Binary: exe, Instances: run.instances, DatabaseURL: dbURL, CallbackSecret: string(cfg.CallbackSecret),
-		SweepInterval: cmd.Duration("sweep-interval"), Extra: passThrough(cmd), LogDir: logDir,
+		SweepInterval: cmd.Duration("sweep-interval"), Extra: env.overrides(passThrough(cmd), own), LogDir: logDir,
 	})
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
@@ -246,6 +254,11 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	}
 	defer db.Close()
 	cfg.Targets, cfg.Target, cfg.Store = cl.URLs(), "", db
+	if slices.Contains(env.kinds, faultSIGSTOP) && !cmd.IsSet("concurrency") {
+		// Requests sent to an instance just stopped wait for it to resume (12 s) and keep
+		// their slots meanwhile; the rest of the traffic needs slots of its own.
+		cfg.Concurrency = max(cfg.Concurrency, sigstopConcurrency)
+	}
 	// Also with one instance: it may be killed and take a moment to come back.
 	cfg.RetryFor = simulate.DefaultRetryFor
 
@@ -254,23 +267,34 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	var (
 		wg      sync.WaitGroup
 		killErr error
-		stop    = make(chan struct{})
-		once    sync.Once
-		timer   *time.Timer
+		// faultErr is a fault that could not be undone (a service that did not come back).
+		faultErr error
+		stop     = make(chan struct{})
+		once     sync.Once
+		timer    *time.Timer
 	)
 	stopKills := func() { once.Do(func() { close(stop) }) }
-	if run.killEvery > 0 {
+	if run.killEvery > 0 || len(env.kinds) > 0 {
 		cfg.Drain = killDrain
 		// Orders are due until one payment timeout after the last was sent.
 		due := time.Duration(math.Ceil(max(cfg.PaymentTimeout, time.Second).Seconds())) * time.Second
 		// A seeded, reproducible choice of victims, not a secret.
-		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6b69_6c6c)) //nolint:gosec // "kill" as the stream
+		rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6b69_6c6c))      //nolint:gosec // "kill" as the stream
+		faultRng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661_756c)) //nolint:gosec // "faul" as the stream
 		cfg.OnPhase = func(phase string) {
 			switch phase {
 			case simulate.PhaseSend:
+				if run.killEvery > 0 {
+					wg.Go(func() {
+						if err := cl.killLoop(runCtx, stop, run.killEvery, rng); err != nil {
+							killErr = err
+							cancel(err)
+						}
+					})
+				}
 				wg.Go(func() {
-					if err := cl.killLoop(runCtx, stop, run.killEvery, rng); err != nil {
-						killErr = err
+					if err := env.loop(runCtx, stop, cl, faultRng); err != nil {
+						faultErr = err
 						cancel(err)
 					}
 				})
@@ -287,8 +311,12 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 		timer.Stop()
 	}
 	wg.Wait()
+	run.faults = env.Records()
 	if killErr != nil {
 		return fmt.Errorf("simulate: %w", killErr)
+	}
+	if faultErr != nil {
+		return fmt.Errorf("simulate: %w", faultErr)
 	}
 	if err != nil {
 		return err
@@ -309,7 +337,7 @@ func report(cmd *cli.Command, res *simulate.Result, run *clusterRun) error {
 			return err
 		}
 	case cmd.Bool("json"):
-		if err := writeJSON(out, &clusterReport{Result: res, Instances: run.instances, Kills: run.kills}); err != nil {
+		if err := writeJSON(out, &clusterReport{Result: res, Instances: run.instances, Kills: run.kills, Faults: run.faults}); err != nil {
 			return err
 		}
 	default:
@@ -320,6 +348,7 @@ func report(cmd *cli.Command, res *simulate.Result, run *clusterRun) error {
 				fmt.Fprintf(out, " (one every %s while orders were due)", run.killEvery)
 			}
 			fmt.Fprintf(out, "\n  logs        %s\n", strings.Join(run.logs, "\n              "))
+			writeFaults(out, run.faults)
 		}
 	}
 	if len(res.Violations) > 0 || res.EarlyCloses > 0 {

@@ -54,6 +54,18 @@ type Config struct {
 	// MaxConns caps the pool of PostgreSQL and MySQL connections; 20. Mind the server's
 	// limit across instances (PostgreSQL's max_connections is 100 by default).
 	MaxConns int
+	// LockTimeout bounds how long a PostgreSQL or MySQL statement waits for a row lock
+	// (PostgreSQL lock_timeout; MySQL innodb_lock_wait_timeout, whole seconds) before it
+	// fails; DefaultLockTimeout (10 s); negative leaves the server's setting. See
+	// session.go.
+	LockTimeout time.Duration
+	// IdleInTransactionTimeout is how long the server lets a session sit idle inside a
+	// transaction before it ends the session, rolling back and releasing its locks
+	// (PostgreSQL idle_in_transaction_session_timeout; MariaDB idle_transaction_timeout,
+	// whole seconds; MySQL has none); DefaultIdleInTransactionTimeout (1 s); negative
+	// leaves the server's setting. It bounds how long an instance stopped inside a
+	// transaction (SIGSTOP, a frozen VM) blocks the others.
+	IdleInTransactionTimeout time.Duration
 }
 
 // DB is a store.Store on a SQL database.
@@ -219,9 +231,9 @@ func checkDir(path string) error {
 }
 
 func (db *DB) openPool(ctx context.Context, dsn string, cfg Config) error {
-	h, err := sql.Open(db.d.driver, dsn)
+	h, err := db.openSession(ctx, dsn, cfg)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", db.d.name, err)
+		return err
 	}
 	db.writer, db.reader = h, h
 	h.SetMaxOpenConns(cmp.Or(cfg.MaxConns, 20))
@@ -240,6 +252,37 @@ func (db *DB) openPool(ctx context.Context, dsn string, cfg Config) error {
 	}
 	db.rstmts = db.wstmts
 	return nil
+}
+
+// openSession opens the pool with the session timeouts of cfg in its DSN (session.go). On
+// MySQL it asks the server which variables it has first.
+func (db *DB) openSession(ctx context.Context, dsn string, cfg Config) (*sql.DB, error) {
+	timeouts := sessionTimeouts{lock: cfg.LockTimeout, idleInTx: cfg.IdleInTransactionTimeout}.withDefaults()
+	var err error
+	switch db.d {
+	case postgresDialect:
+		dsn, err = postgresSessionDSN(dsn, timeouts)
+	case mysqlDialect:
+		var probe *sql.DB
+		if probe, err = sql.Open(db.d.driver, dsn); err != nil {
+			return nil, fmt.Errorf("open %s: %w", db.d.name, err)
+		}
+		mariaDB, perr := isMariaDB(ctx, probe)
+		_ = probe.Close()
+		if perr != nil {
+			return nil, fmt.Errorf("open %s: %w", db.d.name, perr)
+		}
+		dsn, err = mysqlSessionDSN(dsn, mariaDB, timeouts)
+	}
+	if err != nil {
+		return nil, orderly.Errorf(orderly.EINVALID, "%v", err)
+	}
+	db.dsn = dsn
+	h, err := sql.Open(db.d.driver, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", db.d.name, err)
+	}
+	return h, nil
 }
 
 // prepareAll prepares every registered query on h. database/sql re-prepares a statement
@@ -363,8 +406,12 @@ func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
 	return db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true, Isolation: db.d.isolation}, fn)
 }
 
-func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) error {
+func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) (err error) {
+	defer func() { err = connectionUnavailable(err) }() // connlost.go
 	sqlTx, err := h.BeginTx(ctx, opts)
+	if err != nil && badConnNoWrite(err) {
+		sqlTx, err = h.BeginTx(ctx, opts) // on a fresh connection: nothing was sent (connlost.go)
+	}
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

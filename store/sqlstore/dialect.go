@@ -91,7 +91,10 @@ var mysqlDialect = &dialect{
 	},
 	retry: func(err error) bool {
 		var me *mysql.MySQLError
-		return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205) // deadlock, lock wait timeout
+		// Deadlock only. A lock wait timeout (1205) is not run again: the holder is stalled
+		// (stopped, a long transaction), so every run would wait the timeout again while
+		// keeping a pool connection; it is answered as EUNAVAILABLE (connlost.go).
+		return errors.As(err, &me) && me.Number == 1213
 	},
 	// UNIX_TIMESTAMP(NOW(3)) is an exact decimal with milliseconds.
 	now:        `SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)`,
