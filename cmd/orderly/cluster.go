@@ -353,14 +353,7 @@ func (c *cluster) killLoop(ctx context.Context, stop <-chan struct{}, d time.Dur
 			return nil
 		case <-tick.C:
 		}
-		var running []*instance
-		for _, in := range c.instances {
-			in.mu.Lock()
-			if in.cmd != nil && !in.hasExited() && !in.paused {
-				running = append(running, in)
-			}
-			in.mu.Unlock()
-		}
+		running := c.running()
 		if len(running) == 0 {
 			continue
 		}
@@ -420,4 +413,17 @@ func (in *instance) stop() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
+}
+
+// running returns the instances whose process runs and is not stopped by a sigstop fault.
+func (c *cluster) running() []*instance {
+	var running []*instance
+	for _, in := range c.instances {
+		in.mu.Lock()
+		if in.cmd != nil && !in.hasExited() && !in.paused {
+			running = append(running, in)
+		}
+		in.mu.Unlock()
+	}
+	return running
 }

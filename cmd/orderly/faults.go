@@ -291,14 +291,7 @@ var errNoneRunning = errors.New("no instance running")
 // pause stops a random running instance with SIGSTOP for d, then resumes it with SIGCONT;
 // killLoop leaves it alone meanwhile. It returns the instance's description.
 func (c *cluster) pause(ctx context.Context, rng *rand.Rand, d time.Duration) (string, error) {
-	var running []*instance
-	for _, in := range c.instances {
-		in.mu.Lock()
-		if in.cmd != nil && !in.hasExited() && !in.paused {
-			running = append(running, in)
-		}
-		in.mu.Unlock()
-	}
+	running := c.running()
 	if len(running) == 0 {
 		return "", errNoneRunning
 	}
