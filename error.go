@@ -25,6 +25,12 @@ const (
 	EINTERNAL       = "internal"               // anything else; details are logged, never shown (500)
 )
 
+// Error codes of refunds (see RefundService), stable like those above.
+const (
+	EREFUNDEXCEEDS = "refund-exceeds-captured" // a refund's amount is more than the captured amount not yet refunded (409)
+	EREFUNDITEMS   = "refund-exceeds-items"    // a refund names more units of a SKU than the order bought and were not yet refunded (409)
+)
+
 // Error is the domain error: a stable Code from the list above and a Message that is safe
 // to show to the caller. Adapters translate driver errors into *Error or wrap them as
 // internal errors.

@@ -15,8 +15,11 @@ const (
 	EventCancel         Event = "cancel"          // the buyer cancelled before paying
 	EventShip           Event = "ship"            // the merchant shipped
 	EventComplete       Event = "complete"        // the buyer received the goods
-	EventRefund         Event = "refund"          // the merchant refunds a paid order
-	EventRefundComplete Event = "refund_complete" // the gateway confirmed the refund
+	EventRefund         Event = "refund"          // a refund that returns the rest of the captured amount was requested
+	EventRefundComplete Event = "refund_complete" // the gateway confirmed the last refund: everything captured went back
+	// EventPartialRefund records a confirmed partial refund (pay_status → partially_refunded)
+	// without a change of state.
+	EventPartialRefund Event = "partial_refund"
 )
 
 // FlowTransition is one row of a flow's table: in state From, Event moves the order to To.
@@ -76,7 +79,15 @@ const FlowStandard = "standard"
 //
 //	pending_payment --pay--> paid --ship--> shipped --complete--> completed
 //	pending_payment --timeout|cancel--> closed
-//	paid --refund--> refunding --refund_complete--> refunded
+//	paid|shipped|completed --refund--> refunding --refund_complete--> refunded
+//	paid|shipped|completed|refunding --partial_refund--> (same state)
+//
+// Refunds (see orderly.Refund): a refund that brings the refunded total to the captured
+// amount (a full refund, or the partial one that completes it) fires refund when it is
+// requested; the order becomes refunded when the gateway has confirmed every refund of it.
+// A confirmed refund that leaves money captured fires partial_refund: the state stays,
+// pay_status becomes partially_refunded. So completed is terminal only for shipping: a
+// return after completion still refunds it.
 var StandardFlow = &Flow{
 	Name:    FlowStandard,
 	Initial: StatePendingPayment,
@@ -87,7 +98,13 @@ var StandardFlow = &Flow{
 		{StatePaid, EventShip, StateShipped},
 		{StateShipped, EventComplete, StateCompleted},
 		{StatePaid, EventRefund, StateRefunding},
+		{StateShipped, EventRefund, StateRefunding},
+		{StateCompleted, EventRefund, StateRefunding},
 		{StateRefunding, EventRefundComplete, StateRefunded},
+		{StatePaid, EventPartialRefund, StatePaid},
+		{StateShipped, EventPartialRefund, StateShipped},
+		{StateCompleted, EventPartialRefund, StateCompleted},
+		{StateRefunding, EventPartialRefund, StateRefunding},
 	},
 }
 

@@ -18,11 +18,24 @@ func TestStandardFlow(t *testing.T) {
 			orderly.EventCancel:  orderly.StateClosed,
 		},
 		orderly.StatePaid: {
-			orderly.EventShip:   orderly.StateShipped,
-			orderly.EventRefund: orderly.StateRefunding,
+			orderly.EventShip:          orderly.StateShipped,
+			orderly.EventRefund:        orderly.StateRefunding,
+			orderly.EventPartialRefund: orderly.StatePaid,
 		},
-		orderly.StateShipped:   {orderly.EventComplete: orderly.StateCompleted},
-		orderly.StateRefunding: {orderly.EventRefundComplete: orderly.StateRefunded},
+		orderly.StateShipped: {
+			orderly.EventComplete:      orderly.StateCompleted,
+			orderly.EventRefund:        orderly.StateRefunding,
+			orderly.EventPartialRefund: orderly.StateShipped,
+		},
+		// A completed order is done shipping, but a return may still refund it.
+		orderly.StateCompleted: {
+			orderly.EventRefund:        orderly.StateRefunding,
+			orderly.EventPartialRefund: orderly.StateCompleted,
+		},
+		orderly.StateRefunding: {
+			orderly.EventRefundComplete: orderly.StateRefunded,
+			orderly.EventPartialRefund:  orderly.StateRefunding,
+		},
 	}
 	states := []orderly.State{
 		orderly.StatePendingPayment, orderly.StatePaid, orderly.StateShipped, orderly.StateCompleted,
@@ -30,7 +43,7 @@ func TestStandardFlow(t *testing.T) {
 	}
 	events := []orderly.Event{
 		orderly.EventPay, orderly.EventTimeout, orderly.EventCancel, orderly.EventShip,
-		orderly.EventComplete, orderly.EventRefund, orderly.EventRefundComplete,
+		orderly.EventComplete, orderly.EventRefund, orderly.EventRefundComplete, orderly.EventPartialRefund,
 	}
 	if got := flow.States(); len(got) != len(states) {
 		t.Fatalf("States() = %v, want the %d states %v", got, len(states), states)
@@ -57,7 +70,7 @@ func TestStandardFlow(t *testing.T) {
 			t.Errorf("Terminal(%s) = %v, want %v", s, got, !hasExit)
 		}
 	}
-	for _, s := range []orderly.State{orderly.StateCompleted, orderly.StateClosed, orderly.StateRefunded} {
+	for _, s := range []orderly.State{orderly.StateClosed, orderly.StateRefunded} {
 		if !flow.Terminal(s) {
 			t.Errorf("%s must be terminal", s)
 		}

@@ -12,10 +12,10 @@ const (
 	StatePendingPayment State = "pending_payment" // created, stock reserved, waiting for payment
 	StatePaid           State = "paid"            // payment applied, stock committed, coupon used
 	StateShipped        State = "shipped"         // handed to the carrier
-	StateCompleted      State = "completed"       // received by the buyer (terminal)
+	StateCompleted      State = "completed"       // received by the buyer (left only by a refund)
 	StateClosed         State = "closed"          // closed unpaid: timeout or buyer cancel (terminal)
-	StateRefunding      State = "refunding"       // a refund of the captured payment is under way
-	StateRefunded       State = "refunded"        // the captured payment was refunded (terminal)
+	StateRefunding      State = "refunding"       // refunds of the whole captured amount were requested; the gateway has not confirmed all
+	StateRefunded       State = "refunded"        // everything captured was refunded (terminal)
 )
 
 // PayStatus is the status of an order's payment, kept next to State because the close path
@@ -28,7 +28,10 @@ const (
 	PayPaying   PayStatus = "paying"   // the current attempt was started and has no outcome yet
 	PayPaid     PayStatus = "paid"     // a payment succeeded and was applied to this order
 	PayFailed   PayStatus = "failed"   // the current attempt failed or expired; another may start
-	PayRefunded PayStatus = "refunded" // the applied payment was refunded
+	PayRefunded PayStatus = "refunded" // the applied payment was refunded in full
+	// PayPartiallyRefunded: part of the applied payment was refunded (confirmed by the
+	// gateway); the rest is kept.
+	PayPartiallyRefunded PayStatus = "partially_refunded"
 )
 
 // CloseReason says why an order was closed.
@@ -66,7 +69,11 @@ type Order struct {
 	ClosedAt         *time.Time  `json:"closed_at,omitempty"`
 	CloseReason      CloseReason `json:"close_reason,omitempty"`
 	PaidAt           *time.Time  `json:"paid_at,omitempty"`
-	Version          int64       `json:"version"` // incremented by every change of state or pay status
+	// RefundedAmount is the sum of the order's refunds that are requested or succeeded, in
+	// minor units: never more than Amount (the store guards it). Amount − RefundedAmount is
+	// what may still be refunded.
+	RefundedAmount int64 `json:"refunded_amount,omitempty"`
+	Version        int64 `json:"version"` // incremented by every change of state or pay status
 }
 
 // Audit events: changes recorded in the audit trail that are not transitions of a flow.
@@ -147,9 +154,13 @@ const (
 )
 
 // Reservation is stock held for one order and SKU; it is released or committed at most once.
+// Of a committed (sold) reservation, Refunded units were refunded (by refunds that did not
+// fail) and Restocked units went back to available stock; neither exceeds Quantity.
 type Reservation struct {
-	OrderID  string `json:"order_id"`
-	SKU      string `json:"sku"`
-	Quantity int64  `json:"quantity"`
-	State    string `json:"state"`
+	OrderID   string `json:"order_id"`
+	SKU       string `json:"sku"`
+	Quantity  int64  `json:"quantity"`
+	State     string `json:"state"`
+	Refunded  int64  `json:"refunded,omitempty"`
+	Restocked int64  `json:"restocked,omitempty"`
 }

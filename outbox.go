@@ -17,6 +17,10 @@ const (
 	TopicOrderClosed        = "order.closed"        // key: order id; payload: OrderEvent; event
 	TopicOrderPaid          = "order.paid"          // key: order id; payload: OrderEvent; event
 	TopicPaymentRefunded    = "payment.refunded"    // key: order id; payload: PaymentRef with Sequence; event
+	TopicRefundExecute      = "refund.execute"      // key: order id; payload: RefundRef; gateway refund keyed by the refund id, then local
+	TopicRefundSucceeded    = "refund.succeeded"    // key: order id; payload: RefundRef; event
+	TopicRefundFailed       = "refund.failed"       // key: order id; payload: RefundRef; event
+	TopicOrderRefunded      = "order.refunded"      // key: order id; payload: OrderEvent; event: everything captured was refunded
 )
 
 // Outbox message states. The store keeps a CHECK constraint with the same list.

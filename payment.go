@@ -133,8 +133,10 @@ type Gateway interface {
 	// Cancel stops an attempt that has no outcome. It returns the gateway's view after the
 	// cancel: GatewaySucceeded when the payment was captured before it could be cancelled.
 	Cancel(ctx context.Context, paymentID string) (*GatewayPayment, error)
-	// Refund returns a captured payment's amount to the payer. paymentID names the payments
-	// row being refunded: for a second capture (Payment.DuplicateOf set) it is that row's
-	// own id, and the payment.refund message also carries the capture's channel_txn_id.
-	Refund(ctx context.Context, paymentID string, amount int64) error
+	// Refund returns r.Amount minor units of a captured payment to the payer, once per
+	// r.IdempotencyKey: asked again with the same key it refunds nothing more and returns
+	// nil. r.PaymentID names the payments row being refunded: for a second capture
+	// (Payment.DuplicateOf set) it is that row's own id. An *Error means the gateway refused
+	// the refund (it will not succeed if retried).
+	Refund(ctx context.Context, r *GatewayRefund) error
 }

@@ -25,11 +25,11 @@ type refundCounter struct {
 	n  map[string]int
 }
 
-func (g *refundCounter) Refund(ctx context.Context, paymentID string, amount int64) error {
+func (g *refundCounter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	g.mu.Lock()
-	g.n[paymentID]++
+	g.n[r.PaymentID]++
 	g.mu.Unlock()
-	return g.Gateway.Refund(ctx, paymentID, amount)
+	return g.Gateway.Refund(ctx, r)
 }
 
 // engine is the HTTP API on a real engine (SQLite, simulated gateway).

@@ -58,6 +58,8 @@ var problemKinds = map[string]problemKind{
 	orderly.EORDERMISMATCH:   {http.StatusUnprocessableEntity, "Payment of another order"},
 	orderly.ECHANNELTXN:      {http.StatusConflict, "Channel transaction conflict"},
 	orderly.EUNAVAILABLE:     {http.StatusServiceUnavailable, "Service unavailable"},
+	orderly.EREFUNDEXCEEDS:   {http.StatusConflict, "Refund exceeds captured amount"},
+	orderly.EREFUNDITEMS:     {http.StatusConflict, "Refund exceeds items bought"},
 	orderly.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},

@@ -24,6 +24,7 @@ type orderResponse struct {
 	ClosedAt         *Time               `json:"closed_at,omitempty"`
 	CloseReason      orderly.CloseReason `json:"close_reason,omitempty"`
 	PaidAt           *Time               `json:"paid_at,omitempty"`
+	RefundedAmount   int64               `json:"refunded_amount,omitempty"`
 	Version          int64               `json:"version"`
 }
 
@@ -49,6 +50,7 @@ func newOrderResponse(o *orderly.Order) *orderResponse {
 		ClosedAt:         timePtr(o.ClosedAt),
 		CloseReason:      o.CloseReason,
 		PaidAt:           timePtr(o.PaidAt),
+		RefundedAmount:   o.RefundedAmount,
 		Version:          o.Version,
 	}
 }

@@ -24,7 +24,7 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		ID: "ord_1", UserID: "u_1", Flow: "standard", State: orderly.StatePaid, PayStatus: orderly.PayPaid,
 		Items: []orderly.Item{{SKU: "a", Quantity: 1, UnitPrice: 2}}, Amount: 2, Currency: "EUR", CouponID: "c_1",
 		CurrentPaymentID: "pay_1", CreatedAt: at(1), ExpiresAt: at(2), CloseAt: at(3), ClosedAt: atp(4),
-		CloseReason: orderly.CloseReasonPaymentTimeout, PaidAt: atp(5), Version: 3,
+		CloseReason: orderly.CloseReasonPaymentTimeout, PaidAt: atp(5), RefundedAmount: 1, Version: 3,
 	}
 	transition := &orderly.Transition{
 		ID: 1, OrderID: "ord_1", From: orderly.StatePendingPayment, To: orderly.StatePaid, Event: orderly.EventPay,
@@ -43,11 +43,17 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		ID: "c_1", UserID: "u_1", AmountOff: 1, Currency: "EUR", State: orderly.CouponUsed, OrderID: "ord_1",
 		ExpiresAt: atp(10), CreatedAt: at(11),
 	}
+	refund := &orderly.Refund{
+		ID: "ref_1", OrderID: "ord_1", PaymentID: "pay_1", Amount: 1, Currency: "EUR",
+		Items: []orderly.RefundItem{{SKU: "a", Quantity: 1}}, Restock: true, Reason: "return",
+		State: orderly.RefundFailed, FailReason: "refused", CreatedAt: at(12), CompletedAt: atp(13),
+	}
 	tests := []struct {
 		name     string
 		domain   any
 		response any
 	}{
+		{"Refund", refund, newRefundResponse(refund)},
 		{"Order", order, newOrderResponse(order)},
 		{"Transition", transition, newTransitionResponse(transition)},
 		{"Payment", pay, newPaymentResponse(pay)},

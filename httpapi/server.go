@@ -31,6 +31,9 @@ type Config struct {
 	Orders   orderly.OrderService
 	Payments orderly.PaymentService
 	Catalog  orderly.CatalogService
+	// Refunds serves the refund routes. nil means Orders when it implements
+	// orderly.RefundService (order.Service does); else they answer 500.
+	Refunds orderly.RefundService
 
 	// CallbackSecret is the HMAC key that payment callbacks are signed with (DESIGN.md §5).
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
@@ -58,6 +61,7 @@ type Server struct {
 	orders    orderly.OrderService
 	payments  orderly.PaymentService
 	catalog   orderly.CatalogService
+	refunds   orderly.RefundService
 	secret    []byte
 	tolerance time.Duration
 	maxBody   int64
@@ -84,6 +88,7 @@ func New(cfg Config) *Server {
 		orders:    cfg.Orders,
 		payments:  cfg.Payments,
 		catalog:   cfg.Catalog,
+		refunds:   cfg.Refunds,
 		secret:    cfg.CallbackSecret,
 		tolerance: cfg.SignatureTolerance,
 		maxBody:   cfg.MaxBodyBytes,
@@ -91,6 +96,13 @@ func New(cfg Config) *Server {
 		logger:    cfg.Logger,
 		ready:     cfg.Ready,
 		metrics:   cfg.Metrics,
+	}
+	if s.refunds == nil {
+		if rs, ok := cfg.Orders.(orderly.RefundService); ok {
+			s.refunds = rs
+		} else {
+			s.refunds = noRefunds{}
+		}
 	}
 	if s.tolerance <= 0 {
 		s.tolerance = payment.DefaultSignatureTolerance
@@ -127,6 +139,8 @@ func (s *Server) routes() *chi.Mux {
 	r.Post("/v1/orders/{id}/events", s.applyOrderEvent)
 	r.Post("/v1/orders/{id}/payments", s.startPayment)
 	r.Get("/v1/orders/{id}/payments", s.listOrderPayments)
+	r.Post("/v1/orders/{id}/refunds", s.createRefund)
+	r.Get("/v1/orders/{id}/refunds", s.listRefunds)
 
 	r.Get("/v1/payments/{id}", s.getPayment)
 	r.Get("/v1/payments/{id}/refusals", s.listCallbackRefusals)

@@ -22,7 +22,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -425,12 +424,13 @@ func (s *Service) cancel(ctx context.Context, id, settled, actor, traceID string
 }
 
 // ApplyEvent implements orderly.OrderService. Only merchant events are accepted: ship,
-// complete and refund. A refund moves the order to refunding and asks the gateway, through
-// the outbox, to refund the order's captured payment; the order becomes refunded when the
-// gateway confirms.
+// complete and refund. A refund refunds what is left of the captured amount (see
+// CreateRefund): the order moves to refunding, and to refunded when the gateway confirms.
 func (s *Service) ApplyEvent(ctx context.Context, id string, event orderly.Event, actor, traceID string) (*orderly.Order, error) {
 	switch event {
-	case orderly.EventShip, orderly.EventComplete, orderly.EventRefund:
+	case orderly.EventShip, orderly.EventComplete:
+	case orderly.EventRefund:
+		return s.refundRest(ctx, id, cmp.Or(actor, "merchant"), traceID)
 	default:
 		return nil, orderly.Errorf(orderly.EINVALID, "event must be ship, complete or refund")
 	}
@@ -449,48 +449,11 @@ func (s *Service) ApplyEvent(ctx context.Context, id string, event orderly.Event
 		} else if len(changed) == 0 {
 			return orderly.Errorf(orderly.ECONFLICT, "order %s changed concurrently; retry", id)
 		}
-		if event == orderly.EventRefund {
-			if err := requestRefund(ctx, tx, cur, now); err != nil {
-				return err
-			}
-		}
 		o, err = tx.OrderGet(ctx, id)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if event == orderly.EventRefund {
-		s.cfg.WakeRelay()
-	}
 	return o, nil
-}
-
-// requestRefund moves the order's succeeded payment to refund_pending and writes the
-// payment.refund message.
-func requestRefund(ctx context.Context, tx store.Tx, o *orderly.Order, now time.Time) error {
-	payments, err := tx.PaymentList(ctx, o.ID)
-	if err != nil {
-		return err
-	}
-	for _, p := range payments {
-		if p.State != orderly.PaymentSucceeded {
-			continue
-		}
-		ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
-			ID: p.ID, From: []orderly.PaymentState{orderly.PaymentSucceeded}, To: orderly.PaymentRefundPending,
-		})
-		if err != nil {
-			return err
-		} else if !ok {
-			return orderly.Errorf(orderly.ECONFLICT, "payment %s changed concurrently; retry", p.ID)
-		}
-		m, err := outbox.NewMessage(orderly.TopicPaymentRefund, p.ID,
-			orderly.PaymentRef{PaymentID: p.ID, OrderID: o.ID, Amount: p.Amount}, now)
-		if err != nil {
-			return err
-		}
-		return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m})
-	}
-	return fmt.Errorf("refund order %s: no succeeded payment", o.ID)
 }

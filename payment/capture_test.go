@@ -31,15 +31,15 @@ func newCountingGateway(g orderly.Gateway) *countingGateway {
 	return &countingGateway{Gateway: g, refunds: map[string]int{}, cancels: map[string]int{}, refundErr: map[string]error{}}
 }
 
-func (g *countingGateway) Refund(ctx context.Context, paymentID string, amount int64) error {
+func (g *countingGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	g.mu.Lock()
-	g.refunds[paymentID]++
-	err := g.refundErr[paymentID]
+	g.refunds[r.PaymentID]++
+	err := g.refundErr[r.PaymentID]
 	g.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return g.Gateway.Refund(ctx, paymentID, amount)
+	return g.Gateway.Refund(ctx, r)
 }
 
 func (g *countingGateway) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
@@ -119,8 +119,9 @@ func TestSecondCaptureIsRecordedAndRefunded(t *testing.T) {
 		{"shipped", then(pay, event(orderly.EventShip)), orderly.StateShipped, orderly.PaymentSucceeded, orderly.StateShipped},
 		{"completed", then(pay, event(orderly.EventShip), event(orderly.EventComplete)), orderly.StateCompleted,
 			orderly.PaymentSucceeded, orderly.StateCompleted},
-		{"refunding", then(pay, event(orderly.EventRefund)), orderly.StateRefunding, orderly.PaymentRefundPending, orderly.StateRefunded},
-		{"refunded", then(pay, event(orderly.EventRefund), drain), orderly.StateRefunded, orderly.PaymentRefunded, orderly.StateRefunded},
+		// A merchant refund is a refund of the captured payment, which stays succeeded.
+		{"refunding", then(pay, event(orderly.EventRefund)), orderly.StateRefunding, orderly.PaymentSucceeded, orderly.StateRefunded},
+		{"refunded", then(pay, event(orderly.EventRefund), drain), orderly.StateRefunded, orderly.PaymentSucceeded, orderly.StateRefunded},
 		{"closed, first capture refund pending", payLate, orderly.StateClosed, orderly.PaymentRefundPending, orderly.StateClosed},
 		{"closed, first capture refunded", then(payLate, drain), orderly.StateClosed, orderly.PaymentRefunded, orderly.StateClosed},
 	}
@@ -217,8 +218,11 @@ func TestSecondCaptureRefundDoesNotEndAMerchantRefund(t *testing.T) {
 	}
 	e.Drain(t)
 	ps := payments(t, e, o.ID)
-	if len(ps) != 2 || ps[0].State != orderly.PaymentRefundPending || ps[1].State != orderly.PaymentRefunded {
-		t.Fatalf("payments %+v, want the first refund_pending and the second capture refunded", ps)
+	if len(ps) != 2 || ps[0].State != orderly.PaymentSucceeded || ps[1].State != orderly.PaymentRefunded {
+		t.Fatalf("payments %+v, want the first succeeded (its merchant refund waits) and the second capture refunded", ps)
+	}
+	if fs, err := e.Orders.OrderRefunds(ctx, o.ID); err != nil || len(fs) != 1 || fs[0].State != orderly.RefundRequested {
+		t.Fatalf("refunds %+v, %v; want the merchant refund still requested", fs, err)
 	}
 	if got := e.OrderOf(t, o.ID); got.State != orderly.StateRefunding || got.PayStatus != orderly.PayPaid {
 		t.Fatalf("order %s/%s while its own refund waits, want refunding/paid", got.State, got.PayStatus)

@@ -116,8 +116,12 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 	return orderly.GatewayUnknown, nil
 }
 
+// PaymentRefundKey is the gateway idempotency key of the automatic refund of a whole
+// payment (I2): one such refund per payment.
+func PaymentRefundKey(paymentID string) string { return "payment:" + paymentID }
+
 // RefundHandler returns the outbox handler of payment.refund: Call asks the gateway to
-// refund (idempotent per payment id), Apply marks the payment refunded (guarded
+// refund (idempotent per payment id, see PaymentRefundKey), Apply marks the payment refunded (guarded
 // refund_pending → refunded), completes a merchant refund of the order when it is
 // refunding, and writes the payment.refunded event.
 func (s *Service) RefundHandler() outbox.Handler {
@@ -127,7 +131,9 @@ func (s *Service) RefundHandler() outbox.Handler {
 			if err := outbox.Decode(m, &ref); err != nil {
 				return err
 			}
-			return s.cfg.Gateway.Refund(ctx, ref.PaymentID, ref.Amount)
+			return s.cfg.Gateway.Refund(ctx, &orderly.GatewayRefund{
+				IdempotencyKey: PaymentRefundKey(ref.PaymentID), PaymentID: ref.PaymentID, Amount: ref.Amount,
+			})
 		},
 		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			for _, m := range msgs {
@@ -173,6 +179,16 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 		}
 	}
 	complete := o.State == orderly.StateRefunding
+	if complete {
+		// Only a merchant refund requested before refunds had their own table (migration
+		// 00004) went through payment.refund: an order with refunds is completed by
+		// refund.execute, and a payment.refund of it is a second capture's.
+		refunds, err := tx.RefundList(ctx, o.ID)
+		if err != nil {
+			return err
+		}
+		complete = len(refunds) == 0
+	}
 	if complete {
 		payments, err := tx.PaymentList(ctx, o.ID)
 		if err != nil {

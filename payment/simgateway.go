@@ -53,9 +53,9 @@ type GatewayCall struct {
 	// Amount is in minor units: the attempt's amount for create, the refund's for refund,
 	// 0 for query and cancel.
 	Amount int64 `json:"amount"`
-	// IdempotencyKey is what the gateway de-duplicates a refund on: the payment id, since
-	// orderly.Gateway.Refund carries no refund id (RefundWithKey takes one). "" for the
-	// other calls.
+	// IdempotencyKey is what the gateway de-duplicates a refund on: the refund id of a
+	// merchant refund, "payment:<id>" for the refund of a whole payment (see
+	// PaymentRefundKey). "" for the other calls.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Replay is true for a refund whose idempotency key an earlier refund used: the gateway
 	// answered as before and moved no money.
@@ -119,10 +119,19 @@ func (g *SimGateway) Cancel(_ context.Context, paymentID string) (*orderly.Gatew
 	return g.view(paymentID), nil
 }
 
-// Refund implements orderly.Gateway: RefundWithKey with the payment id as the idempotency
-// key, so the outbox calling it again after a crash refunds once.
-func (g *SimGateway) Refund(ctx context.Context, paymentID string, amount int64) error {
-	return g.RefundWithKey(ctx, paymentID, paymentID, amount)
+// Refund implements orderly.Gateway: RefundWithKey with the refund's idempotency key, so
+// the outbox calling it again after a crash refunds once.
+func (g *SimGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+	return g.RefundWithKey(ctx, r.PaymentID, r.IdempotencyKey, r.Amount)
+}
+
+// RefundedFor returns the amount refunded under one idempotency key (a refund id), in
+// minor units, and whether any refund was made under it.
+func (g *SimGateway) RefundedFor(key string) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	amount, ok := g.refunds[key]
+	return amount, ok
 }
 
 // RefundWithKey refunds amount minor units of a payment once per idempotency key, as

@@ -25,7 +25,7 @@ func TestSimGatewayLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // the outbox delivers at least once
-		if err := g.Refund(ctx, "p1", 900); err != nil {
+		if err := g.Refund(ctx, &orderly.GatewayRefund{IdempotencyKey: "p1", PaymentID: "p1", Amount: 900}); err != nil {
 			t.Fatal(err)
 		}
 	}

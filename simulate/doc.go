@@ -14,7 +14,10 @@
 //     deadline, pay late (after the order closed), pay with duplicate callbacks (5 in
 //     parallel and one a second later), fail then pay on a second attempt, cancel, or never
 //     pay. Some orders use their buyer's coupon. Every buyer plays the gateway too: it signs
-//     its callbacks with Config.CallbackSecret (payment.Sign).
+//     its callbacks with Config.CallbackSecret (payment.Sign). About a third of the orders
+//     whose buyer pays then get one or two partial refunds from the merchant (10–40 % of
+//     the amount each, half of them returning one unit to stock), each with its own
+//     Idempotency-Key.
 //  3. Settle: wait until every deadline passed and every order settled (closed or paid, its
 //     refunds done, stock released, coupons released or used), bounded by Config.Drain
 //     after the last close_at.
@@ -27,7 +30,10 @@
 //     orders available again, of paid orders used by them; with Config.GatewayLedger, one
 //     refund at the gateway per refunded payment, for its amount); I4 (every order and
 //     payment is for Σ quantity × unit_price − the coupon's amount_off; per SKU seeded =
-//     available + held + sold, held = 0 at rest, sold = what the paid orders bought); I5
+//     available + held + sold, held = 0 at rest, sold = what the paid orders bought less
+//     what refunds restocked; per order captured − refunded = what the final state says,
+//     every acknowledged partial refund succeeded once for its amount and, with
+//     Config.GatewayLedger, landed at the gateway once under its refund id); I5
 //     (no order left open); refusals (out-of-stock only for orders asking for a scarce
 //     SKU, coupon-unavailable only for orders using a coupon, Config.MinCreatedShare); and,
 //     when Config.Store is set, verify.Check on the database (all of I1–I7).

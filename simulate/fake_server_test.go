@@ -32,6 +32,9 @@ type fakeOptions struct {
 	// hideLatePayments refunds a success for a closed order but leaves the payment out of
 	// the order's payment list (breaks I2: the money is not accounted for).
 	hideLatePayments bool
+	// refundTwice records every refund twice, as a server that lost its idempotency would
+	// (breaks I4).
+	refundTwice bool
 	// onOrder, when set, is called with the number of order requests so far, under the
 	// server's lock.
 	onOrder func(n int)
@@ -47,17 +50,19 @@ type fakeServer struct {
 	opts   fakeOptions
 	secret []byte
 
-	mu       sync.Mutex
-	seq      int
-	stock    map[string]*orderly.Stock
-	coupons  map[string]*orderly.Coupon
-	orders   map[string]*orderly.Order
-	payments map[string]*orderly.Payment
-	byOrder  map[string][]*orderly.Payment
-	reserved map[string]bool  // order id → reservations still held
-	requests map[string]int   // by route, for assertions
-	byKey    map[string]keyed // user + "\x00" + Idempotency-Key → the order it created
-	mux      *http.ServeMux
+	mu         sync.Mutex
+	seq        int
+	stock      map[string]*orderly.Stock
+	coupons    map[string]*orderly.Coupon
+	orders     map[string]*orderly.Order
+	payments   map[string]*orderly.Payment
+	byOrder    map[string][]*orderly.Payment
+	reserved   map[string]bool              // order id → reservations still held
+	requests   map[string]int               // by route, for assertions
+	byKey      map[string]keyed             // user + "\x00" + Idempotency-Key → the order it created
+	refunds    map[string][]*orderly.Refund // by order id
+	refundKeys map[string]*orderly.Refund   // order id + "\x00" + Idempotency-Key
+	mux        *http.ServeMux
 }
 
 // keyed is an order created with an Idempotency-Key, and the body that created it.
@@ -72,7 +77,7 @@ func newFakeServer(t *testing.T, secret []byte, opts fakeOptions) (*fakeServer, 
 		stock: map[string]*orderly.Stock{}, coupons: map[string]*orderly.Coupon{},
 		orders: map[string]*orderly.Order{}, payments: map[string]*orderly.Payment{},
 		byOrder: map[string][]*orderly.Payment{}, reserved: map[string]bool{}, requests: map[string]int{},
-		byKey: map[string]keyed{},
+		byKey: map[string]keyed{}, refunds: map[string][]*orderly.Refund{}, refundKeys: map[string]*orderly.Refund{},
 	}
 	mux := http.NewServeMux()
 	f.mux = mux
@@ -86,6 +91,8 @@ func newFakeServer(t *testing.T, secret []byte, opts fakeOptions) (*fakeServer, 
 		"POST /v1/orders/{id}/cancel":   f.cancel,
 		"POST /v1/orders/{id}/payments": f.startPayment,
 		"GET /v1/orders/{id}/payments":  f.listPayments,
+		"POST /v1/orders/{id}/refunds":  f.createRefund,
+		"GET /v1/orders/{id}/refunds":   f.listRefunds,
 		"POST /v1/payments/callback":    f.callback,
 	} {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {

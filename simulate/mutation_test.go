@@ -239,9 +239,9 @@ type refundTwice struct {
 	broken *atomic.Bool
 }
 
-func (g *refundTwice) Refund(ctx context.Context, paymentID string, amount int64) error {
-	if err := g.SimGateway.Refund(ctx, paymentID, amount); err != nil || !g.broken.Load() {
+func (g *refundTwice) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+	if err := g.SimGateway.Refund(ctx, r); err != nil || !g.broken.Load() {
 		return err
 	}
-	return g.RefundWithKey(ctx, paymentID, paymentID+"/again", amount)
+	return g.RefundWithKey(ctx, r.PaymentID, r.IdempotencyKey+"/again", r.Amount)
 }

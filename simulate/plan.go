@@ -66,6 +66,8 @@ type plannedOrder struct {
 	callbackDelay time.Duration
 	// beforeDeadline is how long before expires_at a just-before payer's callback is sent.
 	beforeDeadline time.Duration
+	// refunds are the merchant's partial refunds once the order is paid (see refund.go).
+	refunds []plannedRefund
 }
 
 // skuPlan is one SKU of the catalogue.
@@ -131,6 +133,7 @@ func newPlan(seed int64, prefix string, orders int, timeout time.Duration) *plan
 			demand[it.SKU] += it.Quantity
 		}
 	}
+	planRefunds(seed, p, timeout)
 	for _, s := range p.skus {
 		s.demand = demand[s.sku]
 		if s.scarce {

@@ -81,6 +81,9 @@ type Result struct {
 	Targets int `json:"-"`
 	// Retries counts tries sent again to a target after one that got no answer.
 	Retries int `json:"-"`
+	// PartialRefunds counts the merchant's partial refunds acknowledged (paid orders get
+	// one or two, some returning a unit to stock).
+	PartialRefunds int `json:"-"`
 	// Behaviours counts the created orders per buyer behaviour.
 	Behaviours map[string]int `json:"-"`
 	// Verify is the database check, when Config.Store was set.
@@ -149,6 +152,9 @@ func (r *Result) Summary() string {
 		r.OutOfStock, r.CouponUnavailable)
 	fmt.Fprintf(&b, "  callbacks   %d late payments, %d duplicate callbacks, %d pay/close races\n",
 		r.LatePayments, r.DuplicateCallbacks, r.Races)
+	if r.PartialRefunds > 0 {
+		fmt.Fprintf(&b, "  refunds     %d partial refunds of paid orders\n", r.PartialRefunds)
+	}
 	if len(r.Behaviours) > 0 {
 		parts := make([]string, 0, len(r.Behaviours))
 		for _, name := range behaviourNames {

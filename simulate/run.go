@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/payment"
 )
 
 // Run seeds the catalogue, sends the orders and plays their buyers against cfg.Targets,
@@ -52,6 +53,9 @@ type runner struct {
 	createErrors                                 atomic.Int64 // order requests without a definite answer
 	paidAcks, cancelAcks, closedSeen             atomic.Int64
 	latePayments, duplicates, open               atomic.Int64
+	refundAcks                                   atomic.Int64
+	ledgerOnce                                   sync.Once
+	ledgerByKey                                  map[string][]payment.GatewayCall // refund calls by idempotency key
 
 	// clock is the server's clock offset, measured after seeding; margin is its
 	// ClockOffset.margin(), how far a judgement of a deadline is excused either way.
@@ -91,8 +95,11 @@ type tracked struct {
 	seenClose bool   // counted in closedSeen
 	notes     []string
 
+	refunds []*orderly.Refund // partial refunds acknowledged (201 or 200), in order
+
 	final         *orderly.Order
 	finalPayments []*orderly.Payment
+	finalRefunds  []*orderly.Refund
 	settled       bool
 }
 
@@ -394,6 +401,7 @@ func (r *runner) play(ctx context.Context, t *tracked, created time.Time) {
 		}
 	case neverPay:
 	}
+	r.refund(ctx, t)
 }
 
 // startPayment starts a payment attempt at the given time; nil when it failed (noted).

@@ -110,6 +110,9 @@ func (r *runner) refreshOrder(ctx context.Context, t *tracked) {
 			}
 		}
 	}
+	if !r.refreshRefunds(ctx, t) {
+		return
+	}
 	t.settled = true
 }
 
@@ -263,7 +266,7 @@ func (r *runner) evaluate() *Result {
 		case paidLike(o.State):
 			res.Paid++
 			for _, it := range o.Items {
-				bought[it.SKU] += it.Quantity
+				bought[it.SKU] += it.Quantity - t.restocked(it.SKU)
 			}
 		case o.State == orderly.StateClosed && o.CloseReason == orderly.CloseReasonPaymentTimeout:
 			res.Closed++
@@ -293,6 +296,8 @@ func (r *runner) evaluate() *Result {
 		}
 		res.Violations = append(res.Violations, r.checkPayments(t)...)
 		res.Violations = append(res.Violations, r.checkAmounts(t)...)
+		res.Violations = append(res.Violations, r.checkMoney(t)...)
+		res.PartialRefunds += len(t.refunds)
 		if v := r.checkExpectation(t, res); v != "" {
 			violate("%s", v)
 		}
@@ -602,7 +607,7 @@ func (r *runner) checkLateness() string {
 func (r *runner) checkRefundLedger(ledger []payment.GatewayCall) []string {
 	refunds := map[string][]payment.GatewayCall{}
 	for _, c := range ledger {
-		if c.Op == payment.GatewayRefund && !c.Replay {
+		if c.Op == payment.GatewayRefund && !c.Replay && !r.isRefundKey(c.IdempotencyKey) {
 			refunds[c.PaymentID] = append(refunds[c.PaymentID], c)
 		}
 	}

@@ -186,6 +186,8 @@ type Tx interface {
 	JobRunInsert(ctx context.Context, run *JobRun) error
 	// JobRunList returns up to limit runs of job ("" for all jobs), newest first.
 	JobRunList(ctx context.Context, job string, limit int) ([]*JobRun, error)
+
+	RefundTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

@@ -93,9 +93,13 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.ViolationsOmitte
 //   - I4: every order's amount is Σ quantity × unit_price − its coupon's amount_off (in the
 //     coupon's currency), and a paid order's payment took that amount; per SKU held = Σ
 //     held reservations, sold = Σ committed reservations, none negative, and initial =
-//     available + held + sold when Options.InitialStock is given; per order captured −
-//     refunded equals the amount for paid, shipped and completed orders and 0 for open,
-//     closed and refunded ones.
+//     available + held + sold when Options.InitialStock is given (sold less the units
+//     refunds restocked); per order captured − refunded (payments refunded whole and
+//     succeeded refunds) equals the amount less its succeeded refunds for paid, shipped and
+//     completed orders and 0 for open, closed and refunded ones; refunds never exceed the
+//     captured amount, the order's refunded_amount is the sum of its refunds not failed,
+//     pay_status says how much was refunded, refunded items never exceed those bought (see
+//     checkRefunds).
 //   - I5: no open order is past close_at by more than Options.Tolerance (database clock).
 //   - I6: each order's audit trail is a chain of legal transitions of its flow from the
 //     flow's initial state to the order's current state.
@@ -131,6 +135,7 @@ type checker struct {
 	rep  *Report
 
 	paymentsByOrder     map[string][]*orderly.Payment
+	refundsByOrder      map[string][]*orderly.Refund
 	reservationsByOrder map[string][]*orderly.Reservation
 	coupons             map[string]*orderly.Coupon   // by id
 	couponsByOrder      map[string][]*orderly.Coupon // frozen or used, by order_id
@@ -150,6 +155,7 @@ func newChecker(opts Options) *checker {
 			Violations:          []string{},
 		},
 		paymentsByOrder:     map[string][]*orderly.Payment{},
+		refundsByOrder:      map[string][]*orderly.Refund{},
 		reservationsByOrder: map[string][]*orderly.Reservation{},
 		coupons:             map[string]*orderly.Coupon{},
 		couponsByOrder:      map[string][]*orderly.Coupon{},
@@ -220,8 +226,11 @@ func (c *checker) load(ctx context.Context, tx store.Tx) error {
 		case orderly.ReservationHeld:
 			c.heldBySKU[r.SKU] += r.Quantity
 		case orderly.ReservationCommitted:
-			c.committedBySKU[r.SKU] += r.Quantity
+			c.committedBySKU[r.SKU] += r.Quantity - r.Restocked // restocked units went back to available
 		}
+	}
+	if err := c.loadRefunds(ctx, tx); err != nil {
+		return err
 	}
 	coupons, err := tx.CouponList(ctx)
 	if err != nil {
@@ -256,10 +265,13 @@ func (c *checker) checkOrder(ctx context.Context, tx store.Tx, o *orderly.Order)
 	delete(c.paymentsByOrder, o.ID)
 	delete(c.reservationsByOrder, o.ID)
 	delete(c.couponsByOrder, o.ID)
+	refunds := c.refundsByOrder[o.ID]
+	delete(c.refundsByOrder, o.ID)
 
 	c.checkTiming(o)
 	c.checkAmount(o)
-	c.checkPayments(o, payments)
+	c.checkPayments(o, payments, refunds)
+	c.checkRefunds(o, payments, refunds, reservations)
 	c.checkReservations(o, reservations)
 	c.checkCoupons(o, coupons)
 	trail, err := tx.TransitionList(ctx, o.ID)
@@ -293,8 +305,9 @@ func (c *checker) checkTiming(o *orderly.Order) {
 }
 
 // checkPayments checks I2 (paid is never lost) and I4 for money.
-func (c *checker) checkPayments(o *orderly.Order, payments []*orderly.Payment) {
-	var captured, refunded int64
+func (c *checker) checkPayments(o *orderly.Order, payments []*orderly.Payment, refunds []*orderly.Refund) {
+	refunded := succeededRefunds(refunds)
+	var captured int64
 	for _, p := range payments {
 		switch p.State {
 		case orderly.PaymentSucceeded, orderly.PaymentRefundPending:
@@ -312,7 +325,7 @@ func (c *checker) checkPayments(o *orderly.Order, payments []*orderly.Payment) {
 			}
 		}
 	case paidLike(o.State):
-		if o.PayStatus != orderly.PayPaid {
+		if o.PayStatus != orderly.PayPaid && o.PayStatus != orderly.PayPartiallyRefunded {
 			c.violate("I2", "order %s is %s but its pay_status is %s", o.ID, o.State, o.PayStatus)
 		}
 		var succeeded []*orderly.Payment
@@ -348,7 +361,7 @@ func (c *checker) checkPayments(o *orderly.Order, payments []*orderly.Payment) {
 	want, check := int64(0), true
 	switch {
 	case paidLike(o.State):
-		want = o.Amount
+		want = o.Amount - succeededRefunds(refunds)
 	case o.State == orderly.StateClosed, o.State == orderly.StateRefunded, o.State == orderly.StatePendingPayment:
 	default: // refunding: the refund is under way, either figure is right
 		check = false
@@ -535,6 +548,9 @@ func (c *checker) checkOrphans() {
 	}
 	for _, id := range sortedKeys(c.paymentsByOrder) {
 		c.violate("I2", "%d payments belong to order %s, which does not exist", len(c.paymentsByOrder[id]), id)
+	}
+	for _, id := range sortedKeys(c.refundsByOrder) {
+		c.violate("I4", "%d refunds belong to order %s, which does not exist", len(c.refundsByOrder[id]), id)
 	}
 	for _, id := range sortedKeys(c.reservationsByOrder) {
 		c.violate("I3", "%d reservations belong to order %s, which does not exist", len(c.reservationsByOrder[id]), id)

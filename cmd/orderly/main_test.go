@@ -58,7 +58,7 @@ func TestEndToEnd(t *testing.T) {
 	if res.Orders == 0 || res.Paid+res.Closed+res.Cancelled != res.Orders {
 		t.Fatalf("orders %d != paid %d + closed %d + cancelled %d", res.Orders, res.Paid, res.Closed, res.Cancelled)
 	}
-	if res.Paid == 0 || res.Closed == 0 || res.Cancelled == 0 || res.Refunded == 0 || res.DuplicateCallbacks == 0 {
+	if res.Paid == 0 || res.Closed == 0 || res.Cancelled == 0 || res.Refunded == 0 || res.DuplicateCallbacks == 0 || res.PartialRefunds == 0 {
 		t.Fatalf("a behaviour did not happen: %+v", res)
 	}
 	t.Logf("lateness ms: %+v; orders %d paid %d closed %d cancelled %d refunded %d; clock %+v; near deadline %+v",

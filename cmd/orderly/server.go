@@ -149,6 +149,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	}
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = s.Payments.RefundHandler()
+	handlers[orderly.TopicRefundExecute] = s.Payments.RefundExecuteHandler()
 	events := eventLog(cfg.Logger)
 	if cfg.NATSURL != "" {
 		if s.publisher, err = natspub.New(ctx, natspub.Config{URL: cfg.NATSURL, Logger: cfg.Logger}); err != nil {
@@ -233,7 +234,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	}
 
 	api := httpapi.New(httpapi.Config{
-		Orders: s.Orders, Payments: s.Payments, Catalog: s.Orders, CallbackSecret: cfg.CallbackSecret,
+		Orders: s.Orders, Payments: s.Payments, Catalog: s.Orders, Refunds: s.Orders, CallbackSecret: cfg.CallbackSecret,
 		Logger: cfg.Logger, Metrics: promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return s.Store.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })

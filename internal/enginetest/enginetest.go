@@ -112,6 +112,7 @@ func New(t testing.TB, opts Options) *Env {
 	}
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = e.Payments.RefundHandler()
+	handlers[orderly.TopicRefundExecute] = e.Payments.RefundExecuteHandler()
 	for k, h := range opts.Handlers {
 		handlers[k] = h
 	}

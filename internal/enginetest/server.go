@@ -92,6 +92,7 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 	}
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = s.Payments.RefundHandler()
+	handlers[orderly.TopicRefundExecute] = s.Payments.RefundExecuteHandler()
 	discard := &outbox.Handler{Call: func(context.Context, *orderly.Message) error { return nil }}
 	if relay, err = outbox.NewRelay(outbox.Config{Store: db, Handlers: handlers, Default: discard, Logger: logger}); err != nil {
 		fail(err)
@@ -115,7 +116,7 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 	if opts.WrapPayments != nil {
 		payments = opts.WrapPayments(s.Payments)
 	}
-	api := httpapi.New(httpapi.Config{Orders: orders, Payments: payments, Catalog: s.Orders,
+	api := httpapi.New(httpapi.Config{Orders: orders, Payments: payments, Catalog: s.Orders, Refunds: s.Orders,
 		CallbackSecret: opts.CallbackSecret, Logger: logger})
 	srv := httptest.NewServer(api.Handler())
 	s.URL = srv.URL

@@ -17,7 +17,7 @@ import (
 const dueColumns = `orders.id, flow, pay_status, current_payment_id, coupon_id, close_at, wake_at`
 
 const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
-	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version`
+	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version, refunded_amount`
 
 var (
 	qOrderInsert = sqlText(`INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
@@ -78,7 +78,8 @@ var (
 )
 
 // allPayStatuses is the pay-status guard that lets every order through.
-var allPayStatuses = []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayPaid, orderly.PayFailed, orderly.PayRefunded}
+var allPayStatuses = []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayPaid, orderly.PayFailed,
+	orderly.PayRefunded, orderly.PayPartiallyRefunded}
 
 // noCloseAtGuard is the close_at guard that lets every order through.
 const noCloseAtGuard = int64(1<<63 - 1)
@@ -109,7 +110,7 @@ func scanOrder(r rowScanner) (*orderly.Order, error) {
 		closedAt, paidAt              sql.NullInt64
 	)
 	if err := r.Scan(&o.ID, &o.UserID, &o.Flow, &o.State, &o.PayStatus, &items, &o.Amount, &o.Currency,
-		&couponID, &paymentID, &createdAt, &expiresAt, &closeAt, &closedAt, &reason, &paidAt, &o.Version); err != nil {
+		&couponID, &paymentID, &createdAt, &expiresAt, &closeAt, &closedAt, &reason, &paidAt, &o.Version, &o.RefundedAmount); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(items), &o.Items); err != nil {

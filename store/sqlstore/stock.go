@@ -34,7 +34,7 @@ var (
 	qReservationsMark = newQuery(func(d *dialect) string {
 		return d.updateByIDs("reservations", "order_id", d.ids, `state = ?, updated_at = ?`, `state = 'held'`)
 	})
-	qReservationList = sqlText(`SELECT order_id, sku, quantity, state FROM reservations
+	qReservationList = sqlText(`SELECT order_id, sku, quantity, state, refunded, restocked FROM reservations
 		WHERE ? = '' OR order_id = ? ORDER BY order_id, sku`)
 )
 
@@ -163,7 +163,7 @@ func (t *tx) ReservationList(ctx context.Context, orderID string) ([]*orderly.Re
 	var out []*orderly.Reservation
 	for rows.Next() {
 		var r orderly.Reservation
-		if err := rows.Scan(&r.OrderID, &r.SKU, &r.Quantity, &r.State); err != nil {
+		if err := rows.Scan(&r.OrderID, &r.SKU, &r.Quantity, &r.State, &r.Refunded, &r.Restocked); err != nil {
 			return nil, fmt.Errorf("list reservations: %w", err)
 		}
 		out = append(out, &r)

@@ -117,7 +117,7 @@ func nullString(s string) sql.NullString { return sql.NullString{String: s, Vali
 // every state list of the domain fits. Guards are plain IN lists, not id-list subqueries,
 // so that PostgreSQL re-checks them on the new row version when a concurrent transaction
 // changed the row first (an UPDATE that waited for a lock must see the committed state).
-const stateSlots = 5
+const stateSlots = 6
 
 // stateIn is the placeholder list of a state guard.
 var stateIn = "?" + strings.Repeat(", ?", stateSlots-1)

@@ -1,0 +1,266 @@
+package order
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// MaxRefundReason is the longest refund reason, in bytes.
+const MaxRefundReason = 512
+
+var _ orderly.RefundService = (*Service)(nil)
+
+// RefundableStates are the states from which an order may be refunded: paid, shipped and
+// completed (a return after delivery), and refunding, where the whole captured amount is
+// already requested, so that only the amount of a refund the gateway refused can be
+// requested again.
+var RefundableStates = []orderly.State{orderly.StatePaid, orderly.StateShipped, orderly.StateCompleted, orderly.StateRefunding}
+
+// validateRefund checks p's shape (not the order's figures, which the store guards).
+// Errors: EINVALID.
+func validateRefund(p *orderly.CreateRefundParams) error {
+	switch {
+	case p.Amount <= 0:
+		return orderly.Errorf(orderly.EINVALID, "amount must be a positive number of minor units")
+	case len(p.Items) > MaxItems:
+		return orderly.Errorf(orderly.EINVALID, "items must hold at most %d lines", MaxItems)
+	case p.Restock && len(p.Items) == 0:
+		return orderly.Errorf(orderly.EINVALID, "restock needs items: name the units that go back to stock")
+	case len(p.Reason) > MaxRefundReason || !utf8.ValidString(p.Reason):
+		return orderly.Errorf(orderly.EINVALID, "reason must be at most %d bytes of UTF-8", MaxRefundReason)
+	case len(p.IdempotencyKey) > 255:
+		return orderly.Errorf(orderly.EINVALID, "Idempotency-Key is longer than 255 characters")
+	}
+	seen := make(map[string]bool, len(p.Items))
+	for i, it := range p.Items {
+		switch {
+		case !ValidID(it.SKU):
+			return orderly.Errorf(orderly.EINVALID, "items[%d].sku %s", i, idRule)
+		case seen[it.SKU]:
+			return orderly.Errorf(orderly.EINVALID, "items[%d].sku %q appears twice; merge the lines", i, it.SKU)
+		case it.Quantity <= 0 || it.Quantity > MaxQuantity:
+			return orderly.Errorf(orderly.EINVALID, "items[%d].quantity must be 1–%d", i, MaxQuantity)
+		}
+		seen[it.SKU] = true
+	}
+	return nil
+}
+
+// refundHash fingerprints the parts of a refund request that define the refund.
+func refundHash(p *orderly.CreateRefundParams) string {
+	b, _ := json.Marshal(p) // json tags exclude the order id, idempotency key, actor and trace id
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// CreateRefund implements orderly.RefundService. In one transaction it:
+//  1. adds the amount to the order's refunded_amount with a guarded update (the order is
+//     in a RefundableStates state and the total stays within the captured amount), so two
+//     concurrent refunds that together exceed it never both pass: EREFUNDEXCEEDS;
+//  2. counts each item against the units the order bought and not yet refunded, and
+//     restocks them when asked (sold → available), guarded per SKU: EREFUNDITEMS;
+//  3. writes the refund (requested) and its refund.execute message: the gateway refund,
+//     keyed by the refund id, made by the relay (payment.Service.RefundExecuteHandler);
+//  4. when the refunded total reaches the captured amount, moves the order to refunding
+//     (the refund event): refunded once the gateway has confirmed every refund.
+//
+// A partial refund keeps the order's state; its confirmation sets pay_status
+// partially_refunded (the partial_refund event). Nothing is written on error.
+func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParams) (*orderly.Refund, bool, error) {
+	if err := validateRefund(p); err != nil {
+		return nil, false, err
+	}
+	id, err := NewID()
+	if err != nil {
+		return nil, false, err
+	}
+	items := slices.SortedFunc(slices.Values(p.Items), func(a, b orderly.RefundItem) int { return strings.Compare(a.SKU, b.SKU) })
+	hash := refundHash(p)
+	var (
+		f       *orderly.Refund
+		created bool
+	)
+	// Two attempts: a concurrent refund with the same idempotency key can win the unique
+	// index between our lookup and our insert; the second attempt then finds its refund.
+	for attempt := 0; attempt < 2; attempt++ {
+		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			if p.IdempotencyKey != "" {
+				prev, prevHash, err := tx.RefundGetByIdempotencyKey(ctx, p.OrderID, p.IdempotencyKey)
+				if err == nil {
+					if prevHash != hash {
+						return orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different refund of order %s", p.IdempotencyKey, p.OrderID)
+					}
+					f, created = prev, false
+					return nil
+				} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+					return err
+				}
+			}
+			cur, flow, now, err := s.load(ctx, tx, p.OrderID)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(RefundableStates, cur.State) {
+				return orderly.Errorf(orderly.EILLEGAL, "order %s is %s; only paid, shipped or completed orders are refunded", cur.ID, cur.State)
+			}
+			paymentID, err := capturedPayment(ctx, tx, cur)
+			if err != nil {
+				return err
+			}
+			ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: cur.ID, Delta: p.Amount, States: RefundableStates})
+			if err != nil {
+				return err
+			}
+			after, err := tx.OrderGet(ctx, cur.ID) // as changed by us, or by the refund that won
+			if err != nil {
+				return err
+			}
+			if !ok {
+				if !slices.Contains(RefundableStates, after.State) {
+					return orderly.Errorf(orderly.EILLEGAL, "order %s is %s; only paid, shipped or completed orders are refunded", after.ID, after.State)
+				}
+				return orderly.Errorf(orderly.EREFUNDEXCEEDS, "a refund of %d %s exceeds what is left to refund of order %s: captured %d, refunded or requested %d, left %d",
+					p.Amount, after.Currency, after.ID, after.Amount, after.RefundedAmount, after.Amount-after.RefundedAmount)
+			}
+			if err := refundItems(ctx, tx, cur.ID, items, p.Restock); err != nil {
+				return err
+			}
+			f = &orderly.Refund{
+				ID: id, OrderID: cur.ID, PaymentID: paymentID, Amount: p.Amount, Currency: cur.Currency,
+				Items: items, Restock: p.Restock, Reason: p.Reason, State: orderly.RefundRequested, CreatedAt: now,
+			}
+			if f.Items == nil {
+				f.Items = []orderly.RefundItem{}
+			}
+			if err := tx.RefundInsert(ctx, &store.RefundInsertParams{Refund: f, IdempotencyKey: p.IdempotencyKey, RequestHash: hash}); err != nil {
+				return err
+			}
+			if after.RefundedAmount == after.Amount && after.State != orderly.StateRefunding {
+				changed, err := Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+					IDs: []string{cur.ID}, From: after.State, Event: orderly.EventRefund, Now: now,
+					Cause: "refund " + f.ID, Actor: cmp.Or(p.Actor, "merchant"), TraceID: p.TraceID,
+				})
+				if err != nil {
+					return err
+				} else if len(changed) != 1 {
+					return orderly.Errorf(orderly.ECONFLICT, "order %s changed concurrently; retry", cur.ID)
+				}
+			}
+			m, err := outbox.NewMessage(orderly.TopicRefundExecute, cur.ID, RefundRef(f), now)
+			if err != nil {
+				return err
+			}
+			created = true
+			return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m})
+		})
+		if p.IdempotencyKey == "" || orderly.ErrorCode(err) != orderly.ECONFLICT {
+			break
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("refund order %s: %w", p.OrderID, err)
+	}
+	if created {
+		s.cfg.WakeRelay()
+	}
+	return f, created, nil
+}
+
+// RefundRef returns the outbox payload that names refund f.
+func RefundRef(f *orderly.Refund) orderly.RefundRef {
+	return orderly.RefundRef{RefundID: f.ID, OrderID: f.OrderID, PaymentID: f.PaymentID, Amount: f.Amount, Currency: f.Currency}
+}
+
+// capturedPayment returns the id of the order's captured payment (the succeeded one that
+// paid it; the order's current attempt when several exist).
+func capturedPayment(ctx context.Context, tx store.Tx, o *orderly.Order) (string, error) {
+	payments, err := tx.PaymentList(ctx, o.ID)
+	if err != nil {
+		return "", err
+	}
+	id := ""
+	for _, pm := range payments {
+		if pm.State == orderly.PaymentSucceeded && (id == "" || pm.ID == o.CurrentPaymentID) {
+			id = pm.ID
+		}
+	}
+	if id == "" {
+		return "", fmt.Errorf("order %s is %s but has no succeeded payment", o.ID, o.State)
+	}
+	return id, nil
+}
+
+// refundItems counts items (sorted by SKU, the lock order of stock rows) against the
+// units the order bought and restocks them when restock is set. Errors: EREFUNDITEMS.
+func refundItems(ctx context.Context, tx store.Tx, orderID string, items []orderly.RefundItem, restock bool) error {
+	for _, it := range items {
+		q := int64(0)
+		if restock {
+			q = it.Quantity
+		}
+		ok, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: orderID, SKU: it.SKU, Refunded: it.Quantity, Restock: q})
+		if err != nil {
+			return err
+		} else if ok {
+			continue
+		}
+		rs, err := tx.ReservationList(ctx, orderID)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.SKU == it.SKU && r.State == orderly.ReservationCommitted {
+				return orderly.Errorf(orderly.EREFUNDITEMS, "order %s bought %d of sku %s; %d were refunded already, %d more cannot be",
+					orderID, r.Quantity, it.SKU, r.Refunded, it.Quantity)
+			}
+		}
+		return orderly.Errorf(orderly.EREFUNDITEMS, "order %s bought no units of sku %s", orderID, it.SKU)
+	}
+	return nil
+}
+
+// OrderRefunds implements orderly.RefundService.
+func (s *Service) OrderRefunds(ctx context.Context, orderID string) (refunds []*orderly.Refund, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		if _, err := tx.OrderGet(ctx, orderID); err != nil {
+			return err
+		}
+		refunds, err = tx.RefundList(ctx, orderID)
+		return err
+	})
+	if refunds == nil {
+		refunds = []*orderly.Refund{}
+	}
+	return refunds, err
+}
+
+// refundRest refunds what is left of an order's captured amount (the merchant's refund
+// event): a full refund, or the rest after partial ones.
+func (s *Service) refundRest(ctx context.Context, id, actor, traceID string) (*orderly.Order, error) {
+	o, err := s.Order(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(RefundableStates, o.State) {
+		return nil, orderly.Errorf(orderly.EILLEGAL, "order %s is %s; only paid, shipped or completed orders are refunded", o.ID, o.State)
+	}
+	rest := o.Amount - o.RefundedAmount
+	if rest <= 0 {
+		return nil, orderly.Errorf(orderly.EREFUNDEXCEEDS, "order %s has nothing left to refund: captured %d, refunded or requested %d", o.ID, o.Amount, o.RefundedAmount)
+	}
+	if _, _, err := s.CreateRefund(ctx, &orderly.CreateRefundParams{OrderID: id, Amount: rest, Reason: "refund event", Actor: actor, TraceID: traceID}); err != nil {
+		return nil, err
+	}
+	return s.Order(ctx, id)
+}

@@ -1,0 +1,68 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+)
+
+// RefundTx holds the queries of refunds (orderly.Refund) and of the order and stock
+// figures that refunds move. It is part of Tx.
+type RefundTx interface {
+	// RefundInsert writes a refund in state requested. ECONFLICT when the order already
+	// has a refund with the same idempotency key (or the id exists).
+	RefundInsert(ctx context.Context, params *RefundInsertParams) error
+	// RefundGet returns a refund; ENOTFOUND if there is none.
+	RefundGet(ctx context.Context, id string) (*orderly.Refund, error)
+	// RefundGetByIdempotencyKey returns the refund of an order made with key and the hash
+	// of that request; ENOTFOUND if there is none.
+	RefundGetByIdempotencyKey(ctx context.Context, orderID, key string) (*orderly.Refund, string, error)
+	// RefundList returns the refunds of one order ("" for all), by order, oldest first.
+	RefundList(ctx context.Context, orderID string) ([]*orderly.Refund, error)
+	// RefundSetState is the guarded state change of a refund (requested → succeeded or
+	// failed); it sets completed_at and reports whether the row changed.
+	RefundSetState(ctx context.Context, params *RefundSetStateParams) (bool, error)
+	// OrderAddRefunded adds Delta (negative to give back a failed refund's amount) to an
+	// order's refunded_amount, guarded: only when the order is in one of States and the
+	// new total stays within 0 … amount. It reports whether the row changed; the guard
+	// re-checks the row as committed by a concurrent refund, so two refunds that together
+	// exceed the amount never both pass.
+	OrderAddRefunded(ctx context.Context, params *OrderAddRefundedParams) (bool, error)
+	// ReservationRefund counts units of an order's sold (committed) reservation of SKU as
+	// refunded (Refunded, negative to give them back) and moves Restock units from sold
+	// to available stock, guarded: refunded and restocked stay within 0 … quantity. It
+	// reports whether the reservation changed; stock moves only when it did.
+	ReservationRefund(ctx context.Context, params *ReservationRefundParams) (bool, error)
+}
+
+// RefundInsertParams is the input of Tx.RefundInsert.
+type RefundInsertParams struct {
+	Refund         *orderly.Refund
+	IdempotencyKey string // "" for none
+	RequestHash    string // hash of the request, for EIDEMPOTENCY
+}
+
+// RefundSetStateParams is the input of Tx.RefundSetState.
+type RefundSetStateParams struct {
+	ID          string
+	From        orderly.RefundState // guard
+	To          orderly.RefundState
+	FailReason  string
+	CompletedAt time.Time
+}
+
+// OrderAddRefundedParams is the input of Tx.OrderAddRefunded.
+type OrderAddRefundedParams struct {
+	ID     string
+	Delta  int64           // minor units
+	States []orderly.State // guard: the order's state is one of these
+}
+
+// ReservationRefundParams is the input of Tx.ReservationRefund.
+type ReservationRefundParams struct {
+	OrderID  string
+	SKU      string
+	Refunded int64 // units to count as refunded; negative gives them back
+	Restock  int64 // units to move from sold to available, >= 0
+}

@@ -1,0 +1,144 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+)
+
+const refundColumns = `id, order_id, payment_id, amount, currency, items, restock, reason, state, fail_reason,
+	created_at, completed_at`
+
+var (
+	qRefundInsert = sqlText(`INSERT INTO refunds (` + refundColumns + `, idempotency_key, request_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qRefundGet      = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id = ?`)
+	qRefundByKey    = sqlText(`SELECT id, request_hash FROM refunds WHERE order_id = ? AND idempotency_key = ?`)
+	qRefundList     = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE ? = '' OR order_id = ? ORDER BY order_id, created_at, id`)
+	qRefundSetState = sqlText(`UPDATE refunds SET state = ?, fail_reason = ?, completed_at = ? WHERE id = ? AND state = ?`)
+	// qOrderAddRefunded is the guard that keeps an order's refunds within its amount. It is
+	// one guarded UPDATE (no read-then-write), so a concurrent refund that committed first
+	// is seen when the row lock is granted: PostgreSQL re-evaluates the WHERE clause on the
+	// new row version, InnoDB reads the latest committed version, SQLite has one writer.
+	qOrderAddRefunded = sqlText(`UPDATE orders SET refunded_amount = refunded_amount + ?
+		WHERE id = ? AND state IN (` + stateIn + `) AND refunded_amount + ? >= 0 AND refunded_amount + ? <= amount`)
+	qReservationRefund = sqlText(`UPDATE reservations SET refunded = refunded + ?, restocked = restocked + ?
+		WHERE order_id = ? AND sku = ? AND state = 'committed'
+		AND refunded + ? >= 0 AND refunded + ? <= quantity AND restocked + ? <= quantity`)
+	qStockRestock = sqlText(`UPDATE stock SET sold = sold - ?, available = available + ? WHERE sku = ? AND sold >= ?`)
+)
+
+func scanRefund(r rowScanner) (*orderly.Refund, error) {
+	var (
+		f           orderly.Refund
+		items       string
+		createdAt   int64
+		completedAt sql.NullInt64
+	)
+	if err := r.Scan(&f.ID, &f.OrderID, &f.PaymentID, &f.Amount, &f.Currency, &items, &f.Restock, &f.Reason,
+		&f.State, &f.FailReason, &createdAt, &completedAt); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(items), &f.Items); err != nil {
+		return nil, fmt.Errorf("refund %s items: %w", f.ID, err)
+	}
+	if f.Items == nil {
+		f.Items = []orderly.RefundItem{}
+	}
+	f.CreatedAt, f.CompletedAt = fromMS(createdAt), timePtr(completedAt)
+	return &f, nil
+}
+
+// RefundInsert implements store.Tx.
+func (t *tx) RefundInsert(ctx context.Context, p *store.RefundInsertParams) error {
+	f := p.Refund
+	items := f.Items
+	if items == nil {
+		items = []orderly.RefundItem{}
+	}
+	b, err := json.Marshal(items)
+	if err != nil {
+		return fmt.Errorf("insert refund %s: %w", f.ID, err)
+	}
+	_, err = t.exec(ctx, "refund "+f.ID, qRefundInsert, f.ID, f.OrderID, f.PaymentID, f.Amount, f.Currency, string(b),
+		f.Restock, f.Reason, f.State, f.FailReason, ms(f.CreatedAt), nullMS(f.CompletedAt),
+		nullString(p.IdempotencyKey), nullString(p.RequestHash))
+	return err
+}
+
+// RefundGet implements store.Tx.
+func (t *tx) RefundGet(ctx context.Context, id string) (*orderly.Refund, error) {
+	f, err := scanRefund(t.queryRow(ctx, qRefundGet, id))
+	return f, translate(err, "refund "+id)
+}
+
+// RefundGetByIdempotencyKey implements store.Tx.
+func (t *tx) RefundGetByIdempotencyKey(ctx context.Context, orderID, key string) (*orderly.Refund, string, error) {
+	var (
+		id   string
+		hash sql.NullString
+	)
+	if err := t.queryRow(ctx, qRefundByKey, orderID, key).Scan(&id, &hash); err != nil {
+		return nil, "", translate(err, "refund with idempotency key "+key)
+	}
+	f, err := t.RefundGet(ctx, id)
+	return f, hash.String, err
+}
+
+// RefundList implements store.Tx.
+func (t *tx) RefundList(ctx context.Context, orderID string) ([]*orderly.Refund, error) {
+	rows, err := t.query(ctx, qRefundList, orderID, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("list refunds: %w", err)
+	}
+	defer rows.Close()
+	var out []*orderly.Refund
+	for rows.Next() {
+		f, err := scanRefund(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list refunds: %w", err)
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// RefundSetState implements store.Tx.
+func (t *tx) RefundSetState(ctx context.Context, p *store.RefundSetStateParams) (bool, error) {
+	n, err := t.exec(ctx, "refund "+p.ID, qRefundSetState, p.To, p.FailReason, ms(p.CompletedAt), p.ID, p.From)
+	return n == 1, err
+}
+
+// OrderAddRefunded implements store.Tx.
+func (t *tx) OrderAddRefunded(ctx context.Context, p *store.OrderAddRefundedParams) (bool, error) {
+	if len(p.States) == 0 {
+		return false, fmt.Errorf("refunded amount of order %s: no States", p.ID)
+	}
+	args := append(append([]any{p.Delta, p.ID}, stateArgs(p.States)...), p.Delta, p.Delta)
+	n, err := t.exec(ctx, "refunded amount of order "+p.ID, qOrderAddRefunded, args...)
+	return n == 1, err
+}
+
+// ReservationRefund implements store.Tx.
+func (t *tx) ReservationRefund(ctx context.Context, p *store.ReservationRefundParams) (bool, error) {
+	if p.Restock < 0 {
+		return false, fmt.Errorf("refund reservation %s/%s: negative restock %d", p.OrderID, p.SKU, p.Restock)
+	}
+	what := "refund reservation " + p.OrderID + "/" + p.SKU
+	n, err := t.exec(ctx, what, qReservationRefund, p.Refunded, p.Restock, p.OrderID, p.SKU,
+		p.Refunded, p.Refunded, p.Restock)
+	if err != nil || n == 0 || p.Restock == 0 {
+		return n == 1, err
+	}
+	n, err = t.exec(ctx, "restock "+p.SKU, qStockRestock, p.Restock, p.Restock, p.SKU, p.Restock)
+	if err != nil {
+		return false, err
+	} else if n != 1 {
+		return false, fmt.Errorf("%s: stock of sku %s has fewer than %d sold units", what, p.SKU, p.Restock)
+	}
+	return true, nil
+}

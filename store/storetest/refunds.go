@@ -1,0 +1,290 @@
+package storetest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// testRefunds checks refunds and the figures they move: round trips, the idempotency key
+// unique per order, the guarded requested → succeeded|failed change, the refunded-amount
+// guard of orders (alone and under concurrent refunds), the per-SKU refunded and restocked
+// counts of sold reservations with their stock moves, and the CHECK constraints.
+func testRefunds(t *testing.T, open opener) {
+	t.Run("RoundTrip", func(t *testing.T) { testRefundRoundTrip(t, open) })
+	t.Run("IdempotencyKey", func(t *testing.T) { testRefundIdempotencyKey(t, open) })
+	t.Run("SetState", func(t *testing.T) { testRefundSetState(t, open) })
+	t.Run("OrderAddRefunded", func(t *testing.T) { testOrderAddRefunded(t, open) })
+	t.Run("ConcurrentRefundsStayWithinAmount", func(t *testing.T) { testConcurrentRefunds(t, open) })
+	t.Run("ReservationRefund", func(t *testing.T) { testReservationRefund(t, open) })
+	t.Run("Checks", func(t *testing.T) { testRefundChecks(t, open) })
+}
+
+// paidOrderWithPayment inserts a paid order of items (default one unit of sku-1 at 1000)
+// and its succeeded payment.
+func paidOrderWithPayment(t *testing.T, s store.Store, items []orderly.Item) (*orderly.Order, *orderly.Payment) {
+	t.Helper()
+	opts := paidOpts("", t0)
+	opts.ID, opts.Items = nextID("order"), items
+	o := insertOrder(t, s, opts)
+	p := insertPayment(t, s, &paymentOpts{OrderID: o.ID, Amount: o.Amount, State: orderly.PaymentSucceeded, ChannelTxnID: nextID("txn")})
+	return o, p
+}
+
+func newRefund(o *orderly.Order, p *orderly.Payment, amount int64) *orderly.Refund {
+	return &orderly.Refund{ID: nextID("refund"), OrderID: o.ID, PaymentID: p.ID, Amount: amount, Currency: o.Currency,
+		Items: []orderly.RefundItem{}, State: orderly.RefundRequested, CreatedAt: t0}
+}
+
+func testRefundRoundTrip(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	o, p := paidOrderWithPayment(t, s, nil)
+	zone := time.FixedZone("UTC+8", 8*3600)
+	in := &orderly.Refund{ID: "refund-a", OrderID: o.ID, PaymentID: p.ID, Amount: 400, Currency: "EUR",
+		Items: []orderly.RefundItem{{SKU: "sku-1", Quantity: 1}}, Restock: true, Reason: "returned: wrong size ✓",
+		State: orderly.RefundRequested, CreatedAt: time.Date(2030, 1, 2, 11, 4, 5, 678_901_234, zone)}
+	inTx(t, s, func(tx store.Tx) error { return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: in}) })
+	second := newRefund(o, p, 100)
+	second.CreatedAt = t0.Add(time.Second)
+	inTx(t, s, func(tx store.Tx) error {
+		return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: second})
+	})
+	other, op := paidOrderWithPayment(t, s, nil)
+	third := newRefund(other, op, 1000)
+	inTx(t, s, func(tx store.Tx) error { return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: third}) })
+
+	want := *in
+	want.CreatedAt = time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+	got := read(t, s, func(tx store.Tx) (*orderly.Refund, error) { return tx.RefundGet(t.Context(), "refund-a") })
+	equal(t, "refund read back", got, &want)
+	if got.CreatedAt.Location() != time.UTC {
+		t.Errorf("created_at location %v, want UTC", got.CreatedAt.Location())
+	}
+	list := read(t, s, func(tx store.Tx) ([]*orderly.Refund, error) { return tx.RefundList(t.Context(), o.ID) })
+	equal(t, "refunds of the order, oldest first", list, []*orderly.Refund{&want, second})
+	all := read(t, s, func(tx store.Tx) ([]*orderly.Refund, error) { return tx.RefundList(t.Context(), "") })
+	equal(t, "refunds of every order", len(all), 3)
+	err := s.Read(t.Context(), func(tx store.Tx) error { _, err := tx.RefundGet(t.Context(), "missing"); return err })
+	wantCode(t, "get a missing refund", err, orderly.ENOTFOUND)
+	err = txErr(t, s, func(tx store.Tx) error { return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: in}) })
+	wantCode(t, "insert the same id again", err, orderly.ECONFLICT)
+}
+
+func testRefundIdempotencyKey(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	o, p := paidOrderWithPayment(t, s, nil)
+	first := newRefund(o, p, 300)
+	inTx(t, s, func(tx store.Tx) error {
+		return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: first, IdempotencyKey: "k1", RequestHash: "h1"})
+	})
+	type byKey struct {
+		Refund *orderly.Refund
+		Hash   string
+	}
+	got := read(t, s, func(tx store.Tx) (byKey, error) {
+		f, h, err := tx.RefundGetByIdempotencyKey(t.Context(), o.ID, "k1")
+		return byKey{f, h}, err
+	})
+	equal(t, "refund by key", got, byKey{first, "h1"})
+	err := txErr(t, s, func(tx store.Tx) error {
+		return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: newRefund(o, p, 1), IdempotencyKey: "k1", RequestHash: "h2"})
+	})
+	wantCode(t, "same key, same order", err, orderly.ECONFLICT)
+	// The key is unique per order: another order may use it, and refunds without a key
+	// never collide.
+	other, op := paidOrderWithPayment(t, s, nil)
+	inTx(t, s, func(tx store.Tx) error {
+		if err := tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: newRefund(other, op, 1), IdempotencyKey: "k1"}); err != nil {
+			return err
+		}
+		if err := tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: newRefund(o, p, 1)}); err != nil {
+			return err
+		}
+		return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: newRefund(o, p, 1)})
+	})
+	err = s.Read(t.Context(), func(tx store.Tx) error {
+		_, _, err := tx.RefundGetByIdempotencyKey(t.Context(), o.ID, "k2")
+		return err
+	})
+	wantCode(t, "unknown key", err, orderly.ENOTFOUND)
+}
+
+func testRefundSetState(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	o, p := paidOrderWithPayment(t, s, nil)
+	f := newRefund(o, p, 300)
+	inTx(t, s, func(tx store.Tx) error { return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: f}) })
+	at := t0.Add(time.Minute)
+	set := func(to orderly.RefundState, reason string) bool {
+		return write(t, s, func(tx store.Tx) (bool, error) {
+			return tx.RefundSetState(t.Context(), &store.RefundSetStateParams{ID: f.ID, From: orderly.RefundRequested, To: to,
+				FailReason: reason, CompletedAt: at})
+		})
+	}
+	equal(t, "requested → succeeded", set(orderly.RefundSucceeded, ""), true)
+	equal(t, "succeeded again", set(orderly.RefundSucceeded, ""), false)
+	equal(t, "succeeded → failed", set(orderly.RefundFailed, "late refusal"), false)
+	got := read(t, s, func(tx store.Tx) (*orderly.Refund, error) { return tx.RefundGet(t.Context(), f.ID) })
+	want := *f
+	want.State, want.CompletedAt = orderly.RefundSucceeded, &at
+	equal(t, "refund after the changes", got, &want)
+}
+
+func testOrderAddRefunded(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	o, _ := paidOrderWithPayment(t, s, []orderly.Item{{SKU: "sku-1", Quantity: 3, UnitPrice: 1000}})
+	refundable := []orderly.State{orderly.StatePaid, orderly.StateShipped, orderly.StateCompleted, orderly.StateRefunding}
+	add := func(id string, delta int64, states []orderly.State) bool {
+		return write(t, s, func(tx store.Tx) (bool, error) {
+			return tx.OrderAddRefunded(t.Context(), &store.OrderAddRefundedParams{ID: id, Delta: delta, States: states})
+		})
+	}
+	for _, step := range []struct {
+		delta int64
+		ok    bool
+		total int64
+	}{
+		{1000, true, 1000},
+		{1500, true, 2500},
+		{501, false, 2500}, // beyond the amount
+		{500, true, 3000},  // exactly the amount
+		{1, false, 3000},
+		{-1000, true, 2000}, // a failed refund gives its amount back
+		{-2001, false, 2000},
+	} {
+		if got := add(o.ID, step.delta, refundable); got != step.ok {
+			t.Errorf("add %d: changed %v, want %v", step.delta, got, step.ok)
+		}
+		if got := getOrder(t, s, o.ID); got.RefundedAmount != step.total || got.Version != o.Version {
+			t.Errorf("after add %d: refunded_amount %d version %d, want %d and version unchanged %d",
+				step.delta, got.RefundedAmount, got.Version, step.total, o.Version)
+		}
+	}
+	pending := insertOrder(t, s, &orderOpts{})
+	equal(t, "add to a pending order", add(pending.ID, 1, refundable), false)
+	equal(t, "add outside the listed states", add(o.ID, 1, []orderly.State{orderly.StateShipped}), false)
+	equal(t, "add to a missing order", add("missing", 1, refundable), false)
+}
+
+// testConcurrentRefunds: while one transaction holds a refund of 600 of an order of 1000,
+// five refunds of 300 run in parallel transactions. The guard must judge each on the row
+// as committed before it: exactly one passes, and the total is 900, never 1200 or more.
+func testConcurrentRefunds(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	o, _ := paidOrderWithPayment(t, s, nil)
+	refundable := []orderly.State{orderly.StatePaid}
+	held, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.InTx(t.Context(), func(tx store.Tx) error {
+			ok, err := tx.OrderAddRefunded(t.Context(), &store.OrderAddRefundedParams{ID: o.ID, Delta: 600, States: refundable})
+			if err == nil && !ok {
+				err = errRollback
+			}
+			close(held)
+			if err != nil {
+				return err
+			}
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	const racers = 5
+	var (
+		wg     sync.WaitGroup
+		passed = make([]bool, racers)
+		errs   = make([]error, racers)
+	)
+	for i := range racers {
+		wg.Go(func() {
+			errs[i] = s.InTx(t.Context(), func(tx store.Tx) error {
+				var err error
+				passed[i], err = tx.OrderAddRefunded(t.Context(), &store.OrderAddRefundedParams{ID: o.ID, Delta: 300, States: refundable})
+				return err
+			})
+		})
+	}
+	close(release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatalf("first refund: %v", err)
+	}
+	n := 0
+	for i := range racers {
+		if errs[i] != nil {
+			t.Errorf("racer %d: %v", i, errs[i])
+		}
+		if passed[i] {
+			n++
+		}
+	}
+	equal(t, "refunds of 300 that passed", n, 1)
+	equal(t, "refunded_amount", getOrder(t, s, o.ID).RefundedAmount, int64(900))
+}
+
+func testReservationRefund(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	setStock(t, s, "sku-r", 10)
+	setStock(t, s, "sku-q", 10)
+	o, _ := paidOrderWithPayment(t, s, []orderly.Item{{SKU: "sku-r", Quantity: 3, UnitPrice: 100}, {SKU: "sku-q", Quantity: 2, UnitPrice: 100}})
+	reserve(t, s, o.ID, "sku-r", 3)
+	reserve(t, s, o.ID, "sku-q", 2)
+	refund := func(sku string, refunded, restock int64) bool {
+		return write(t, s, func(tx store.Tx) (bool, error) {
+			return tx.ReservationRefund(t.Context(), &store.ReservationRefundParams{OrderID: o.ID, SKU: sku, Refunded: refunded, Restock: restock})
+		})
+	}
+	equal(t, "refund units of a held reservation", refund("sku-r", 1, 1), false)
+	write(t, s, func(tx store.Tx) ([]*orderly.Reservation, error) { return tx.ReservationsCommit(t.Context(), o.ID, t0) })
+	equal(t, "sold", getStock(t, s, "sku-r"), &orderly.Stock{SKU: "sku-r", Available: 7, Sold: 3})
+
+	equal(t, "refund and restock 2 of 3", refund("sku-r", 2, 2), true)
+	equal(t, "stock after restocking 2", getStock(t, s, "sku-r"), &orderly.Stock{SKU: "sku-r", Available: 9, Sold: 1})
+	equal(t, "refund 2 more of the 1 left", refund("sku-r", 2, 0), false)
+	equal(t, "refund the last one without restock", refund("sku-r", 1, 0), true)
+	equal(t, "stock unchanged by a refund without restock", getStock(t, s, "sku-r"), &orderly.Stock{SKU: "sku-r", Available: 9, Sold: 1})
+	equal(t, "give back 1 refunded unit (failed refund)", refund("sku-r", -1, 0), true)
+	equal(t, "restock beyond the quantity bought", refund("sku-r", 1, 2), false)
+	equal(t, "refund a SKU the order did not buy", refund("sku-x", 1, 0), false)
+	equal(t, "give back more than refunded", refund("sku-q", -1, 0), false)
+	equal(t, "sku-q untouched", getStock(t, s, "sku-q"), &orderly.Stock{SKU: "sku-q", Available: 8, Sold: 2})
+	equal(t, "reservations", reservations(t, s, o.ID), []*orderly.Reservation{
+		{OrderID: o.ID, SKU: "sku-q", Quantity: 2, State: orderly.ReservationCommitted},
+		{OrderID: o.ID, SKU: "sku-r", Quantity: 3, State: orderly.ReservationCommitted, Refunded: 2, Restocked: 2},
+	})
+	st := getStock(t, s, "sku-r")
+	equal(t, "conservation of sku-r", st.Available+st.Held+st.Sold, int64(10))
+}
+
+func testRefundChecks(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	o, p := paidOrderWithPayment(t, s, nil)
+	ok := write(t, s, func(tx store.Tx) (bool, error) {
+		return tx.OrderSetPayStatus(t.Context(), &store.OrderSetPayStatusParams{ID: o.ID, State: orderly.StatePaid,
+			From: []orderly.PayStatus{orderly.PayPaid}, To: orderly.PayPartiallyRefunded})
+	})
+	equal(t, "pay_status partially_refunded is allowed", ok, true)
+	err := txErr(t, s, func(tx store.Tx) error {
+		_, err := tx.OrderSetPayStatus(t.Context(), &store.OrderSetPayStatusParams{ID: o.ID, State: orderly.StatePaid,
+			From: []orderly.PayStatus{orderly.PayPartiallyRefunded}, To: "refund_requested"})
+		return err
+	})
+	if err == nil {
+		t.Error("pay_status refund_requested was stored, want a CHECK violation")
+	}
+	for _, bad := range []*orderly.Refund{
+		{Amount: 0, State: orderly.RefundRequested},
+		{Amount: 1, State: "pending"},
+		{Amount: 1, State: orderly.RefundSucceeded}, // completed_at missing
+	} {
+		f := newRefund(o, p, bad.Amount)
+		f.State = bad.State
+		if err := txErr(t, s, func(tx store.Tx) error { return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: f}) }); err == nil {
+			t.Errorf("refund of %d in state %s was stored, want a CHECK violation", bad.Amount, bad.State)
+		}
+	}
+}
