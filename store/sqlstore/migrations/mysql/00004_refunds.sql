@@ -7,32 +7,26 @@
 --
 -- The pay_status lists of orders and of the audit trail (order_transitions.pay_status_from
 -- and pay_status_to) gain partially_refunded, 18 characters: the columns widen to 32. Each
--- CHECK was declared on its column. MariaDB keeps it with the column, and
--- MODIFY drops it; MySQL 8 keeps it as a table constraint named orders_chk_N, which is
--- looked up and dropped by name (a no-op DO 0 where none is left). Then it is added again
--- under a fixed name, with the new status.
+-- CHECK was declared on its column: MariaDB keeps it with the column, and MODIFY drops it;
+-- MySQL 8 keeps it as a table constraint named <table>_chk_N, which is looked up and
+-- dropped by name after the new one is added under a fixed name (a no-op DO 0 where none
+-- is left). One ALTER per table: each rebuilds it.
 
 -- +goose Up
-ALTER TABLE orders MODIFY pay_status VARCHAR(32) NOT NULL;
-SET @drop_pay_status_check = COALESCE((
-    SELECT CONCAT('ALTER TABLE orders DROP CONSTRAINT `', tc.CONSTRAINT_NAME, '`')
-    FROM information_schema.TABLE_CONSTRAINTS tc
-    JOIN information_schema.CHECK_CONSTRAINTS cc
-      ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
-    WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = 'orders' AND tc.CONSTRAINT_TYPE = 'CHECK'
-      AND cc.CHECK_CLAUSE LIKE '%pay_status%'
-    LIMIT 1), 'DO 0');
-PREPARE drop_pay_status_check FROM @drop_pay_status_check;
-EXECUTE drop_pay_status_check;
-DEALLOCATE PREPARE drop_pay_status_check;
-ALTER TABLE order_transitions MODIFY pay_status_from VARCHAR(32) NOT NULL DEFAULT '', MODIFY pay_status_to VARCHAR(32) NOT NULL DEFAULT '';
+ALTER TABLE order_transitions
+    MODIFY pay_status_from VARCHAR(32) NOT NULL DEFAULT '',
+    MODIFY pay_status_to VARCHAR(32) NOT NULL DEFAULT '',
+    ADD CONSTRAINT order_transitions_pay_status_from_check
+        CHECK (pay_status_from IN ('', 'unpaid', 'paying', 'paid', 'failed', 'refunded', 'partially_refunded')),
+    ADD CONSTRAINT order_transitions_pay_status_to_check
+        CHECK (pay_status_to IN ('', 'unpaid', 'paying', 'paid', 'failed', 'refunded', 'partially_refunded'));
 SET @drop_pay_status_from_check = COALESCE((
     SELECT CONCAT('ALTER TABLE order_transitions DROP CONSTRAINT `', tc.CONSTRAINT_NAME, '`')
     FROM information_schema.TABLE_CONSTRAINTS tc
     JOIN information_schema.CHECK_CONSTRAINTS cc
       ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
     WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = 'order_transitions' AND tc.CONSTRAINT_TYPE = 'CHECK'
-      AND cc.CHECK_CLAUSE LIKE '%pay_status_from%'
+      AND cc.CHECK_CLAUSE LIKE '%pay_status_from%' AND tc.CONSTRAINT_NAME <> 'order_transitions_pay_status_from_check'
     LIMIT 1), 'DO 0');
 PREPARE drop_pay_status_from_check FROM @drop_pay_status_from_check;
 EXECUTE drop_pay_status_from_check;
@@ -43,22 +37,28 @@ SET @drop_pay_status_to_check = COALESCE((
     JOIN information_schema.CHECK_CONSTRAINTS cc
       ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
     WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = 'order_transitions' AND tc.CONSTRAINT_TYPE = 'CHECK'
-      AND cc.CHECK_CLAUSE LIKE '%pay_status_to%'
+      AND cc.CHECK_CLAUSE LIKE '%pay_status_to%' AND tc.CONSTRAINT_NAME <> 'order_transitions_pay_status_to_check'
     LIMIT 1), 'DO 0');
 PREPARE drop_pay_status_to_check FROM @drop_pay_status_to_check;
 EXECUTE drop_pay_status_to_check;
 DEALLOCATE PREPARE drop_pay_status_to_check;
-ALTER TABLE order_transitions
-    ADD CONSTRAINT order_transitions_pay_status_from_check
-        CHECK (pay_status_from IN ('', 'unpaid', 'paying', 'paid', 'failed', 'refunded', 'partially_refunded')),
-    ADD CONSTRAINT order_transitions_pay_status_to_check
-        CHECK (pay_status_to IN ('', 'unpaid', 'paying', 'paid', 'failed', 'refunded', 'partially_refunded'));
-
 ALTER TABLE orders
+    MODIFY pay_status VARCHAR(32) NOT NULL,
     ADD CONSTRAINT orders_pay_status_check
         CHECK (pay_status IN ('unpaid', 'paying', 'paid', 'failed', 'refunded', 'partially_refunded')),
     ADD COLUMN refunded_amount BIGINT NOT NULL DEFAULT 0,
     ADD CONSTRAINT orders_refunded_amount_check CHECK (refunded_amount >= 0 AND refunded_amount <= amount);
+SET @drop_pay_status_check = COALESCE((
+    SELECT CONCAT('ALTER TABLE orders DROP CONSTRAINT `', tc.CONSTRAINT_NAME, '`')
+    FROM information_schema.TABLE_CONSTRAINTS tc
+    JOIN information_schema.CHECK_CONSTRAINTS cc
+      ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
+    WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = 'orders' AND tc.CONSTRAINT_TYPE = 'CHECK'
+      AND cc.CHECK_CLAUSE LIKE '%pay_status%' AND tc.CONSTRAINT_NAME <> 'orders_pay_status_check'
+    LIMIT 1), 'DO 0');
+PREPARE drop_pay_status_check FROM @drop_pay_status_check;
+EXECUTE drop_pay_status_check;
+DEALLOCATE PREPARE drop_pay_status_check;
 
 ALTER TABLE reservations
     ADD COLUMN refunded BIGINT NOT NULL DEFAULT 0,
