@@ -120,10 +120,11 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 // payment (I2): one such refund per payment.
 func PaymentRefundKey(paymentID string) string { return "payment:" + paymentID }
 
-// RefundHandler returns the outbox handler of payment.refund: Call asks the gateway to
-// refund (idempotent per payment id, see PaymentRefundKey), Apply marks the payment refunded (guarded
-// refund_pending → refunded), completes a merchant refund of the order when it is
-// refunding, and writes the payment.refunded event.
+// RefundHandler returns the outbox handler of payment.refund, the refund of a whole payment
+// the order does not keep (I2): Call asks the gateway to refund (idempotent per payment id,
+// see PaymentRefundKey), Apply marks the payment refunded (guarded refund_pending →
+// refunded), completes a merchant refund made before refunds had their own table, and
+// writes the payment.refunded event.
 func (s *Service) RefundHandler() outbox.Handler {
 	return outbox.Handler{
 		Call: func(ctx context.Context, m *orderly.Message) error {
