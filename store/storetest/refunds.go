@@ -262,7 +262,7 @@ func testReservationRefund(t *testing.T, open opener) {
 
 func testRefundChecks(t *testing.T, open opener) {
 	_, s := setup(t, open)
-	o, p := paidOrderWithPayment(t, s, nil)
+	o, _ := paidOrderWithPayment(t, s, nil)
 	// A confirmed partial refund: the order keeps its state, its pay_status and the audit
 	// row's pay_status_to become partially_refunded.
 	changed := write(t, s, func(tx store.Tx) ([]string, error) {
@@ -275,7 +275,7 @@ func testRefundChecks(t *testing.T, open opener) {
 		t.Fatalf("audit trail %+v, want one row paid → partially_refunded", tr)
 	}
 	equal(t, "pay_status after the partial refund", getOrder(t, s, o.ID).PayStatus, orderly.PayPartiallyRefunded)
-	o, p = paidOrderWithPayment(t, s, nil)
+	o, p := paidOrderWithPayment(t, s, nil)
 	ok := write(t, s, func(tx store.Tx) (bool, error) {
 		return tx.OrderSetPayStatus(t.Context(), &store.OrderSetPayStatusParams{ID: o.ID, State: orderly.StatePaid,
 			From: []orderly.PayStatus{orderly.PayPaid}, To: orderly.PayPartiallyRefunded})
