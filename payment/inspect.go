@@ -19,18 +19,9 @@ import (
 //     and the order's pay_status failed, so the order may close: GatewayFailed;
 //   - the gateway cannot tell, or errs → nothing changes: GatewayUnknown (with the error).
 func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error) {
-	p, err := s.Payment(ctx, paymentID)
-	if err != nil {
-		return orderly.GatewayUnknown, err
-	} else if p.OrderID != orderID {
-		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: it belongs to order %s, not %s", paymentID, p.OrderID, orderID)
-	}
-	switch p.State {
-	case orderly.PaymentInitiated:
-	case orderly.PaymentFailed:
-		return orderly.GatewayFailed, nil
-	default:
-		return orderly.GatewaySucceeded, nil
+	p, settled, err := s.attemptInFlight(ctx, "inspect", orderID, paymentID)
+	if p == nil {
+		return settled, err
 	}
 	gp, err := s.cfg.Gateway.Query(ctx, paymentID)
 	if err != nil {
@@ -79,18 +70,9 @@ func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string)
 //
 // An attempt that already has an outcome is not sent to the gateway again.
 func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error) {
-	p, err := s.Payment(ctx, paymentID)
-	if err != nil {
-		return orderly.GatewayUnknown, err
-	} else if p.OrderID != orderID {
-		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: it belongs to order %s, not %s", paymentID, p.OrderID, orderID)
-	}
-	switch p.State {
-	case orderly.PaymentInitiated:
-	case orderly.PaymentFailed:
-		return orderly.GatewayFailed, nil
-	default:
-		return orderly.GatewaySucceeded, nil
+	p, settled, err := s.attemptInFlight(ctx, "cancel", orderID, paymentID)
+	if p == nil {
+		return settled, err
 	}
 	gp, err := s.cfg.Gateway.Cancel(ctx, paymentID)
 	if err != nil {
@@ -119,6 +101,28 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 // PaymentRefundKey is the gateway idempotency key of the automatic refund of a whole
 // payment (I2): one such refund per payment.
 func PaymentRefundKey(paymentID string) string { return "payment:" + paymentID }
+
+// attemptInFlight reads attempt paymentID of order orderID for op ("inspect", "cancel"). It
+// returns the payment when the attempt is still initiated, so the gateway must be asked;
+// otherwise a nil payment and what the attempt's recorded outcome says (GatewayFailed for a
+// failed attempt, GatewaySucceeded for a captured one), or GatewayUnknown with the error when
+// the attempt is missing (ENOTFOUND) or belongs to another order.
+func (s *Service) attemptInFlight(ctx context.Context, op, orderID, paymentID string) (*orderly.Payment, orderly.GatewayStatus, error) {
+	p, err := s.Payment(ctx, paymentID)
+	if err != nil {
+		return nil, orderly.GatewayUnknown, err
+	} else if p.OrderID != orderID {
+		return nil, orderly.GatewayUnknown, fmt.Errorf("%s payment %s: it belongs to order %s, not %s", op, paymentID, p.OrderID, orderID)
+	}
+	switch p.State {
+	case orderly.PaymentInitiated:
+		return p, "", nil
+	case orderly.PaymentFailed:
+		return nil, orderly.GatewayFailed, nil
+	default:
+		return nil, orderly.GatewaySucceeded, nil
+	}
+}
 
 // RefundHandler returns the outbox handler of payment.refund, the refund of a whole payment
 // the order does not keep (I2): Call asks the gateway to refund (idempotent per payment id,
