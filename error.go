@@ -21,6 +21,7 @@ const (
 	EAMOUNTMISMATCH = "amount-mismatch"        // a callback's amount or currency differs from the attempt's (422)
 	EORDERMISMATCH  = "payment-order-mismatch" // a callback names a payment of another order (422)
 	ECHANNELTXN     = "channel-txn-conflict"   // the gateway's transaction id is recorded on another payment (409)
+	EUNAVAILABLE    = "unavailable"            // a lock wait, busy database or expired deadline; nothing changed, retry (503)
 	EINTERNAL       = "internal"               // anything else; details are logged, never shown (500)
 )
 

@@ -31,7 +31,7 @@ const (
 	MaxItems              = 100
 	MaxQuantity           = 1_000_000
 	MaxIDLength           = 128
-	MaxPaymentTimeout     = 7 * 24 * time.Hour
+	MaxPaymentTimeout     = 7 * 24 * time.Hour // cap of payment_timeout_seconds and of the configured default
 	DefaultPaymentTimeout = 30 * time.Minute
 )
 
@@ -100,13 +100,17 @@ var (
 	_ orderly.CatalogService = (*Service)(nil)
 )
 
-// NewService returns a Service; it returns an error when cfg has no Store or a negative duration.
+// NewService returns a Service; it returns an error when cfg has no Store, a negative
+// duration or a DefaultPaymentTimeout over MaxPaymentTimeout (the cap of per-order values).
 func NewService(cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("order: Config.Store is required")
 	}
 	if cfg.DefaultPaymentTimeout < 0 || cfg.GracePeriod < 0 {
 		return nil, errors.New("order: durations must not be negative")
+	}
+	if cfg.DefaultPaymentTimeout > MaxPaymentTimeout {
+		return nil, fmt.Errorf("order: DefaultPaymentTimeout %s is over MaxPaymentTimeout %s", cfg.DefaultPaymentTimeout, MaxPaymentTimeout)
 	}
 	if cfg.Flows == nil {
 		cfg.Flows = orderly.DefaultFlows()

@@ -265,3 +265,16 @@ func TestReleaseTwice(t *testing.T) {
 		t.Fatalf("second cancel: %v, want %s", err, orderly.EILLEGAL)
 	}
 }
+
+// TestDefaultPaymentTimeoutCap: the configured default time to pay has the cap of the
+// per-order value (MaxPaymentTimeout), so no order waits longer than 7 days.
+func TestDefaultPaymentTimeoutCap(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	if _, err := order.NewService(order.Config{Store: e.Store, DefaultPaymentTimeout: order.MaxPaymentTimeout + time.Second}); err == nil {
+		t.Error("a default time to pay over 7 days was accepted")
+	}
+	if _, err := order.NewService(order.Config{Store: e.Store, DefaultPaymentTimeout: order.MaxPaymentTimeout}); err != nil {
+		t.Errorf("a default time to pay of exactly 7 days: %v", err)
+	}
+}
