@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/orderlyhq/orderly"
@@ -284,5 +285,24 @@ func TestServeOpenAPI(t *testing.T) {
 	doc[0] = 'x'
 	if openAPIDocument[0] == 'x' {
 		t.Error("OpenAPIDocument returned the embedded slice, not a copy")
+	}
+}
+
+// TestOpenAPIValid validates the document with kin-openapi: OpenAPI 3.0 structure, schemas,
+// references, examples and defaults. The document used to hold `"required": []`, which
+// OpenAPI 3.0 does not allow.
+func TestOpenAPIValid(t *testing.T) {
+	t.Parallel()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(openAPIDocument)
+	if err != nil {
+		t.Fatalf("load openapi.json: %v", err)
+	}
+	if err := doc.Validate(loader.Context, openapi3.EnableExamplesValidation(), openapi3.EnableSchemaDefaultsValidation(),
+		openapi3.EnableSchemaPatternValidation()); err != nil {
+		t.Fatalf("openapi.json is not valid OpenAPI %s: %v", doc.OpenAPI, err)
+	}
+	if doc.OpenAPI != "3.0.3" {
+		t.Errorf("openapi = %q, want 3.0.3", doc.OpenAPI)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -35,7 +34,8 @@ const (
 	DefaultPaymentTimeout = 30 * time.Minute
 )
 
-var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+// currencyRule is the error text of an invalid currency (orderly.ValidCurrency).
+const currencyRule = "must be the ISO 4217 code of a currency of money, such as USD (not XXX, XTS or a metal)"
 
 // MaxStock is the largest number of units a SKU may hold (available, held and sold
 // together stay far from int64 overflow): 10^12.
@@ -140,8 +140,8 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 	switch {
 	case !ValidID(p.UserID):
 		return 0, orderly.Errorf(orderly.EINVALID, "user_id %s", idRule)
-	case !currencyRE.MatchString(p.Currency):
-		return 0, orderly.Errorf(orderly.EINVALID, "currency must be an ISO 4217 code such as USD")
+	case !orderly.ValidCurrency(p.Currency):
+		return 0, orderly.Errorf(orderly.EINVALID, "currency %s", currencyRule)
 	case len(p.Items) == 0 || len(p.Items) > MaxItems:
 		return 0, orderly.Errorf(orderly.EINVALID, "items must hold 1–%d lines", MaxItems)
 	case p.PaymentTimeoutSeconds < 0 || p.PaymentTimeoutSeconds > int64(MaxPaymentTimeout/time.Second):
