@@ -10,11 +10,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
 )
 
 // openAPI is the part of an OpenAPI 3.0 document that the tests look at.
@@ -288,11 +292,26 @@ func TestServeOpenAPI(t *testing.T) {
 	}
 }
 
-// TestOpenAPIValid validates the document with kin-openapi: OpenAPI 3.0 structure, schemas,
-// references, examples and defaults. The document used to hold `"required": []`, which
-// OpenAPI 3.0 does not allow.
+// TestOpenAPIValid validates the document twice: against the official OpenAPI 3.0 JSON
+// Schema (pb33f/libopenapi-validator), which refused the `"required": []` the document used
+// to hold, and with kin-openapi, which also resolves references and checks examples and
+// defaults against their schemas.
 func TestOpenAPIValid(t *testing.T) {
 	t.Parallel()
+	spec, err := libopenapi.NewDocument(openAPIDocument)
+	if err != nil {
+		t.Fatalf("parse openapi.json: %v", err)
+	}
+	v, errs := validator.NewValidator(spec)
+	if len(errs) > 0 {
+		t.Fatalf("openapi.json: %v", errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		for _, e := range verrs {
+			t.Errorf("openapi.json is not valid OpenAPI 3.0: %s", e.Error())
+		}
+	}
+
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(openAPIDocument)
 	if err != nil {
@@ -304,5 +323,32 @@ func TestOpenAPIValid(t *testing.T) {
 	}
 	if doc.OpenAPI != "3.0.3" {
 		t.Errorf("openapi = %q, want 3.0.3", doc.OpenAPI)
+	}
+}
+
+// TestOpenAPIDocumentsLimits checks the points of issue 6 that the document missed: the
+// callback's 409 (a channel_txn_id already recorded for another payment), the 503 of the
+// request deadline, and the 7-day cap of payment_timeout_seconds as its maximum.
+func TestOpenAPIDocumentsLimits(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Paths      map[string]map[string]struct{ Responses map[string]any } `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct{ Maximum *int64 } `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []string{"409", "503"} {
+		if _, ok := doc.Paths["/v1/payments/callback"]["post"].Responses[status]; !ok {
+			t.Errorf("POST /v1/payments/callback does not document %s", status)
+		}
+	}
+	want := int64(order.MaxPaymentTimeout / time.Second)
+	if got := doc.Components.Schemas["CreateOrderRequest"].Properties["payment_timeout_seconds"].Maximum; got == nil || *got != want {
+		t.Errorf("payment_timeout_seconds maximum = %v, want %d (order.MaxPaymentTimeout)", got, want)
 	}
 }
