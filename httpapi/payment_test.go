@@ -204,7 +204,7 @@ func TestCallbackFieldNames(t *testing.T) {
 			calls, got := countingCallbacks(f, &orderly.CallbackResult{Applied: true}, nil)
 			assertJSON(t, f.do(callbackRequestFor(tc.body, testSecret, testNow)), 200, `{"received":true,"applied":true,"refund":false}`)
 			want := want
-			want.Amount = tc.amount
+			want.Amount, want.Body = tc.amount, []byte(tc.body)
 			if cb := got.Load(); calls.Load() != 1 || !reflect.DeepEqual(cb, &want) {
 				t.Errorf("HandleCallback called %d times with %+v, want once with %+v", calls.Load(), cb, &want)
 			}
