@@ -137,6 +137,17 @@ type Coupon struct {
 	CreatedAt time.Time  `json:"created_at"`
 }
 
+// StateAt returns the coupon's state as of now: an available coupon whose ExpiresAt is at or
+// before now reads CouponExpired (logical expiry: the deadline, not a job, is what users
+// see, and freezing refuses it from that instant, store.Tx.CouponFreeze). Other states are
+// returned as stored: a coupon frozen before its expiry stays with its order.
+func (c *Coupon) StateAt(now time.Time) string {
+	if c.State == CouponAvailable && c.ExpiresAt != nil && !c.ExpiresAt.After(now) {
+		return CouponExpired
+	}
+	return c.State
+}
+
 // Stock is the inventory of one SKU, in units. Conservation (I4): the total ever set equals
 // Available + Held + Sold, and none is negative.
 type Stock struct {

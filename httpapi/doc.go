@@ -11,8 +11,13 @@
 // Contract, in short:
 //   - Request and response bodies are JSON. Request bodies must be application/json (or a
 //     +json media type; 415 otherwise), at most Config.MaxBodyBytes long (413 otherwise), and
-//     are decoded strictly: unknown fields, trailing data and wrong types are 422
-//     invalid-input with a detail naming the field. Business rules are the services' job.
+//     are decoded with JSON v2 semantics (decodeJSON): duplicate member names at any depth,
+//     trailing data and wrong types are 422 invalid-input with a detail naming the field;
+//     names are case-sensitive; unknown fields are 422 except in payment callbacks, where
+//     they are ignored. Business rules are the services' job.
+//   - Every request has a deadline (Config.RequestTimeout, 10 s). Lock waits, a busy
+//     database and the deadline itself are answered 503 unavailable with Retry-After:
+//     nothing was changed and the request may be sent again.
 //   - Money is int64 minor units with an ISO 4217 currency; times are RFC 3339 UTC with
 //     exactly three fractional digits ("2026-11-30T07:33:07.123Z", see Time).
 //   - Errors are RFC 9457 application/problem+json (see Problem). The `type` URI ends with

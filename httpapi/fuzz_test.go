@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -11,21 +12,28 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sigtest"
 	"github.com/orderlyhq/orderly/payment"
 )
 
 // FuzzCallback sends arbitrary bodies and signature headers to the callback endpoint. With
 // sign set, the body is signed correctly, so that decoding and validation are explored too.
 // The handler must never panic (a recovered panic would show as 500), must call the payment
-// service only for a correctly signed, valid callback, and must then answer 200.
+// service only for a correctly signed, valid callback, and must then answer 200. What
+// "correctly signed" means comes from internal/sigtest, a reference implementation
+// independent of package payment and pinned by openssl vectors, not from payment.Verify.
+// A body with a member name twice must never reach the service.
 func FuzzCallback(f *testing.F) {
 	good := callbackBody
-	f.Add([]byte(good), payment.Sign(testSecret, testNow, []byte(good)), false)
+	f.Add([]byte(good), sigtest.Header(testSecret, testNow, []byte(good)), false)
 	f.Add([]byte(good), "", true)
 	f.Add([]byte(good), "t=1,v1=00", false)
 	f.Add([]byte(good), "t=,v1=", false)
 	f.Add([]byte(good), "t=99999999999999999999,v1=zz", false)
-	f.Add([]byte(good), payment.Sign(testSecret, testNow.Add(-6*time.Minute), []byte(good)), false)
+	f.Add([]byte(good), sigtest.Header(testSecret, testNow.Add(-6*time.Minute), []byte(good)), false)
+	f.Add([]byte(strings.Replace(good, `"amount":2500`, `"amount":1,"amount":2500`, 1)), "", true)
+	f.Add([]byte(strings.Replace(good, `"amount":2500`, `"AMOUNT":2500`, 1)), "", true)
+	f.Add([]byte(strings.Replace(good, `"amount"`, `"promotion_detail":[{"id":"a","id":"b"}],"amount"`, 1)), "", true)
 	f.Add([]byte(`{"payment_id":1}`), "", true)
 	f.Add([]byte(`{"status":"failed","payment_id":"p","order_id":"o","amount":0,"currency":"USD","occurred_at":"2026-01-01T00:00:00Z"}`), "", true)
 	f.Add([]byte(`{}{}`), "", true)
@@ -41,7 +49,7 @@ func FuzzCallback(f *testing.F) {
 			return &orderly.CallbackResult{Applied: true}, nil
 		}
 		if sign {
-			header = payment.Sign(testSecret, testNow, body)
+			header = sigtest.Header(testSecret, testNow, body)
 		}
 		req := httptest.NewRequest(http.MethodPost, "/v1/payments/callback", strings.NewReader(string(body)))
 		req.Header.Set("Content-Type", "application/json")
@@ -51,7 +59,7 @@ func FuzzCallback(f *testing.F) {
 		if !slices.Contains([]int{200, 401, 413, 422}, rec.Code) {
 			t.Fatalf("status %d for body %q header %q: %s", rec.Code, body, header, rec.Body)
 		}
-		signed := payment.Verify(testSecret, header, body, testNow, payment.DefaultSignatureTolerance) == nil
+		signed := sigtest.Authentic(testSecret, header, body, testNow, payment.DefaultSignatureTolerance)
 		if !signed && rec.Code != 401 {
 			t.Fatalf("unsigned callback answered %d, want 401", rec.Code)
 		}
@@ -64,8 +72,11 @@ func FuzzCallback(f *testing.F) {
 		if !signed {
 			t.Fatalf("HandleCallback called without a valid signature: header %q", header)
 		}
+		if hasDuplicateName(body) {
+			t.Fatalf("HandleCallback called for a body with a duplicate member name: %q", body)
+		}
 		cb := calls[0]
-		if cb.PaymentID == "" || cb.OrderID == "" || !isCurrencyCode(cb.Currency) || cb.Amount < 0 ||
+		if cb.PaymentID == "" || cb.OrderID == "" || !orderly.ValidCurrency(cb.Currency) || cb.Amount < 0 ||
 			!slices.Contains([]string{"succeeded", "failed", "expired"}, cb.Status) ||
 			(cb.Status == "succeeded" && cb.ChannelTxnID == "") || cb.OccurredAt.IsZero() {
 			t.Fatalf("HandleCallback got an invalid callback %+v from %q", cb, body)
@@ -106,6 +117,9 @@ func FuzzCreateOrder(f *testing.F) {
 		if (len(calls) == 1) != (rec.Code == 201) || len(calls) > 1 {
 			t.Fatalf("CreateOrder called %d times for status %d", len(calls), rec.Code)
 		}
+		if rec.Code == 201 && hasDuplicateName(body) {
+			t.Fatalf("an order body with a duplicate member name was accepted: %q", body)
+		}
 		if rec.Code != 201 {
 			var p Problem
 			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code || p.Detail == "" {
@@ -122,4 +136,51 @@ func FuzzCreateOrder(f *testing.F) {
 			t.Fatalf("response %s does not echo the order: %v", rec.Body, err)
 		}
 	})
+}
+
+// hasDuplicateName reports whether some object in the JSON text data has a member name
+// twice. It walks the tokens of encoding/json (v1, which does not check names itself), so
+// it is an oracle independent of the decoder under test. Invalid JSON reports false.
+func hasDuplicateName(data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type frame struct {
+		object bool
+		names  map[string]bool
+		key    bool // the next token of this object is a name
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.key {
+			if name, ok := tok.(string); ok {
+				if top.names[name] {
+					return true
+				}
+				top.names[name] = true
+				top.key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, names: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the enclosing object expects a name next.
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true
+		}
+	}
 }

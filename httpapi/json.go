@@ -9,7 +9,11 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // readBody reads r's whole body, at most s.maxBody bytes. Over the limit it answers 413 and
@@ -49,18 +53,26 @@ const (
 	bodyOptional                 // an empty body leaves the target as it is
 )
 
-// decode reads r's body and decodes it strictly into v (see decodeStrict). On failure it
-// answers 413, 415 or 422 and returns false.
+// unknownRule says what a body's members that the target has no field for mean.
+type unknownRule int
+
+const (
+	rejectUnknown unknownRule = iota // 422 naming the member: order, payment start, catalog and admin bodies, to catch typos
+	ignoreUnknown                    // skipped: gateway callbacks, whose providers add fields over time
+)
+
+// decode reads r's body and decodes it into v, rejecting unknown members (see decodeJSON).
+// On failure it answers 413, 415 or 422 and returns false.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any, rule bodyRule) bool {
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return false
 	}
-	return s.decodeBody(w, r, body, v, rule)
+	return s.decodeBody(w, r, body, v, rule, rejectUnknown)
 }
 
-// decodeBody checks the Content-Type of a non-empty body and decodes it strictly into v.
-func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, body []byte, v any, rule bodyRule) bool {
+// decodeBody checks the Content-Type of a non-empty body and decodes it into v.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, body []byte, v any, rule bodyRule, unknown unknownRule) bool {
 	if len(bytes.TrimSpace(body)) == 0 {
 		if rule == bodyOptional {
 			return true
@@ -76,46 +88,88 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, body []byte,
 			fmt.Sprintf("request body must be application/json, got Content-Type %s", ct))
 		return false
 	}
-	if err := decodeStrict(body, v); err != nil {
+	if err := decodeJSON(body, v, unknown); err != nil {
 		s.writeError(w, r, err)
 		return false
 	}
 	return true
 }
 
-// decodeStrict decodes one JSON object from data into v, rejecting unknown fields, values
-// of the wrong type and trailing data. Errors are EINVALID with a message that names the
-// offending field where there is one.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+// decodeJSON decodes one JSON value from data into v with the semantics of JSON v2
+// (github.com/go-json-experiment/json, the proposed encoding/json/v2):
+//   - a member name that occurs twice in one object, at any depth and also inside members
+//     that are ignored, is refused: a signed body must not mean two things (RFC 8259 §4
+//     leaves duplicates to the parser; last-wins parsers disagree with first-wins ones);
+//   - names match the field tags exactly: "AMOUNT" is not "amount";
+//   - unknown members are refused or skipped as unknown says;
+//   - invalid UTF-8, values of the wrong type, numbers that do not fit and data after the
+//     value are refused.
+//
+// Errors are EINVALID with a message naming the offending field as a path
+// ("items[0].quantity") where there is one.
+func decodeJSON(data []byte, v any, unknown unknownRule) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	if err := jsonv2.UnmarshalDecode(dec, v, jsonv2.RejectUnknownMembers(unknown == rejectUnknown)); err != nil {
 		return decodeError(err)
 	}
-	if err := dec.Decode(&json.RawMessage{}); !errors.Is(err, io.EOF) {
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return invalidf("request body must hold a single JSON object, found data after it")
 	}
 	return nil
 }
 
-// decodeError translates an encoding/json error into an EINVALID error.
+// decodeError translates a JSON v2 error into an EINVALID error.
 func decodeError(err error) error {
-	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
-		return invalidf("request body is not valid JSON: %s (at byte %d)", e.Error(), e.Offset)
-	}
-	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-		if e.Field == "" {
-			return invalidf("request body must be a JSON object, got %s", e.Value)
+	if e, ok := errors.AsType[*jsontext.SyntacticError](err); ok {
+		switch {
+		case errors.Is(e.Err, jsontext.ErrDuplicateName):
+			return invalidf("duplicate field %q: a member name may occur once per object", fieldPath(e.JSONPointer))
+		case errors.Is(e.Err, io.ErrUnexpectedEOF):
+			return invalidf("request body is not valid JSON: unexpected end of input")
 		}
-		return invalidf("%s: must be %s, got %s", e.Field, jsonKind(e.Type), e.Value)
+		msg := "request body is not valid JSON: " + e.Err.Error()
+		if f := fieldPath(e.JSONPointer); f != "" {
+			msg += " in " + f
+		}
+		return invalidf("%s (at byte %d)", msg, e.ByteOffset)
 	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
+	if e, ok := errors.AsType[*jsonv2.SemanticError](err); ok {
+		field := fieldPath(e.JSONPointer)
+		switch {
+		case errors.Is(e.Err, jsonv2.ErrUnknownName):
+			return invalidf("unknown field %q", field)
+		case field == "":
+			return invalidf("request body must be a JSON object, got %s", e.JSONKind)
+		case e.GoType == nil:
+			return invalidf("%s: is invalid", field)
+		}
+		got := e.JSONKind.String()
+		if e.JSONKind == '0' && len(e.JSONValue) > 0 {
+			got += " " + string(e.JSONValue)
+		}
+		return invalidf("%s: must be %s, got %s", field, jsonKind(e.GoType), got)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return invalidf("request body is not valid JSON: unexpected end of input")
 	}
-	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return invalidf("unknown field %s", msg)
+	return invalidf("request body is invalid: %s", err)
+}
+
+// fieldPath writes a JSON Pointer (RFC 6901) as a field path for messages:
+// "/items/0/quantity" → "items[0].quantity"; "" for the whole body.
+func fieldPath(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.ParseUint(tok, 10, 64); err == nil && b.Len() > 0 {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
 	}
-	return invalidf("request body is invalid: %s", strings.TrimPrefix(err.Error(), "json: "))
+	return b.String()
 }
 
 // jsonKind names the JSON type that decodes into t, for error messages.

@@ -110,6 +110,18 @@ func (s *Server) recoverMiddleware(next http.Handler) http.Handler {
 	})
 }
 
+// deadlineMiddleware gives each request a context deadline RequestTimeout from now. Every
+// store call takes the request's context, so a lock wait or a busy database cannot hold a
+// request past it: the store answers EUNAVAILABLE, which writeError answers 503 with
+// Retry-After.
+func (s *Server) deadlineMiddleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
 // responseWriter records whether the response was started.
 type responseWriter struct {
 	http.ResponseWriter

@@ -10,10 +10,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
 )
 
 // openAPI is the part of an OpenAPI 3.0 document that the tests look at.
@@ -288,5 +290,32 @@ func TestServeOpenAPI(t *testing.T) {
 	doc[0] = 'x'
 	if openAPIDocument[0] == 'x' {
 		t.Error("OpenAPIDocument returned the embedded slice, not a copy")
+	}
+}
+
+// TestOpenAPIDocumentsLimits checks the points of issue 6 that the document missed: the
+// callback's 409 (a channel_txn_id already recorded for another payment), the 503 of the
+// request deadline, and the 7-day cap of payment_timeout_seconds as its maximum.
+func TestOpenAPIDocumentsLimits(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Paths      map[string]map[string]struct{ Responses map[string]any } `json:"paths"`
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct{ Maximum *int64 } `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []string{"409", "503"} {
+		if _, ok := doc.Paths["/v1/payments/callback"]["post"].Responses[status]; !ok {
+			t.Errorf("POST /v1/payments/callback does not document %s", status)
+		}
+	}
+	want := int64(order.MaxPaymentTimeout / time.Second)
+	if got := doc.Components.Schemas["CreateOrderRequest"].Properties["payment_timeout_seconds"].Maximum; got == nil || *got != want {
+		t.Errorf("payment_timeout_seconds maximum = %v, want %d (order.MaxPaymentTimeout)", got, want)
 	}
 }

@@ -110,9 +110,14 @@ func TestCreateOrderRejectsBadInput(t *testing.T) {
 		wantDetail  string // a substring of the problem's detail
 	}{
 		{"unknown field", `{"user_id":"u","items":[],"currency":"EUR","colour":"red"}`, "", "", 422, orderly.EINVALID, `unknown field "colour"`},
+		{"duplicate field", `{"user_id":"u","user_id":"v","items":[],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, `duplicate field "user_id"`},
+		{"duplicate field in an item", `{"user_id":"u","items":[{"sku":"a","quantity":1,"quantity":9,"unit_price":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, `duplicate field "items[0].quantity"`},
+		{"names are case-sensitive", `{"USER_ID":"u","items":[],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, `unknown field "USER_ID"`},
+		{"unknown field in an item", `{"user_id":"u","items":[{"sku":"a","qty":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, `unknown field "items[0].qty"`},
+		{"invalid UTF-8", "{\"user_id\":\"\xff\"}", "", "", 422, orderly.EINVALID, "not valid JSON"},
 		{"field of the domain type that is not on the wire", `{"user_id":"u","IdempotencyKey":"k"}`, "", "", 422, orderly.EINVALID, `unknown field "IdempotencyKey"`},
-		{"wrong type names the field", `{"user_id":"u","items":[{"sku":"a","quantity":"2","unit_price":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, "items.quantity: must be an integer, got string"},
-		{"fraction in an integer", `{"user_id":"u","items":[{"sku":"a","quantity":1.5,"unit_price":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, "items.quantity: must be an integer, got number 1.5"},
+		{"wrong type names the field", `{"user_id":"u","items":[{"sku":"a","quantity":"2","unit_price":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, "items[0].quantity: must be an integer, got string"},
+		{"fraction in an integer", `{"user_id":"u","items":[{"sku":"a","quantity":1.5,"unit_price":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, "items[0].quantity: must be an integer, got number 1.5"},
 		{"integer overflow", `{"user_id":"u","payment_timeout_seconds":1e40}`, "", "", 422, orderly.EINVALID, "payment_timeout_seconds: must be an integer"},
 		{"string for a string array", `{"items":"sku-1"}`, "", "", 422, orderly.EINVALID, "items: must be an array, got string"},
 		{"trailing data", `{"user_id":"u"} {"user_id":"v"}`, "", "", 422, orderly.EINVALID, "single JSON object"},

@@ -87,8 +87,8 @@ func (req *callbackRequest) callback() (*orderly.Callback, error) {
 	if req.Amount < 0 {
 		problems = append(problems, "amount: must not be negative")
 	}
-	if !isCurrencyCode(req.Currency) {
-		problems = append(problems, "currency: must be an ISO 4217 code of 3 upper-case letters")
+	if !orderly.ValidCurrency(req.Currency) {
+		problems = append(problems, "currency: must be the ISO 4217 code of a currency of money, such as USD")
 	}
 	cb := &orderly.Callback{
 		PaymentID:    req.PaymentID,
@@ -109,19 +109,6 @@ func (req *callbackRequest) callback() (*orderly.Callback, error) {
 		return nil, invalidf("%s", strings.Join(problems, "; "))
 	}
 	return cb, nil
-}
-
-// isCurrencyCode reports whether s has the shape of an ISO 4217 code: 3 letters A–Z.
-func isCurrencyCode(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < 'A' || s[i] > 'Z' {
-			return false
-		}
-	}
-	return true
 }
 
 // paymentCallback handles POST /v1/payments/callback, a payment gateway's notification.
@@ -146,7 +133,7 @@ func (s *Server) paymentCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req callbackRequest
-	if !s.decodeBody(w, r, body, &req, bodyRequired) {
+	if !s.decodeBody(w, r, body, &req, bodyRequired, ignoreUnknown) {
 		s.refuseCallback(r, body, &req, orderly.RefusalInvalidInput, invalidf("the body is not a well-formed callback"))
 		return
 	}

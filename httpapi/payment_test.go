@@ -178,6 +178,40 @@ func TestCallbackAccepted(t *testing.T) {
 	}
 }
 
+// TestCallbackFieldNames checks issue 6 §4: fields a provider adds are ignored (they used
+// to be refused with 422 "unknown field"), and names match exactly, so "AMOUNT" is not
+// "amount" (it used to be taken as the amount).
+func TestCallbackFieldNames(t *testing.T) {
+	t.Parallel()
+	want := orderly.Callback{
+		PaymentID: "pay_1", OrderID: "ord_1", ChannelTxnID: "txn_1", Amount: 2500, Currency: "EUR",
+		Status: orderly.CallbackSucceeded, OccurredAt: time.Date(2026, 11, 30, 6, 33, 5, 500000000, time.UTC),
+	}
+	for _, tc := range []struct {
+		name   string
+		body   string
+		amount int64
+	}{
+		{"provider's extra field", strings.Replace(callbackBody, `"amount"`,
+			`"promotion_detail":[{"promotion_id":"p1","amount":100,"scope":"GLOBAL"}],"fee":null,"amount"`, 1), 2500},
+		{"upper-case name next to the real one", strings.Replace(callbackBody, `"amount":2500`, `"amount":2500,"AMOUNT":3000`, 1), 2500},
+		{"upper-case name alone", strings.Replace(callbackBody, `"amount":2500`, `"AMOUNT":3000`, 1), 0},
+		{"names differing in case are not duplicates", strings.Replace(callbackBody, `"amount"`, `"extra":{"a":1,"A":2},"amount"`, 1), 2500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			calls, got := countingCallbacks(f, &orderly.CallbackResult{Applied: true}, nil)
+			assertJSON(t, f.do(callbackRequestFor(tc.body, testSecret, testNow)), 200, `{"received":true,"applied":true,"refund":false}`)
+			want := want
+			want.Amount, want.Body = tc.amount, []byte(tc.body)
+			if cb := got.Load(); calls.Load() != 1 || !reflect.DeepEqual(cb, &want) {
+				t.Errorf("HandleCallback called %d times with %+v, want once with %+v", calls.Load(), cb, &want)
+			}
+		})
+	}
+}
+
 func TestCallbackFailedAndExpiredNeedNoTxnID(t *testing.T) {
 	t.Parallel()
 	for _, status := range []string{orderly.CallbackFailed, orderly.CallbackExpired} {
@@ -254,7 +288,11 @@ func TestCallbackRejected(t *testing.T) {
 		}, 401, orderly.EUNAUTHORIZED, "missing Orderly-Signature"},
 		{"malformed JSON", signed(`{"payment_id":`), 422, orderly.EINVALID, "not valid JSON"},
 		{"empty body", signed(``), 422, orderly.EINVALID, "request body is required"},
-		{"unknown field", signed(strings.Replace(callbackBody, `"amount"`, `"fee":1,"amount"`, 1)), 422, orderly.EINVALID, `unknown field "fee"`},
+		// Issue 6 §4: last-wins parsers applied `"amount":1,"amount":3000` as 3000.
+		{"duplicate amount", signed(strings.Replace(callbackBody, `"amount":2500`, `"amount":1,"amount":2500`, 1)), 422, orderly.EINVALID, `duplicate field "amount"`},
+		{"duplicate name inside an ignored member", signed(strings.Replace(callbackBody, `"amount"`, `"promotion_detail":[{"id":"a","id":"b"}],"amount"`, 1)),
+			422, orderly.EINVALID, `duplicate field "promotion_detail[0].id"`},
+		{"duplicate status", signed(strings.Replace(callbackBody, `"status":"succeeded"`, `"status":"failed","status":"succeeded"`, 1)), 422, orderly.EINVALID, `duplicate field "status"`},
 		{"trailing data", signed(callbackBody + `{}`), 422, orderly.EINVALID, "single JSON object"},
 		{"amount as string", signed(strings.Replace(callbackBody, `2500`, `"2500"`, 1)), 422, orderly.EINVALID, "amount: must be an integer, got string"},
 		{"occurred_at not RFC 3339", signed(strings.Replace(callbackBody, `2026-11-30T07:33:05.5+01:00`, `30/11/2026`, 1)), 422, orderly.EINVALID, "occurred_at: must be an RFC 3339 time"},
@@ -265,9 +303,10 @@ func TestCallbackRejected(t *testing.T) {
 		{"unknown status", signed(strings.Replace(callbackBody, `"succeeded"`, `"paid"`, 1)), 422, orderly.EINVALID, "status: must be one of succeeded, failed, expired"},
 		{"success without channel_txn_id", signed(strings.Replace(callbackBody, `"txn_1"`, `""`, 1)), 422, orderly.EINVALID, "channel_txn_id: is required when status is succeeded"},
 		{"negative amount", signed(strings.Replace(callbackBody, `2500`, `-1`, 1)), 422, orderly.EINVALID, "amount: must not be negative"},
-		{"lower-case currency", signed(strings.Replace(callbackBody, `"EUR"`, `"eur"`, 1)), 422, orderly.EINVALID, "currency: must be an ISO 4217 code"},
+		{"lower-case currency", signed(strings.Replace(callbackBody, `"EUR"`, `"eur"`, 1)), 422, orderly.EINVALID, "currency: must be the ISO 4217 code of a currency"},
+		{"not a currency of money", signed(strings.Replace(callbackBody, `"EUR"`, `"XXX"`, 1)), 422, orderly.EINVALID, "currency: must be the ISO 4217 code of a currency"},
 		{"every problem at once", signed(`{"status":"x","amount":-5,"currency":"EURO","occurred_at":"x"}`), 422, orderly.EINVALID,
-			"payment_id: is required; order_id: is required; status: must be one of succeeded, failed, expired; amount: must not be negative; currency: must be an ISO 4217 code of 3 upper-case letters; occurred_at: must be an RFC 3339 time"},
+			"payment_id: is required; order_id: is required; status: must be one of succeeded, failed, expired; amount: must not be negative; currency: must be the ISO 4217 code of a currency of money, such as USD; occurred_at: must be an RFC 3339 time"},
 		{"signed, but not JSON", func() *http.Request {
 			req := callbackRequestFor(callbackBody, testSecret, testNow)
 			req.Header.Set("Content-Type", "text/plain")

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/orderlyhq/orderly"
 )
@@ -71,10 +73,30 @@ var problemKinds = map[string]problemKind{
 // internalDetail is the only detail an internal error shows; the error itself is logged.
 const internalDetail = "Internal error."
 
+// RetryAfterSeconds is the Retry-After header (RFC 9110 §10.2.3) of every 503 answer: a
+// request refused for a lock wait, a busy database or its expired deadline changed nothing
+// and may be sent again after this many seconds.
+const RetryAfterSeconds = 1
+
+// unavailableDetail is the detail of a request whose deadline expired outside the store.
+const unavailableDetail = "the request could not be served in time; nothing was changed, retry later"
+
 // writeError answers err as a problem. Errors that are not *orderly.Error, carry EINTERNAL
 // or a code missing from the table are logged and answered with a generic 500.
+//
+// An internal error caused by the request's own deadline (RequestTimeout) is answered as
+// EUNAVAILABLE: what timed out was rolled back, and the client should retry. EUNAVAILABLE
+// answers are logged at warn, since they mean lock waits or an overloaded database.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := orderly.ErrorCode(err)
+	if code == orderly.EINTERNAL && errors.Is(err, context.DeadlineExceeded) &&
+		errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		err, code = fmt.Errorf("%w: %w", orderly.Errorf(orderly.EUNAVAILABLE, unavailableDetail), err), orderly.EUNAVAILABLE
+	}
+	if code == orderly.EUNAVAILABLE {
+		s.logger.WarnContext(r.Context(), "http request not served in time",
+			"method", r.Method, "path", r.URL.Path, "trace_id", TraceIDFromContext(r.Context()), "error", err)
+	}
 	if _, ok := problemKinds[code]; !ok || code == orderly.EINTERNAL {
 		level := slog.LevelError
 		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -107,6 +129,9 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, code, deta
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if kind.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	}
 	w.WriteHeader(kind.status)
 	_, _ = w.Write(append(body, '\n'))
 }

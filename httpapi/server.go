@@ -18,6 +18,9 @@ import (
 // DefaultMaxBodyBytes is the default limit of a request body: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
 
+// DefaultRequestTimeout is the default server-side deadline of a request: 10 s.
+const DefaultRequestTimeout = 10 * time.Second
+
 // Actors recorded in the audit trail for changes made through this API.
 const (
 	actorBuyer    = "buyer"    // creates and cancels orders
@@ -44,6 +47,11 @@ type Config struct {
 	// MaxBodyBytes limits request bodies; longer ones are answered 413. 0 means
 	// DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
+	// RequestTimeout is the server-side deadline of every request, from the moment its
+	// headers are read: lock waits and database calls still running then are cancelled and
+	// the request is answered 503 unavailable with Retry-After (nothing was changed, so
+	// the client's retry applies). 0 means DefaultRequestTimeout (10 s).
+	RequestTimeout time.Duration
 	// Now is the clock that callback signatures are checked against. nil means time.Now.
 	Now func() time.Time
 	// Logger receives internal errors, panics and refused callbacks. nil means
@@ -65,6 +73,7 @@ type Server struct {
 	secret    []byte
 	tolerance time.Duration
 	maxBody   int64
+	timeout   time.Duration
 	now       func() time.Time
 	logger    *slog.Logger
 	ready     func(ctx context.Context) error
@@ -92,6 +101,7 @@ func New(cfg Config) *Server {
 		secret:    cfg.CallbackSecret,
 		tolerance: cfg.SignatureTolerance,
 		maxBody:   cfg.MaxBodyBytes,
+		timeout:   cfg.RequestTimeout,
 		now:       cfg.Now,
 		logger:    cfg.Logger,
 		ready:     cfg.Ready,
@@ -110,6 +120,9 @@ func New(cfg Config) *Server {
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultRequestTimeout
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -120,15 +133,15 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// Handler returns the server's HTTP handler: every route of the API behind the trace id
-// and panic recovery middleware.
+// Handler returns the server's HTTP handler: every route of the API behind the trace id,
+// panic recovery and request deadline middleware.
 func (s *Server) Handler() http.Handler { return s.router }
 
 // routes builds the router. The OpenAPI document (openapi.json) lists the same routes; a
 // test walks this router to keep the two in step.
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(s.traceMiddleware, s.recoverMiddleware)
+	r.Use(s.traceMiddleware, s.recoverMiddleware, s.deadlineMiddleware)
 	r.NotFound(s.routeNotFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 

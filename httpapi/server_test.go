@@ -3,12 +3,14 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/mock"
@@ -40,8 +42,9 @@ func TestNewPanicsWithoutServices(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
 	s := New(Config{Orders: &mock.OrderService{}, Payments: &mock.PaymentService{}, Catalog: &mock.CatalogService{}})
-	if s.maxBody != 1<<20 || s.tolerance.Minutes() != 5 || s.now == nil || s.logger == nil {
-		t.Errorf("defaults: maxBody %d, tolerance %s, now set %v, logger set %v", s.maxBody, s.tolerance, s.now != nil, s.logger != nil)
+	if s.maxBody != 1<<20 || s.tolerance.Minutes() != 5 || s.timeout.Seconds() != 10 || s.now == nil || s.logger == nil {
+		t.Errorf("defaults: maxBody %d, tolerance %s, timeout %s, now set %v, logger set %v",
+			s.maxBody, s.tolerance, s.timeout, s.now != nil, s.logger != nil)
 	}
 }
 
@@ -321,4 +324,61 @@ func TestOverTheWire(t *testing.T) {
 	if resp.StatusCode != 413 || resp.Header.Get("Content-Type") != ProblemContentType {
 		t.Errorf("oversized PUT = %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+}
+
+// TestRequestDeadline checks that every request reaches the services with a deadline of
+// RequestTimeout, and that a service error caused by that deadline, or an EUNAVAILABLE from
+// the store, is answered 503 unavailable with Retry-After and logged at warn, never 500.
+func TestRequestDeadline(t *testing.T) {
+	t.Parallel()
+	const timeout = 80 * time.Millisecond
+	t.Run("deadline set", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, func(c *Config) { c.RequestTimeout = timeout })
+		var left time.Duration
+		f.orders.OrderFn = func(ctx context.Context, id string) (*orderly.Order, error) {
+			d, ok := ctx.Deadline()
+			if !ok {
+				return nil, errors.New("no deadline")
+			}
+			left = time.Until(d)
+			return sampleOrder(), nil
+		}
+		rec := f.do(newRequest(http.MethodGet, "/v1/orders/o-1", ""))
+		if rec.Code != 200 || left <= 0 || left > timeout {
+			t.Fatalf("status %d, deadline %s ahead; want 200 and at most %s", rec.Code, left, timeout)
+		}
+	})
+	for name, fail := range map[string]func(ctx context.Context) error{
+		"deadline expired in a service": func(ctx context.Context) error {
+			<-ctx.Done()
+			return fmt.Errorf("order o-1: %w", ctx.Err())
+		},
+		"store says unavailable": func(context.Context) error {
+			return orderly.Errorf(orderly.EUNAVAILABLE, "the database is busy")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, func(c *Config) { c.RequestTimeout = timeout })
+			f.orders.OrderFn = func(ctx context.Context, id string) (*orderly.Order, error) { return nil, fail(ctx) }
+			rec := f.do(newRequest(http.MethodGet, "/v1/orders/o-1", ""))
+			assertProblem(t, rec, http.StatusServiceUnavailable, orderly.EUNAVAILABLE)
+			if got := rec.Header().Get("Retry-After"); got != "1" {
+				t.Errorf("Retry-After = %q, want 1", got)
+			}
+			if logs := f.logs.String(); !strings.Contains(logs, "level=WARN msg=\"http request not served in time\"") ||
+				strings.Contains(logs, "level=ERROR") {
+				t.Errorf("logs: %s", logs)
+			}
+		})
+	}
+	t.Run("caller's own deadline is internal", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, func(c *Config) { c.RequestTimeout = time.Minute })
+		f.orders.OrderFn = func(ctx context.Context, id string) (*orderly.Order, error) {
+			return nil, fmt.Errorf("gateway call: %w", context.DeadlineExceeded) // not the request's
+		}
+		assertProblem(t, f.do(newRequest(http.MethodGet, "/v1/orders/o-1", "")), 500, orderly.EINTERNAL)
+	})
 }

@@ -38,8 +38,8 @@ func (s *Service) CreateCoupon(ctx context.Context, p *orderly.CreateCouponParam
 		return nil, orderly.Errorf(orderly.EINVALID, "user_id %s", idRule)
 	case p.AmountOff <= 0:
 		return nil, orderly.Errorf(orderly.EINVALID, "amount_off must be positive (minor units)")
-	case !currencyRE.MatchString(p.Currency):
-		return nil, orderly.Errorf(orderly.EINVALID, "currency must be an ISO 4217 code such as USD")
+	case !orderly.ValidCurrency(p.Currency):
+		return nil, orderly.Errorf(orderly.EINVALID, "currency %s", currencyRule)
 	}
 	id, err := NewID()
 	if err != nil {
@@ -67,11 +67,19 @@ func (s *Service) CreateCoupon(ctx context.Context, p *orderly.CreateCouponParam
 	return c, nil
 }
 
-// Coupon implements orderly.CatalogService.
+// Coupon implements orderly.CatalogService. The state is as of the database clock
+// (Coupon.StateAt): an available coupon past its expires_at reads expired.
 func (s *Service) Coupon(ctx context.Context, id string) (c *orderly.Coupon, err error) {
 	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
-		c, err = tx.CouponGet(ctx, id)
-		return err
+		if c, err = tx.CouponGet(ctx, id); err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		c.State = c.StateAt(now)
+		return nil
 	})
 	return c, err
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -30,11 +29,12 @@ const (
 	MaxItems              = 100
 	MaxQuantity           = 1_000_000
 	MaxIDLength           = 128
-	MaxPaymentTimeout     = 7 * 24 * time.Hour
+	MaxPaymentTimeout     = 7 * 24 * time.Hour // cap of payment_timeout_seconds and of the configured default
 	DefaultPaymentTimeout = 30 * time.Minute
 )
 
-var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+// currencyRule is the error text of an invalid currency (orderly.ValidCurrency).
+const currencyRule = "must be the ISO 4217 code of a currency of money, such as USD (not XXX, XTS or a metal)"
 
 // MaxStock is the largest number of units a SKU may hold (available, held and sold
 // together stay far from int64 overflow): 10^12.
@@ -99,13 +99,17 @@ var (
 	_ orderly.CatalogService = (*Service)(nil)
 )
 
-// NewService returns a Service; it returns an error when cfg has no Store or a negative duration.
+// NewService returns a Service; it returns an error when cfg has no Store, a negative
+// duration or a DefaultPaymentTimeout over MaxPaymentTimeout (the cap of per-order values).
 func NewService(cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("order: Config.Store is required")
 	}
 	if cfg.DefaultPaymentTimeout < 0 || cfg.GracePeriod < 0 {
 		return nil, errors.New("order: durations must not be negative")
+	}
+	if cfg.DefaultPaymentTimeout > MaxPaymentTimeout {
+		return nil, fmt.Errorf("order: DefaultPaymentTimeout %s is over MaxPaymentTimeout %s", cfg.DefaultPaymentTimeout, MaxPaymentTimeout)
 	}
 	if cfg.Flows == nil {
 		cfg.Flows = orderly.DefaultFlows()
@@ -135,8 +139,8 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 	switch {
 	case !ValidID(p.UserID):
 		return 0, orderly.Errorf(orderly.EINVALID, "user_id %s", idRule)
-	case !currencyRE.MatchString(p.Currency):
-		return 0, orderly.Errorf(orderly.EINVALID, "currency must be an ISO 4217 code such as USD")
+	case !orderly.ValidCurrency(p.Currency):
+		return 0, orderly.Errorf(orderly.EINVALID, "currency %s", currencyRule)
 	case len(p.Items) == 0 || len(p.Items) > MaxItems:
 		return 0, orderly.Errorf(orderly.EINVALID, "items must hold 1–%d lines", MaxItems)
 	case p.PaymentTimeoutSeconds < 0 || p.PaymentTimeoutSeconds > int64(MaxPaymentTimeout/time.Second):

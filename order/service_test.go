@@ -98,6 +98,10 @@ func TestCreateOrderWritesNothingOnError(t *testing.T) {
 		{"unknown coupon", twoItems(1, "missing"), orderly.ECOUPONUNAVAIL},
 		{"no items", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD"}, orderly.EINVALID},
 		{"bad currency", &orderly.CreateOrderParams{UserID: "u1", Currency: "usd", Items: params("A", 1).Items}, orderly.EINVALID},
+		// Issue 6 §6: XXX ("no currency") and ZZZ (no such code) were accepted.
+		{"XXX is no currency", &orderly.CreateOrderParams{UserID: "u1", Currency: "XXX", Items: params("A", 1).Items}, orderly.EINVALID},
+		{"ZZZ is no ISO 4217 code", &orderly.CreateOrderParams{UserID: "u1", Currency: "ZZZ", Items: params("A", 1).Items}, orderly.EINVALID},
+		{"gold is no currency of money", &orderly.CreateOrderParams{UserID: "u1", Currency: "XAU", Items: params("A", 1).Items}, orderly.EINVALID},
 		{"zero quantity", params("A", 0), orderly.EINVALID},
 		{"duplicate sku", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Items: []orderly.Item{{SKU: "A", Quantity: 1}, {SKU: "A", Quantity: 1}}}, orderly.EINVALID},
 		{"overflow", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Items: []orderly.Item{{SKU: "A", Quantity: 1_000_000, UnitPrice: 1 << 50}}}, orderly.EINVALID},
@@ -263,5 +267,69 @@ func TestReleaseTwice(t *testing.T) {
 	}
 	if _, err := e.Orders.CancelOrder(ctx, o.ID, "buyer", ""); orderly.ErrorCode(err) != orderly.EILLEGAL {
 		t.Fatalf("second cancel: %v, want %s", err, orderly.EILLEGAL)
+	}
+}
+
+// TestDefaultPaymentTimeoutCap: the configured default time to pay has the cap of the
+// per-order value (MaxPaymentTimeout), so no order waits longer than 7 days.
+func TestDefaultPaymentTimeoutCap(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	if _, err := order.NewService(order.Config{Store: e.Store, DefaultPaymentTimeout: order.MaxPaymentTimeout + time.Second}); err == nil {
+		t.Error("a default time to pay over 7 days was accepted")
+	}
+	if _, err := order.NewService(order.Config{Store: e.Store, DefaultPaymentTimeout: order.MaxPaymentTimeout}); err != nil {
+		t.Errorf("a default time to pay of exactly 7 days: %v", err)
+	}
+}
+
+// TestCouponExpiry checks issue 6 §6: a coupon read after its expires_at says expired (it
+// said available), from the very instant of expires_at on the database clock, and cannot
+// be frozen; one frozen before its expiry stays frozen with its order.
+func TestCouponExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "A", 5)
+	expires := enginetest.Start.Add(time.Minute)
+	c, err := e.Orders.CreateCoupon(ctx, &orderly.CreateCouponParams{UserID: "u1", AmountOff: 100, Currency: "USD", ExpiresAt: &expires})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.Orders.CreateCoupon(ctx, &orderly.CreateCouponParams{UserID: "u1", AmountOff: 100, Currency: "USD", ExpiresAt: &expires})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := params("A", 1)
+	p.CouponID = held.ID
+	if _, _, err := e.Orders.CreateOrder(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) string {
+		t.Helper()
+		got, err := e.Orders.Coupon(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.State
+	}
+	e.Clock.Set(expires.Add(-time.Millisecond))
+	if got := state(c.ID); got != orderly.CouponAvailable {
+		t.Errorf("1 ms before expires_at: %s, want available", got)
+	}
+	e.Clock.Set(expires)
+	if got := state(c.ID); got != orderly.CouponExpired {
+		t.Errorf("at expires_at: %s, want expired", got)
+	}
+	if got := state(held.ID); got != orderly.CouponFrozen {
+		t.Errorf("coupon frozen before expiry: %s, want frozen", got)
+	}
+	p = params("A", 1)
+	p.CouponID = c.ID
+	if _, _, err := e.Orders.CreateOrder(ctx, p); orderly.ErrorCode(err) != orderly.ECOUPONUNAVAIL {
+		t.Errorf("freezing an expired coupon: %v, want %s", err, orderly.ECOUPONUNAVAIL)
+	}
+	if got := e.StockOf(t, "A"); got.Available != 4 || got.Held != 1 {
+		t.Errorf("stock after the refused order: %+v, want 4 available, 1 held", got)
 	}
 }

@@ -1,10 +1,14 @@
 package payment_test
 
 import (
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sigtest"
 	"github.com/orderlyhq/orderly/payment"
 )
 
@@ -46,19 +50,58 @@ func TestSignature(t *testing.T) {
 	}
 }
 
+// TestSignKnownAnswers checks Sign and Verify against HMAC-SHA256 values computed by
+// openssl (sigtest.Vectors), so that Sign and Verify cannot agree on a wrong scheme.
+func TestSignKnownAnswers(t *testing.T) {
+	t.Parallel()
+	for _, v := range sigtest.Vectors {
+		secs, err := strconv.ParseInt(v.TS, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Unix(secs, 0)
+		want := "t=" + v.TS + ",v1=" + v.MAC
+		if got := payment.Sign([]byte(v.Secret), at, []byte(v.Body)); got != want {
+			t.Errorf("Sign(%q, %s, %q) = %s, openssl says %s", v.Secret, v.TS, v.Body, got, want)
+		}
+		if err := payment.Verify([]byte(v.Secret), want, []byte(v.Body), at, time.Minute); err != nil {
+			t.Errorf("Verify refused the openssl signature %s: %v", want, err)
+		}
+	}
+}
+
+// FuzzVerify checks payment.Verify against the reference implementation in
+// internal/sigtest, which is independent of package payment and pinned by openssl vectors:
+//   - soundness: Verify accepts a header only if the reference finds it authentic (a
+//     timestamp within tolerance whose MAC over this body is among the v1 entries);
+//   - completeness: a header signed by the reference at any time within tolerance is
+//     accepted, and the same header is refused for any other body.
 func FuzzVerify(f *testing.F) {
 	secret := []byte("s3cret")
 	now := time.Unix(1_764_500_000, 0)
-	f.Add(payment.Sign(secret, now, []byte("{}")), []byte("{}"))
-	f.Add("t=,v1=", []byte(""))
-	f.Fuzz(func(t *testing.T, header string, body []byte) {
-		err := payment.Verify(secret, header, body, now, time.Minute)
-		if err == nil && header != payment.Sign(secret, now, body) {
-			// Accepting means some v1 entry is the right MAC for this body and a fresh t;
-			// the same header must then refuse any other body.
-			if payment.Verify(secret, header, append(body, 'x'), now, time.Minute) == nil {
-				t.Fatalf("header %q verifies two different bodies", header)
+	const tol = time.Minute
+	f.Add(sigtest.Header(secret, now, []byte("{}")), []byte("{}"), int64(0))
+	f.Add("t=,v1=", []byte(""), int64(60))
+	f.Add("t=1764500000,t=1764500000,v1=", []byte("x"), int64(-60))
+	f.Add("t=1764500000,v1="+strings.ToUpper(sigtest.MAC(secret, "1764500000", nil)), []byte(nil), int64(-61))
+	f.Add("t=+1764500000,v1="+sigtest.MAC(secret, "+1764500000", nil), []byte(nil), int64(1<<62))
+	f.Add(" t=1764500000 , v1=00 ", []byte(`{"a":1}`), int64(-1<<62))
+	f.Fuzz(func(t *testing.T, header string, body []byte, offset int64) {
+		if err := payment.Verify(secret, header, body, now, tol); err == nil {
+			if !sigtest.Authentic(secret, header, body, now, tol) {
+				t.Fatalf("Verify accepted %q for body %q, which the reference finds not authentic", header, body)
 			}
+		} else if orderly.ErrorCode(err) != orderly.EUNAUTHORIZED {
+			t.Fatalf("Verify(%q) error %v, want %s", header, err, orderly.EUNAUTHORIZED)
+		}
+
+		secs := offset % int64(tol/time.Second+1) // -tol … +tol, in whole seconds
+		signed := sigtest.Header(secret, now.Add(time.Duration(secs)*time.Second), body)
+		if err := payment.Verify(secret, signed, body, now, tol); err != nil {
+			t.Fatalf("Verify refused the reference signature %q (%+ds) for body %q: %v", signed, secs, body, err)
+		}
+		if payment.Verify(secret, signed, append(slices.Clip(body), 'x'), now, tol) == nil {
+			t.Fatalf("header %q verifies another body than %q", signed, body)
 		}
 	})
 }

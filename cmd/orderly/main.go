@@ -208,7 +208,8 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "nats-url", Usage: "NATS JetStream to publish outbox events to, e.g. nats://127.0.0.1:4222", Sources: env("nats-url")},
 		&cli.DurationFlag{Name: "timer-poll", Usage: "cap of the timer's sleep (0: 200ms on MySQL and with --timer redis, 5s elsewhere)", Sources: env("timer-poll")},
 		&cli.StringFlag{Name: "callback-secret", Usage: "HMAC secret of payment callbacks; generated and printed once when empty", Sources: env("callback-secret")},
-		&cli.DurationFlag{Name: "payment-timeout", Value: defaults.PaymentTimeout, Usage: "default time a buyer has to pay", Sources: env("payment-timeout")},
+		&cli.DurationFlag{Name: "request-timeout", Value: defaults.RequestTimeout, Usage: "server-side deadline of every HTTP request; past it the request is answered 503 with Retry-After", Sources: env("request-timeout")},
+		&cli.DurationFlag{Name: "payment-timeout", Value: defaults.PaymentTimeout, Usage: "default time a buyer has to pay (at most 168h)", Sources: env("payment-timeout")},
 		&cli.DurationFlag{Name: "grace-period", Usage: "extra time after the payment deadline before closing (close_at = expires_at + grace)", Sources: env("grace-period")},
 		&cli.DurationFlag{Name: "sweep-interval", Value: defaults.SweepInterval, Usage: "period of the sweep that closes what the timer missed", Sources: env("sweep-interval")},
 		&cli.DurationFlag{Name: "deep-check-interval", Value: defaults.DeepCheckInterval, Usage: "period of the deep consistency check", Sources: env("deep-check-interval")},
@@ -222,7 +223,7 @@ func serveFlags() []cli.Flag {
 
 // defaults are the documented defaults of ServerConfig, shown in --help.
 var defaults = ServerConfig{
-	PaymentTimeout: 30 * time.Minute, SweepInterval: 15 * time.Second, DeepCheckInterval: 5 * time.Minute,
+	RequestTimeout: 10 * time.Second, PaymentTimeout: 30 * time.Minute, SweepInterval: 15 * time.Second, DeepCheckInterval: 5 * time.Minute,
 	InspectionHold: time.Minute, CloseBatchSize: 1000, OutboxMaxAttempts: 10,
 	OutboxPollInterval: 250 * time.Millisecond, OutboxRetention: 7 * 24 * time.Hour,
 }
@@ -230,7 +231,7 @@ var defaults = ServerConfig{
 func serverConfig(cmd *cli.Command, logger *slog.Logger) ServerConfig {
 	return ServerConfig{
 		Addr: cmd.String("addr"), DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte(cmd.String("callback-secret")),
-		PaymentTimeout: cmd.Duration("payment-timeout"), GracePeriod: cmd.Duration("grace-period"),
+		RequestTimeout: cmd.Duration("request-timeout"), PaymentTimeout: cmd.Duration("payment-timeout"), GracePeriod: cmd.Duration("grace-period"),
 		SweepInterval: cmd.Duration("sweep-interval"), DeepCheckInterval: cmd.Duration("deep-check-interval"),
 		InspectionHold: cmd.Duration("inspection-hold"), CloseBatchSize: cmd.Int("close-batch-size"),
 		OutboxMaxAttempts: cmd.Int64("outbox-max-attempts"), OutboxPollInterval: cmd.Duration("outbox-poll-interval"),

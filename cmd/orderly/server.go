@@ -57,7 +57,12 @@ type ServerConfig struct {
 	// elsewhere.
 	TimerPoll time.Duration
 
-	PaymentTimeout    time.Duration // default time to pay; 30 min
+	// RequestTimeout is the server-side deadline of every HTTP request; past it lock waits
+	// and database calls are cancelled and the request is answered 503 with Retry-After.
+	// 10 s.
+	RequestTimeout time.Duration
+
+	PaymentTimeout    time.Duration // default time to pay; 30 min; at most order.MaxPaymentTimeout (7 days)
 	GracePeriod       time.Duration // close_at = expires_at + this; 0
 	SweepInterval     time.Duration // 15 s
 	DeepCheckInterval time.Duration // 5 min
@@ -109,6 +114,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		return nil, err
 	}
 	cfg.Addr = cmp.Or(cfg.Addr, ":8080")
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, httpapi.DefaultRequestTimeout)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, defaults.SweepInterval)
 	cfg.DeepCheckInterval = cmp.Or(cfg.DeepCheckInterval, defaults.DeepCheckInterval)
@@ -235,7 +241,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 
 	api := httpapi.New(httpapi.Config{
 		Orders: s.Orders, Payments: s.Payments, Catalog: s.Orders, Refunds: s.Orders, CallbackSecret: cfg.CallbackSecret,
-		Logger: cfg.Logger, Metrics: promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}),
+		RequestTimeout: cfg.RequestTimeout, Logger: cfg.Logger, Metrics: promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return s.Store.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
 		},
@@ -247,7 +253,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		Handler:           api.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      max(30*time.Second, cfg.RequestTimeout+10*time.Second), // the answer after the deadline must still go out
 		IdleTimeout:       2 * time.Minute,
 	}
 	s.served = make(chan error, 1)
@@ -275,10 +281,15 @@ func (cfg *ServerConfig) validate() error {
 		{"--sweep-interval", cfg.SweepInterval}, {"--deep-check-interval", cfg.DeepCheckInterval},
 		{"--inspection-hold", cfg.InspectionHold}, {"--timer-poll", cfg.TimerPoll},
 		{"--outbox-poll-interval", cfg.OutboxPollInterval}, {"--outbox-retention", cfg.OutboxRetention},
+		{"--request-timeout", cfg.RequestTimeout},
 	} {
 		if d.value < 0 {
 			return fmt.Errorf("%s must not be negative, got %s", d.flag, d.value)
 		}
+	}
+	if cfg.PaymentTimeout > order.MaxPaymentTimeout {
+		return fmt.Errorf("--payment-timeout must be at most %s (7 days, the cap of payment_timeout_seconds), not %s",
+			order.MaxPaymentTimeout, cfg.PaymentTimeout)
 	}
 	if cfg.CloseBatchSize < 0 || cfg.DatabaseMaxConns < 0 || cfg.OutboxMaxAttempts < 0 {
 		return errors.New("--close-batch-size, --database-max-conns and --outbox-max-attempts must not be negative")

@@ -389,21 +389,40 @@ func (db *DB) Close() error {
 // a deadlock or a serialization failure.
 const maxAttempts = 4
 
-// InTx implements store.Store.
+// InTx implements store.Store. A transaction that ended on a lock wait, a busy database or
+// its context's deadline returns EUNAVAILABLE (see unavailable).
 func (db *DB) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	var err error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		err = db.run(ctx, db.writer, db.wstmts, &sql.TxOptions{Isolation: db.d.isolation}, fn)
 		if err == nil || !db.d.retry(err) || ctx.Err() != nil {
-			return err
+			break
 		}
 	}
-	return err
+	return db.unavailable(err)
 }
 
-// Read implements store.Store.
+// Read implements store.Store. Errors as InTx.
 func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
-	return db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true, Isolation: db.d.isolation}, fn)
+	return db.unavailable(db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true, Isolation: db.d.isolation}, fn))
+}
+
+// unavailableMessage is the message of EUNAVAILABLE errors, shown to API clients.
+const unavailableMessage = "the database is busy (a lock wait or its deadline expired); nothing was changed, retry later"
+
+// unavailable translates an error that carries no domain error and comes from a lock wait,
+// a busy database (dialect.busy) or an expired context deadline into EUNAVAILABLE, keeping
+// the driver error in the chain for logs. The transaction was rolled back, so the caller
+// may run it again. Other errors are returned as they are; so is context.Canceled, which
+// means the caller went away rather than that the database was slow.
+func (db *DB) unavailable(err error) error {
+	if err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || db.d.busy(err) {
+		return fmt.Errorf("%w: %w", orderly.Errorf(orderly.EUNAVAILABLE, unavailableMessage), err)
+	}
+	return err
 }
 
 func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) (err error) {

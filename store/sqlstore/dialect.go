@@ -23,6 +23,9 @@ type dialect struct {
 	isolation sql.IsolationLevel   // of write transactions
 	unique    func(err error) bool // a unique-key violation
 	retry     func(err error) bool // a deadlock or serialization failure: run the transaction again
+	// busy reports a lock wait that ended, a busy database or a cancelled statement: the
+	// transaction changed nothing and the same request may be sent again (EUNAVAILABLE).
+	busy func(err error) bool
 	// dollar placeholders ($1, $2, …) instead of '?'.
 	dollar bool
 	// now selects the database clock as unix milliseconds, truncated.
@@ -48,6 +51,21 @@ var sqliteDialect = &dialect{
 		return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 	},
 	retry: func(error) bool { return false }, // one writer: no deadlocks
+	busy: func(err error) bool {
+		// SQLITE_BUSY: another connection (another process) holds the write lock past
+		// busy_timeout; SQLITE_LOCKED: a conflict inside this process; SQLITE_INTERRUPT:
+		// the statement was interrupted because its context ended. Extended codes keep the
+		// primary code in their low byte.
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return false
+		}
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT:
+			return true
+		}
+		return false
+	},
 	// unixepoch('subsec') is the integer millisecond clock divided by 1000.0; ROUND only
 	// undoes the float error of that division.
 	now:        `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`,
@@ -69,6 +87,20 @@ var postgresDialect = &dialect{
 	retry: func(err error) bool {
 		var pe *pgconn.PgError
 		return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	},
+	busy: func(err error) bool {
+		// lock_not_available (lock_timeout, NOWAIT), query_canceled (statement_timeout or
+		// a cancel request sent when the context ended), deadlock and serialization
+		// failures that outlived the retries.
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			switch pe.Code {
+			case "55P03", "57014", "40P01", "40001":
+				return true
+			}
+			return false
+		}
+		return pgconn.Timeout(err)
 	},
 	// clock_timestamp() is the time now, not the transaction's start; EXTRACT returns an
 	// exact numeric and FLOOR truncates to the millisecond.
@@ -95,6 +127,19 @@ var mysqlDialect = &dialect{
 		// (stopped, a long transaction), so every run would wait the timeout again while
 		// keeping a pool connection; it is answered as EUNAVAILABLE (connlost.go).
 		return errors.As(err, &me) && me.Number == 1213
+	},
+	busy: func(err error) bool {
+		// 1205 lock wait timeout, 1213 deadlock (after the retries), 3024 max_execution_time
+		// exceeded, 3572 NOWAIT lock, 1317 query interrupted.
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) {
+			return false
+		}
+		switch me.Number {
+		case 1205, 1213, 3024, 3572, 1317:
+			return true
+		}
+		return false
 	},
 	// UNIX_TIMESTAMP(NOW(3)) is an exact decimal with milliseconds.
 	now:        `SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)`,
