@@ -145,6 +145,9 @@ func decodeError(err error) error {
 		}
 		got := e.JSONKind.String()
 		if e.JSONKind == '0' && len(e.JSONValue) > 0 {
+			if isIntegerLiteral(e.JSONValue) && isIntKind(e.GoType) {
+				return invalidf("%s: integer %s is out of range", field, e.JSONValue)
+			}
 			got += " " + string(e.JSONValue)
 		}
 		return invalidf("%s: must be %s, got %s", field, jsonKind(e.GoType), got)
@@ -170,6 +173,25 @@ func fieldPath(p jsontext.Pointer) string {
 		b.WriteString(tok)
 	}
 	return b.String()
+}
+
+// isIntegerLiteral reports whether a JSON number is written as an integer (no fraction or
+// exponent), so that a failure to decode it into an integer type means it is out of range.
+func isIntegerLiteral(v jsontext.Value) bool {
+	return !bytes.ContainsAny(v, ".eE")
+}
+
+// isIntKind reports whether t (or what it points to) is an integer type.
+func isIntKind(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
 }
 
 // jsonKind names the JSON type that decodes into t, for error messages.

@@ -118,6 +118,7 @@ func TestCreateOrderRejectsBadInput(t *testing.T) {
 		{"field of the domain type that is not on the wire", `{"user_id":"u","IdempotencyKey":"k"}`, "", "", 422, orderly.EINVALID, `unknown field "IdempotencyKey"`},
 		{"wrong type names the field", `{"user_id":"u","items":[{"sku":"a","quantity":"2","unit_price":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, "items[0].quantity: must be an integer, got string"},
 		{"fraction in an integer", `{"user_id":"u","items":[{"sku":"a","quantity":1.5,"unit_price":1}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, "items[0].quantity: must be an integer, got number 1.5"},
+		{"integer out of range", `{"user_id":"u","items":[{"sku":"a","quantity":1,"unit_price":99999999999999999999}],"currency":"EUR"}`, "", "", 422, orderly.EINVALID, "items[0].unit_price: integer 99999999999999999999 is out of range"},
 		{"integer overflow", `{"user_id":"u","payment_timeout_seconds":1e40}`, "", "", 422, orderly.EINVALID, "payment_timeout_seconds: must be an integer"},
 		{"string for a string array", `{"items":"sku-1"}`, "", "", 422, orderly.EINVALID, "items: must be an array, got string"},
 		{"trailing data", `{"user_id":"u"} {"user_id":"v"}`, "", "", 422, orderly.EINVALID, "single JSON object"},

@@ -49,6 +49,12 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"serve", "--timer", "redis"}, 2, "--timer redis needs --redis-url"},
 		{[]string{"serve", "--timer", "cron"}, 2, `--timer must be db or redis, not "cron"`},
 		{[]string{"serve", "--grace-period", "-1s"}, 2, "--grace-period must not be negative, got -1s"},
+		// A zero would silently become the default (found by a first-time user): refused.
+		{[]string{"serve", "--payment-timeout", "0"}, 2, "--payment-timeout must be positive, got 0 (leave it out for the default, 30m0s)"},
+		{[]string{"serve", "--sweep-interval", "0s"}, 2, "--sweep-interval must be positive, got 0 (leave it out for the default, 15s)"},
+		{[]string{"simulate", "--orders", "0"}, 2, "--orders must be at least 1, got 0"},
+		{[]string{"simulate", "--rate", "0"}, 2, "--rate must be positive, got 0"},
+		{[]string{"verify", "--tolerance", "0s"}, 2, "--tolerance must be positive, got 0 (leave it out for the default, 1m0s); 1ms is the strictest"},
 		// A SQLite file in a missing directory: the directory is named, once, and no
 		// secret was printed for a server that never ran.
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--database-url", filepath.Join(missing, "o.db")}, 1,

@@ -228,6 +228,29 @@ var defaults = ServerConfig{
 	OutboxPollInterval: 250 * time.Millisecond, OutboxRetention: 7 * 24 * time.Hour,
 }
 
+// positiveFlags returns an error naming the first of the duration flags that was given as 0:
+// in ServerConfig, simulate.Config and verify.Options a zero means "the default", so a 0 on
+// the command line would silently turn into the default (30 min for --payment-timeout)
+// instead of what it says.
+func positiveFlags(cmd *cli.Command, names ...string) error {
+	for _, name := range names {
+		if cmd.IsSet(name) && cmd.Duration(name) == 0 {
+			return fmt.Errorf("--%s must be positive, got 0 (leave it out for the default, %s)", name, defaultOf(cmd, name))
+		}
+	}
+	return nil
+}
+
+// defaultOf returns the default value of flag name as shown in --help.
+func defaultOf(cmd *cli.Command, name string) string {
+	for _, f := range cmd.Flags {
+		if df, ok := f.(*cli.DurationFlag); ok && df.Name == name {
+			return df.Value.String()
+		}
+	}
+	return "its default"
+}
+
 func serverConfig(cmd *cli.Command, logger *slog.Logger) ServerConfig {
 	return ServerConfig{
 		Addr: cmd.String("addr"), DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte(cmd.String("callback-secret")),
@@ -277,6 +300,10 @@ func serveCommand() *cli.Command {
 				return err
 			}
 			cfg := serverConfig(cmd, logger)
+			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",
+				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention"); err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
 			if err := cfg.validate(); err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}

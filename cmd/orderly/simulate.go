@@ -104,6 +104,12 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 	}
 	dbURL, instances, killEvery, extra := cmd.String("database-url"), cmd.Int("instances"), cmd.Duration("kill-every"), passThrough(cmd)
 	switch {
+	case cmd.IsSet("orders") && cfg.Orders <= 0:
+		return cli.Exit(fmt.Sprintf("--orders must be at least 1, got %d", cfg.Orders), 2)
+	case cmd.IsSet("rate") && cfg.Rate <= 0:
+		return cli.Exit(fmt.Sprintf("--rate must be positive, got %g", cfg.Rate), 2)
+	case positiveFlags(cmd, "payment-timeout") != nil:
+		return cli.Exit(positiveFlags(cmd, "payment-timeout").Error(), 2)
 	case instances < 1:
 		return cli.Exit("--instances must be at least 1", 2)
 	case killEvery < 0:
@@ -368,6 +374,9 @@ func verifyCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if err := positiveFlags(cmd, "tolerance"); err != nil {
+				return cli.Exit(err.Error()+"; 1ms is the strictest", 2)
+			}
 			db, err := sqlstore.Open(ctx, sqlstore.Config{URL: cmd.String("database-url"), SkipMigrate: true})
 			if err != nil {
 				return err
