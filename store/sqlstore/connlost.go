@@ -46,8 +46,12 @@ func connectionUnavailable(err error) error {
 const lockTimeoutMessage = "a row lock was not granted within the lock timeout; nothing was changed, retry later"
 
 // lockTimedOut reports a lock wait ended by the lock timeout: PostgreSQL lock_not_available
-// (55P03), MySQL lock wait timeout (1205).
+// (55P03), MySQL lock wait timeout (1205), and the wait for a row gate of this process
+// past the lock timeout (gate.go).
 func lockTimedOut(err error) bool {
+	if errors.Is(err, errGateTimeout) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		return pe.Code == "55P03"

@@ -77,6 +77,10 @@ type DB struct {
 	now    func() time.Time
 	// wstmts and rstmts are every registered query, prepared on the writer and the reader.
 	wstmts, rstmts []*sql.Stmt
+	// gates admit this process's transactions one at a time to a hot row (gate.go);
+	// lockTimeout bounds the wait for a gate (0: only the context does).
+	gates       rowGates
+	lockTimeout time.Duration
 }
 
 var _ store.Store = (*DB)(nil)
@@ -97,7 +101,7 @@ func open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{d: d, dsn: dsn, now: cfg.Now}
+	db := &DB{d: d, dsn: dsn, now: cfg.Now, lockTimeout: max(sessionTimeouts{lock: cfg.LockTimeout}.withDefaults().lock, 0)}
 	if d == sqliteDialect {
 		err = db.openSQLite(ctx, dsn, cfg.SkipMigrate)
 	} else {
@@ -392,19 +396,30 @@ const maxAttempts = 4
 // InTx implements store.Store. A transaction that ended on a lock wait, a busy database or
 // its context's deadline returns EUNAVAILABLE (see unavailable).
 func (db *DB) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	gates := heldGates{} // held across attempts (gate.go)
+	defer gates.release()
 	var err error
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		err = db.run(ctx, db.writer, db.wstmts, &sql.TxOptions{Isolation: db.d.isolation}, fn)
+	for attempt := 1; attempt <= maxAttempts; {
+		err = db.run(ctx, db.writer, db.wstmts, &sql.TxOptions{Isolation: db.d.isolation}, gates, fn)
+		if busy := (*gateBusyError)(nil); errors.As(err, &busy) {
+			// Wait for the gate with the transaction closed, then run it again holding it.
+			// Each wait adds a gate, so this ends.
+			if err := gates.wait(ctx, &db.gates, busy.key, db.lockTimeout); err != nil {
+				return db.unavailable(connectionUnavailable(err))
+			}
+			continue
+		}
 		if err == nil || !db.d.retry(err) || ctx.Err() != nil {
 			break
 		}
+		attempt++
 	}
 	return db.unavailable(err)
 }
 
 // Read implements store.Store. Errors as InTx.
 func (db *DB) Read(ctx context.Context, fn func(tx store.Tx) error) error {
-	return db.unavailable(db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true, Isolation: db.d.isolation}, fn))
+	return db.unavailable(db.run(ctx, db.reader, db.rstmts, &sql.TxOptions{ReadOnly: true, Isolation: db.d.isolation}, nil, fn))
 }
 
 // unavailableMessage is the message of EUNAVAILABLE errors, shown to API clients.
@@ -425,7 +440,7 @@ func (db *DB) unavailable(err error) error {
 	return err
 }
 
-func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, fn func(tx store.Tx) error) (err error) {
+func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, gates heldGates, fn func(tx store.Tx) error) (err error) {
 	defer func() { err = connectionUnavailable(err) }() // connlost.go
 	sqlTx, err := h.BeginTx(ctx, opts)
 	if err != nil && badConnNoWrite(err) {
@@ -438,7 +453,12 @@ func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.T
 	// stack intact) and runtime.Goexit (t.Fatal in a test), which would otherwise keep the
 	// only writer connection in an open transaction. After Commit this is a no-op.
 	defer func() { _ = sqlTx.Rollback() }()
-	if err := fn(&tx{q: sqlTx, db: db, stmts: stmts}); err != nil {
+	t := &tx{q: sqlTx, db: db, stmts: stmts, gates: gates}
+	err = fn(t)
+	if t.busy != nil { // whatever fn made of it: the attempt rolls back (gate.go)
+		return t.busy
+	}
+	if err != nil {
 		return err
 	}
 	if err := sqlTx.Commit(); err != nil {

@@ -75,6 +75,10 @@ func (t *tx) StockList(ctx context.Context) ([]*orderly.Stock, error) {
 
 // StockReserve implements store.Tx.
 func (t *tx) StockReserve(ctx context.Context, p *store.StockReserveParams) (bool, error) {
+	// A hot SKU's row: one transaction of this process at a time in its lock queue (gate.go).
+	if err := t.gate("stock " + p.SKU); err != nil {
+		return false, err
+	}
 	n, err := t.exec(ctx, "reserve "+p.SKU, qStockReserve, p.Quantity, p.Quantity, p.SKU, p.Quantity)
 	if err != nil || n == 0 {
 		return false, err

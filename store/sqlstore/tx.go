@@ -18,7 +18,9 @@ type tx struct {
 	q          *sql.Tx
 	db         *DB
 	stmts      []*sql.Stmt
-	savepoints int // nesting depth: each level has its own name (MySQL replaces a same-named one)
+	savepoints int            // nesting depth: each level has its own name (MySQL replaces a same-named one)
+	gates      heldGates      // the row gates of the call of InTx (gate.go); nil in Read
+	busy       *gateBusyError // a gate this attempt needed was taken: it must roll back
 }
 
 var _ store.Tx = (*tx)(nil)
