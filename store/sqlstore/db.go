@@ -442,6 +442,15 @@ func (db *DB) unavailable(err error) error {
 
 func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.TxOptions, gates heldGates, fn func(tx store.Tx) error) (err error) {
 	defer func() { err = connectionUnavailable(err) }() // connlost.go
+	defer func() {
+		// When ctx ends (the request deadline) database/sql rolls the transaction back on
+		// its own, and the next statement or the Commit says only sql.ErrTxDone: name the
+		// cause, so that an expired deadline is EUNAVAILABLE (unavailable), not a 500.
+		// Nothing was committed.
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+	}()
 	sqlTx, err := h.BeginTx(ctx, opts)
 	if err != nil && badConnNoWrite(err) {
 		sqlTx, err = h.BeginTx(ctx, opts) // on a fresh connection: nothing was sent (connlost.go)
