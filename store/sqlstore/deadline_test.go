@@ -39,7 +39,7 @@ func TestDeadlineDuringTransaction(t *testing.T) {
 				return nil // as a handler that did not look at ctx would: Commit follows
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the transaction was not rolled back 5 s after its deadline: %v", err)
+				return fmt.Errorf("the transaction was not rolled back 5 s after its deadline: %w", err)
 			}
 			time.Sleep(time.Millisecond)
 		}
