@@ -467,6 +467,9 @@ func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.T
 	if t.busy != nil { // whatever fn made of it: the attempt rolls back (gate.go)
 		return t.busy
 	}
+	if t.aborted != nil { // whatever fn made of it: the database rolled it all back (tx.go)
+		return t.aborted
+	}
 	if err != nil {
 		return err
 	}

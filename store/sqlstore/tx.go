@@ -21,6 +21,20 @@ type tx struct {
 	savepoints int            // nesting depth: each level has its own name (MySQL replaces a same-named one)
 	gates      heldGates      // the row gates of the call of InTx (gate.go); nil in Read
 	busy       *gateBusyError // a gate this attempt needed was taken: it must roll back
+	// aborted is the first deadlock or serialization failure a statement met. MySQL and
+	// MariaDB roll the whole transaction back on a deadlock, savepoints included, and run
+	// what follows in autocommit; PostgreSQL refuses every later statement. Either way the
+	// attempt must not commit, even if fn caught the error (a per-message fallback inside a
+	// savepoint does): run returns it, and InTx runs the transaction again.
+	aborted error
+}
+
+// check records err in t.aborted when it aborted the whole transaction, and returns it.
+func (t *tx) check(err error) error {
+	if err != nil && t.aborted == nil && t.db.d.retry(err) {
+		t.aborted = err
+	}
+	return err
 }
 
 var _ store.Tx = (*tx)(nil)
@@ -47,11 +61,20 @@ func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
 	t.savepoints++
 	defer func() { t.savepoints-- }()
 	name := fmt.Sprintf("sp%d", t.savepoints)
+	if t.aborted != nil {
+		return fmt.Errorf("savepoint: the transaction was aborted: %w", t.aborted)
+	}
 	if _, err := t.q.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
 	if ferr := fn(); ferr != nil {
+		if t.aborted != nil {
+			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: the transaction was aborted: %w", t.aborted))
+		}
 		if _, err := t.q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+			if t.aborted == nil {
+				t.aborted = fmt.Errorf("rollback to savepoint %s: %w", name, err)
+			}
 			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: %w", err))
 		}
 		if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
@@ -75,7 +98,7 @@ func (t *tx) stmt(ctx context.Context, q *query) *sql.Stmt {
 func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int64, error) {
 	res, err := t.stmt(ctx, q).ExecContext(ctx, args...) //nolint:sqlclosecheck // a transaction's statements close with it
 	if err != nil {
-		return 0, t.translate(err, what)
+		return 0, t.translate(t.check(err), what)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -85,11 +108,14 @@ func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int6
 }
 
 func (t *tx) query(ctx context.Context, q *query, args ...any) (*sql.Rows, error) {
-	return t.stmt(ctx, q).QueryContext(ctx, args...) //nolint:sqlclosecheck // the caller closes the rows; the statement closes with the transaction
+	rows, err := t.stmt(ctx, q).QueryContext(ctx, args...) //nolint:sqlclosecheck // the caller closes the rows; the statement closes with the transaction
+	return rows, t.check(err)
 }
 
 func (t *tx) queryRow(ctx context.Context, q *query, args ...any) *sql.Row {
-	return t.stmt(ctx, q).QueryRowContext(ctx, args...) //nolint:sqlclosecheck // the statement closes with the transaction
+	row := t.stmt(ctx, q).QueryRowContext(ctx, args...) //nolint:sqlclosecheck // the statement closes with the transaction
+	_ = t.check(row.Err())
+	return row
 }
 
 // ms converts a time to unix milliseconds, the stored form.
