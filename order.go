@@ -19,7 +19,7 @@ const (
 )
 
 // PayStatus is the status of an order's payment, kept next to State because the close path
-// must not close an order whose payment is in flight (DESIGN.md §4 step 4).
+// must not close an order whose payment is in flight (README.md "How it works").
 type PayStatus string
 
 // Pay statuses.

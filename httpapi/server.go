@@ -38,7 +38,7 @@ type Config struct {
 	// orderly.RefundService (order.Service does); else they answer 500.
 	Refunds orderly.RefundService
 
-	// CallbackSecret is the HMAC key that payment callbacks are signed with (DESIGN.md §5).
+	// CallbackSecret is the HMAC key that payment callbacks are signed with (README.md "How it works").
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
 	CallbackSecret []byte
 	// SignatureTolerance is how far a callback signature's timestamp may be from Now,

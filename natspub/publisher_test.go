@@ -58,7 +58,7 @@ func (a anchored) Run() int {
 }
 
 // requireService skips the test when the variable naming a service's address is unset, or
-// fails it when ORDERLY_TEST_REQUIRE_SERVICES=1 (DESIGN.md §9).
+// fails it when ORDERLY_TEST_REQUIRE_SERVICES=1 (README.md "Development").
 func requireService(t *testing.T, why string) {
 	t.Helper()
 	if os.Getenv("ORDERLY_TEST_REQUIRE_SERVICES") == "1" {

@@ -35,7 +35,7 @@ type Closed struct {
 
 // CloseMessages returns the outbox messages that a close writes in its own transaction tx:
 // release the reservations, release the coupon (when there is one) and the order.closed
-// event (DESIGN.md §4 step 3), all keyed by the order id, in that order, the event with the
+// event (README.md "How it works"), all keyed by the order id, in that order, the event with the
 // order's next event sequence (reserved in tx).
 func CloseMessages(ctx context.Context, tx store.Tx, closed []Closed, reason orderly.CloseReason, now time.Time) ([]*store.OutboxInsertParams, error) {
 	ids := make([]string, len(closed))

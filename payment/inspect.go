@@ -11,7 +11,7 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// InspectPayment is active payment inspection (DESIGN.md §4 step 4), called by the close
+// InspectPayment is active payment inspection (README.md "How it works"), called by the close
 // path for an order that is due while its attempt paymentID is in flight. It asks the
 // gateway and settles the attempt:
 //   - captured → the payment is applied (the order becomes paid): GatewaySucceeded;

@@ -18,7 +18,7 @@ import (
 	"github.com/orderlyhq/orderly/timeout"
 )
 
-// BenchmarkBurstClose measures DESIGN.md §8's burst figure: orders due at the same instant,
+// BenchmarkBurstClose measures the burst figure of BENCHMARKS.md: orders due at the same instant,
 // all closed (guarded update, one audit row and three outbox messages each) and their
 // stock and coupons released by the relay. One op is the whole burst; compare the
 // closes/s and closed+released/s metrics. ORDERLY_BENCH_BURST sets the size (default

@@ -1,4 +1,4 @@
-// Package verify checks the invariants of DESIGN.md §2 against a database at rest: after the
+// Package verify checks the invariants of README.md "What they check" against a database at rest: after the
 // traffic stopped and the workers settled, every order, payment, reservation, coupon, stock
 // row and outbox message must agree. It is used by `orderly verify`, by package simulate at
 // the end of a run, and by tests.
