@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -212,30 +211,8 @@ func testRaceOnOneOrder(t *testing.T, dialect string) {
 		}
 		e.Drain(t)
 
-		var (
-			trail  []*orderly.Transition
-			got    *orderly.Order
-			stock  *orderly.Stock
-			coupon *orderly.Coupon
-			pay    *orderly.Payment
-		)
-		e.Read(t, func(tx store.Tx) (err error) {
-			if trail, err = tx.TransitionList(ctx, o.ID); err != nil {
-				return err
-			}
-			trail = slices.DeleteFunc(trail, func(tr *orderly.Transition) bool { return orderly.AuditEvent(tr.Event) })
-			if got, err = tx.OrderGet(ctx, o.ID); err != nil {
-				return err
-			}
-			if stock, err = tx.StockGet(ctx, sku); err != nil {
-				return err
-			}
-			if coupon, err = tx.CouponGet(ctx, c.ID); err != nil {
-				return err
-			}
-			pay, err = tx.PaymentGet(ctx, p.ID)
-			return err
-		})
+		snap := e.Snapshot(t, o.ID, sku, c.ID, p.ID)
+		trail, got, stock, coupon, pay := snap.Trail, snap.Order, snap.Stock, snap.Coupon, snap.Payment
 		if len(trail) != 1 || trail[0].From != orderly.StatePendingPayment {
 			t.Fatalf("round %d: trail %+v, want exactly one transition out of pending_payment", r, trail)
 		}

@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -218,6 +219,42 @@ func (e *Env) StateTrail(t testing.TB, id string) []*orderly.Transition {
 		}
 	}
 	return out
+}
+
+// Snapshot is one order's state after a race round, read in one transaction: its flow
+// transitions (as StateTrail), the order, one SKU's stock, a coupon and a payment.
+type Snapshot struct {
+	Trail   []*orderly.Transition
+	Order   *orderly.Order
+	Stock   *orderly.Stock
+	Coupon  *orderly.Coupon
+	Payment *orderly.Payment
+}
+
+// Snapshot reads order orderID, SKU sku, coupon couponID and payment paymentID in one read
+// transaction, so that they are seen at one point in time; it fails the test on error.
+func (e *Env) Snapshot(t testing.TB, orderID, sku, couponID, paymentID string) *Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	s := &Snapshot{}
+	e.Read(t, func(tx store.Tx) (err error) {
+		if s.Trail, err = tx.TransitionList(ctx, orderID); err != nil {
+			return err
+		}
+		s.Trail = slices.DeleteFunc(s.Trail, func(tr *orderly.Transition) bool { return orderly.AuditEvent(tr.Event) })
+		if s.Order, err = tx.OrderGet(ctx, orderID); err != nil {
+			return err
+		}
+		if s.Stock, err = tx.StockGet(ctx, sku); err != nil {
+			return err
+		}
+		if s.Coupon, err = tx.CouponGet(ctx, couponID); err != nil {
+			return err
+		}
+		s.Payment, err = tx.PaymentGet(ctx, paymentID)
+		return err
+	})
+	return s
 }
 
 // Read runs fn in a read transaction, failing the test on error.
