@@ -22,31 +22,128 @@ const (
 	EventPartialRefund Event = "partial_refund"
 )
 
-// FlowTransition is one row of a flow's table: in state From, Event moves the order to To.
+// FlowTransition is one row of a flow's table: in state From, Event moves the order to To
+// and runs Effects.
 type FlowTransition struct {
 	From  State
 	Event Event
 	To    State
+	// Effects names what the transition does besides changing the state, in order: effects
+	// registered by the packages that own the resources (order.Effects: release_reservations,
+	// commit_reservations, release_coupon, use_coupon; a flow's own package adds its own), and
+	// "publish:<topic>" (EffectPublish) for an event about the order. Every effect runs in the
+	// transition's own transaction, on the orders that changed: local resources are updated
+	// there, and whatever leaves the database (events, gateway calls) is written to the
+	// transactional outbox there. See README.md "Flows".
+	Effects []string
+}
+
+// EffectPublish is the prefix of the effect that publishes an event about the order:
+// "publish:order.closed" writes an OrderEvent (order id, new state, close reason, time) to
+// the outbox under topic order.closed, keyed by the order id, with the order's next event
+// sequence.
+const EffectPublish = "publish:"
+
+// Deadline names the deadline of a timed state: which of an order's times decides when
+// its timed event fires.
+type Deadline string
+
+// Deadlines of orders.
+const (
+	// DeadlinePayment is the order's close_at: its payment deadline (expires_at) plus the
+	// grace period. Before it, the timed event never fires (I1).
+	DeadlinePayment Deadline = "close_at"
+)
+
+// TimedState declares that an order waiting in State has a deadline: when Deadline passes
+// (on the database clock), the closer fires Event on it through the flow's table, with
+// CloseReason when the transition closes the order. While the order has an in-flight
+// payment (pay_status paying) at the deadline, its payment is inspected first (README.md
+// "How it works").
+type TimedState struct {
+	State       State
+	Deadline    Deadline
+	Event       Event
+	CloseReason CloseReason
 }
 
 // Flow is a table-driven state machine. An order's state may change only along a row of its
 // flow's table; everything else is an illegal transition. New kinds of orders (group-buy,
-// ride-hailing) are new tables, not new code paths.
+// ride-hailing) are new tables, not new code paths: the closer, the transition function and
+// the relay read Timed and Effects and have no flow-specific code (README.md "Flows").
 type Flow struct {
 	Name        string
 	Initial     State
 	Transitions []FlowTransition
+	// Timed lists the states that have a deadline; at most one entry per state.
+	Timed []TimedState
 }
 
 // Next returns the state that event moves an order in state from to. It returns an *Error
 // with code EILLEGAL when the flow has no such transition (including from a terminal state).
 func (f *Flow) Next(from State, event Event) (State, error) {
-	for _, t := range f.Transitions {
-		if t.From == from && t.Event == event {
-			return t.To, nil
+	t, err := f.Transition(from, event)
+	if err != nil {
+		return "", err
+	}
+	return t.To, nil
+}
+
+// Transition returns the row of the table that event takes from state from. It returns an
+// *Error with code EILLEGAL when the flow has no such transition.
+func (f *Flow) Transition(from State, event Event) (*FlowTransition, error) {
+	for i := range f.Transitions {
+		if t := &f.Transitions[i]; t.From == from && t.Event == event {
+			return t, nil
 		}
 	}
-	return "", Errorf(EILLEGAL, "flow %s has no transition from %s on %s", f.Name, from, event)
+	return nil, Errorf(EILLEGAL, "flow %s has no transition from %s on %s", f.Name, from, event)
+}
+
+// TimedIn returns the timed state entry of s; ok=false when s has no deadline.
+func (f *Flow) TimedIn(s State) (ts TimedState, ok bool) {
+	for _, t := range f.Timed {
+		if t.State == s {
+			return t, true
+		}
+	}
+	return TimedState{}, false
+}
+
+// Validate checks the flow's shape: a name and an initial state, no two rows for one
+// (state, event), every timed state in the table with a known deadline and a transition
+// for its event, and no empty effect name. It returns an *Error with code EINVALID.
+func (f *Flow) Validate() error {
+	if f.Name == "" || f.Initial == "" {
+		return Errorf(EINVALID, "flow %q: a flow needs a name and an initial state", f.Name)
+	}
+	seen := map[[2]string]bool{}
+	for _, t := range f.Transitions {
+		k := [2]string{string(t.From), string(t.Event)}
+		if seen[k] {
+			return Errorf(EINVALID, "flow %s: two transitions from %s on %s", f.Name, t.From, t.Event)
+		}
+		seen[k] = true
+		for _, e := range t.Effects {
+			if e == "" || e == EffectPublish {
+				return Errorf(EINVALID, "flow %s: %s has an empty effect name", f.Name, t)
+			}
+		}
+	}
+	timed := map[State]bool{}
+	for _, ts := range f.Timed {
+		if timed[ts.State] {
+			return Errorf(EINVALID, "flow %s: state %s is timed twice", f.Name, ts.State)
+		}
+		timed[ts.State] = true
+		if ts.Deadline != DeadlinePayment {
+			return Errorf(EINVALID, "flow %s: state %s has unknown deadline %q", f.Name, ts.State, ts.Deadline)
+		}
+		if _, err := f.Transition(ts.State, ts.Event); err != nil {
+			return Errorf(EINVALID, "flow %s: timed state %s fires %s, which has no transition", f.Name, ts.State, ts.Event)
+		}
+	}
+	return nil
 }
 
 // States returns every state that appears in the flow's table, initial state first.
@@ -72,6 +169,14 @@ func (f *Flow) Terminal(s State) bool {
 	return true
 }
 
+// Effects of the built-in flows, implemented by package order (order.Effects).
+const (
+	EffectReleaseReservations = "release_reservations" // held reservations → released, units back to available
+	EffectCommitReservations  = "commit_reservations"  // held reservations → committed, units held → sold
+	EffectReleaseCoupon       = "release_coupon"       // the coupon the order froze → available (expired past its expiry)
+	EffectUseCoupon           = "use_coupon"           // the coupon the order froze → used
+)
+
 // FlowStandard is the name of the standard e-commerce flow, the default.
 const FlowStandard = "standard"
 
@@ -92,28 +197,67 @@ var StandardFlow = &Flow{
 	Name:    FlowStandard,
 	Initial: StatePendingPayment,
 	Transitions: []FlowTransition{
-		{StatePendingPayment, EventPay, StatePaid},
-		{StatePendingPayment, EventTimeout, StateClosed},
-		{StatePendingPayment, EventCancel, StateClosed},
-		{StatePaid, EventShip, StateShipped},
-		{StateShipped, EventComplete, StateCompleted},
-		{StatePaid, EventRefund, StateRefunding},
-		{StateShipped, EventRefund, StateRefunding},
-		{StateCompleted, EventRefund, StateRefunding},
-		{StateRefunding, EventRefundComplete, StateRefunded},
-		{StatePaid, EventPartialRefund, StatePaid},
-		{StateShipped, EventPartialRefund, StateShipped},
-		{StateCompleted, EventPartialRefund, StateCompleted},
-		{StateRefunding, EventPartialRefund, StateRefunding},
+		{StatePendingPayment, EventPay, StatePaid, PayEffects},
+		{StatePendingPayment, EventTimeout, StateClosed, CloseEffects},
+		{StatePendingPayment, EventCancel, StateClosed, CloseEffects},
+		{StatePaid, EventShip, StateShipped, nil},
+		{StateShipped, EventComplete, StateCompleted, nil},
+		{StatePaid, EventRefund, StateRefunding, nil},
+		{StateShipped, EventRefund, StateRefunding, nil},
+		{StateCompleted, EventRefund, StateRefunding, nil},
+		{StateRefunding, EventRefundComplete, StateRefunded, nil},
+		{StatePaid, EventPartialRefund, StatePaid, nil},
+		{StateShipped, EventPartialRefund, StateShipped, nil},
+		{StateCompleted, EventPartialRefund, StateCompleted, nil},
+		{StateRefunding, EventPartialRefund, StateRefunding, nil},
+	},
+	Timed: []TimedState{
+		{StatePendingPayment, DeadlinePayment, EventTimeout, CloseReasonPaymentTimeout},
 	},
 }
 
-// Flows is a registry of flows by name.
+// CloseEffects are the effects of closing an unpaid order (payment timeout, buyer cancel):
+// its reservations and coupon are released in the close's own transaction, so an order
+// that reads closed never holds stock, and order.closed is published.
+var CloseEffects = []string{EffectReleaseReservations, EffectReleaseCoupon, EffectPublish + TopicOrderClosed}
+
+// PayEffects are the effects of applying a payment: reservations committed, coupon used,
+// order.paid published.
+var PayEffects = []string{EffectCommitReservations, EffectUseCoupon, EffectPublish + TopicOrderPaid}
+
+// Flows is a registry of flows by name. Build it once at the composition root (NewFlows)
+// and give the same registry to every service.
 type Flows map[string]*Flow
+
+// NewFlows returns a registry of flows, each validated (Flow.Validate); two flows of one
+// name are an error (EINVALID).
+func NewFlows(flows ...*Flow) (Flows, error) {
+	fs := make(Flows, len(flows))
+	for _, f := range flows {
+		if err := f.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := fs[f.Name]; dup {
+			return nil, Errorf(EINVALID, "flow %s is registered twice", f.Name)
+		}
+		fs[f.Name] = f
+	}
+	return fs, nil
+}
 
 // DefaultFlows returns the registry of built-in flows.
 func DefaultFlows() Flows {
 	return Flows{FlowStandard: StandardFlow}
+}
+
+// Names returns the registered flow names, sorted.
+func (fs Flows) Names() []string {
+	names := make([]string, 0, len(fs))
+	for n := range fs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Get returns the named flow, or an *Error with code EINVALID if there is none.

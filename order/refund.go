@@ -147,10 +147,10 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 				return err
 			}
 			if after.RefundedAmount == after.Amount && after.State != orderly.StateRefunding {
-				changed, err := Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+				changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 					IDs: []string{cur.ID}, From: after.State, Event: orderly.EventRefund, Now: now,
 					Cause: "refund " + f.ID, Actor: cmp.Or(p.Actor, "merchant"), TraceID: p.TraceID,
-				})
+				}, nil)
 				if err != nil {
 					return err
 				} else if len(changed) != 1 {

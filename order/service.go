@@ -61,7 +61,9 @@ const idRule = "must be 1–128 bytes of UTF-8 without control characters"
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
 	Store store.Store
-	Flows orderly.Flows // nil → orderly.DefaultFlows()
+	// Machine applies transitions and their effects; nil → DefaultMachine(). The
+	// composition root (package engine) builds one and gives it to every service.
+	Machine *Machine
 	// DefaultPaymentTimeout is the buyer's time to pay when an order names none; 30 min.
 	DefaultPaymentTimeout time.Duration
 	// GracePeriod is added to the payment deadline to get close_at, for callbacks in
@@ -111,8 +113,8 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.DefaultPaymentTimeout > MaxPaymentTimeout {
 		return nil, fmt.Errorf("order: DefaultPaymentTimeout %s is over MaxPaymentTimeout %s", cfg.DefaultPaymentTimeout, MaxPaymentTimeout)
 	}
-	if cfg.Flows == nil {
-		cfg.Flows = orderly.DefaultFlows()
+	if cfg.Machine == nil {
+		cfg.Machine = DefaultMachine()
 	}
 	cfg.DefaultPaymentTimeout = cmp.Or(cfg.DefaultPaymentTimeout, DefaultPaymentTimeout)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
@@ -190,7 +192,7 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 	if err != nil {
 		return nil, false, err
 	}
-	flow, err := s.cfg.Flows.Get(cmp.Or(p.Flow, orderly.FlowStandard))
+	flow, err := s.cfg.Machine.Flow(cmp.Or(p.Flow, orderly.FlowStandard))
 	if err != nil {
 		return nil, false, err
 	}
@@ -253,7 +255,8 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 				Items: p.Items, Amount: amount, Currency: p.Currency, CouponID: p.CouponID,
 				CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
 			}
-			if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash}); err != nil {
+			_, timed := flow.TimedIn(o.State)
+			if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash, NoDeadline: !timed}); err != nil {
 				return err
 			}
 			if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: o.State, Event: orderly.EventCreate,
@@ -321,7 +324,7 @@ func (s *Service) load(ctx context.Context, tx store.Tx, id string) (*orderly.Or
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	flow, err := s.cfg.Flows.Get(cur.Flow)
+	flow, err := s.cfg.Machine.Flow(cur.Flow)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
@@ -342,7 +345,7 @@ var errAttemptChanged = errors.New("the order's payment attempt changed")
 // transaction), as payment inspection does at a timeout. Captured → the payment is applied
 // and the cancel refused (EILLEGAL, the order is paid); cancelled → the attempt is marked
 // failed (reason "cancelled by buyer") and the order closed with pay_status failed, its
-// releases written to the outbox, in one transaction; the gateway cannot tell → ECONFLICT,
+// reservations and coupon released (the close's effects), in one transaction; the gateway cannot tell → ECONFLICT,
 // nothing changes, the buyer may retry.
 func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*orderly.Order, error) {
 	for round := 1; ; round++ {
@@ -380,7 +383,7 @@ func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*
 // cancel closes order id for the buyer in one transaction: the attempt in flight, if any
 // (settled at the gateway when there is a gateway), is marked failed, the order moves to
 // closed with pay_status failed (or as it was, when no attempt was in flight), and the
-// releases are written to the outbox. errAttemptChanged: another attempt is in flight.
+// close's effects run (README.md "Flows"). errAttemptChanged: another attempt is in flight.
 func (s *Service) cancel(ctx context.Context, id, settled, actor, traceID string) (*orderly.Order, error) {
 	var o *orderly.Order
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
@@ -403,23 +406,16 @@ func (s *Service) cancel(ctx context.Context, id, settled, actor, traceID string
 			}
 			setPay = orderly.PayFailed
 		}
-		changed, err := Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+		changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{id}, From: cur.State, Event: orderly.EventCancel,
 			PayStatusIn: []orderly.PayStatus{cur.PayStatus}, SetPayStatus: setPay,
 			Now: now, CloseReason: orderly.CloseReasonBuyerCancelled,
 			Cause: string(orderly.CloseReasonBuyerCancelled), Actor: cmp.Or(actor, "buyer"), TraceID: traceID,
-		})
+		}, map[string]string{id: cur.CouponID})
 		if err != nil {
 			return err
 		} else if len(changed) == 0 {
 			return errAttemptChanged // changed since it was read: look again
-		}
-		msgs, err := CloseMessages(ctx, tx, []Closed{{ID: id, CouponID: cur.CouponID}}, orderly.CloseReasonBuyerCancelled, now)
-		if err != nil {
-			return err
-		}
-		if err := tx.OutboxInsert(ctx, msgs); err != nil {
-			return err
 		}
 		o, err = tx.OrderGet(ctx, id)
 		return err
@@ -444,10 +440,10 @@ func (s *Service) ApplyEvent(ctx context.Context, id string, event orderly.Event
 		if err != nil {
 			return err
 		}
-		changed, err := Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+		changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{id}, From: cur.State, Event: event, Now: now,
 			Cause: string(event), Actor: cmp.Or(actor, "merchant"), TraceID: traceID,
-		})
+		}, nil)
 		if err != nil {
 			return err
 		} else if len(changed) == 0 {

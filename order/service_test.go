@@ -191,9 +191,11 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
-// TestReleaseTwice: the release handlers of one cancelled order run eight times in
-// parallel from a start barrier before anything was released, then twice more in sequence;
-// stock and coupon are released exactly once and end where they started (I3).
+// TestReleaseTwice: the release effects of a close (release_reservations, release_coupon)
+// run eight times in parallel from a start barrier before anything was released, then twice
+// more in sequence, then the buyer cancel runs them once more in its own transaction, and
+// the outbox handlers that older versions wrote release messages for run on top; stock and
+// coupon are released exactly once and end where they started (I3).
 func TestReleaseTwice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -206,26 +208,17 @@ func TestReleaseTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Orders.CancelOrder(ctx, o.ID, "buyer", "trace-1"); err != nil {
-		t.Fatal(err)
-	}
-	var msgs []*orderly.Message
-	e.Read(t, func(tx store.Tx) (err error) {
-		msgs, err = tx.OutboxList(ctx, orderly.MessagePending, 10)
-		return err
-	})
-	topics := map[string]*orderly.Message{}
-	for _, m := range msgs {
-		topics[m.Topic] = m
-	}
-	if len(msgs) != 3 || topics[orderly.TopicReservationRelease] == nil || topics[orderly.TopicCouponRelease] == nil || topics[orderly.TopicOrderClosed] == nil {
-		t.Fatalf("cancel wrote %d messages: %v", len(msgs), topics)
-	}
-	handlers := order.ReleaseHandlers()
+	effects := order.Effects()
 	apply := func() {
 		err := e.Store.InTx(ctx, func(tx store.Tx) error {
-			for _, topic := range []string{orderly.TopicReservationRelease, orderly.TopicCouponRelease} {
-				if err := handlers[topic].Apply(ctx, tx, []*orderly.Message{topics[topic]}); err != nil {
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			b := &order.EffectBatch{Flow: orderly.StandardFlow, IDs: []string{o.ID}, Coupons: map[string]string{o.ID: c.ID},
+				Params: &store.OrdersTransitionParams{Now: now}}
+			for _, name := range []string{orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon} {
+				if err := effects[name](ctx, tx, b); err != nil {
 					return err
 				}
 			}
@@ -258,6 +251,38 @@ func TestReleaseTwice(t *testing.T) {
 	}
 	if cp, _ := e.Orders.Coupon(ctx, c.ID); cp.State != orderly.CouponAvailable || cp.OrderID != "" {
 		t.Fatalf("coupon %s/%q", cp.State, cp.OrderID)
+	}
+	// The cancel runs the same effects in its transaction: nothing more moves; it writes
+	// only the order.closed event to the outbox.
+	if _, err := e.Orders.CancelOrder(ctx, o.ID, "buyer", "trace-1"); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*orderly.Message
+	e.Read(t, func(tx store.Tx) (err error) {
+		msgs, err = tx.OutboxList(ctx, orderly.MessagePending, 10)
+		return err
+	})
+	if len(msgs) != 1 || msgs[0].Topic != orderly.TopicOrderClosed {
+		t.Fatalf("cancel wrote %d messages (%v), want only %s", len(msgs), msgs, orderly.TopicOrderClosed)
+	}
+	// Release messages written by an older version and delivered now release nothing more.
+	handlers := order.ReleaseHandlers()
+	err = e.Store.InTx(ctx, func(tx store.Tx) error {
+		for topic, payload := range map[string]string{
+			orderly.TopicReservationRelease: `{"order_id":"` + o.ID + `"}`,
+			orderly.TopicCouponRelease:      `{"coupon_id":"` + c.ID + `","order_id":"` + o.ID + `"}`,
+		} {
+			if err := handlers[topic].Apply(ctx, tx, []*orderly.Message{{Topic: topic, Key: o.ID, Payload: []byte(payload)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := e.StockOf(t, "A"); s != (orderly.Stock{SKU: "A", Available: 10}) {
+		t.Fatalf("stock %+v after the cancel and old release messages, want 10 available", s)
 	}
 	got := e.OrderOf(t, o.ID)
 	trail := e.StateTrail(t, o.ID)

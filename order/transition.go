@@ -3,66 +3,189 @@ package order
 import (
 	"context"
 	"fmt"
-	"time"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 )
 
+// Effect is a named effect of transitions (orderly.FlowTransition.Effects). It runs in the
+// transition's own transaction tx, once per batch, on the orders that changed; it must be
+// set-based and guarded (a repeat changes nothing), and it writes to the outbox whatever
+// leaves the database. An error rolls the transition back.
+type Effect func(ctx context.Context, tx store.Tx, b *EffectBatch) error
+
+// EffectBatch is what an effect is applied to: the orders that one transition changed.
+type EffectBatch struct {
+	// Machine is the machine that applies the transition: an effect that moves other orders
+	// (a group's success moves its paid members) does it through Machine.Transition.
+	Machine    *Machine
+	Flow       *orderly.Flow
+	Transition orderly.FlowTransition // the row of the flow's table that applied
+	IDs        []string               // the orders that changed, at least one
+	// Coupons maps an order id to the coupon it froze; orders without one are absent.
+	Coupons map[string]string
+	// Params are the transition's parameters: Now (database clock), CloseReason, Actor,
+	// Cause, TraceID.
+	Params *store.OrdersTransitionParams
+}
+
+// Machine applies transitions: the one function through which an order's state changes
+// (I6), for every flow. It holds the flow registry and the effects registry, built once at
+// the composition root (package engine) and shared by every service. See README.md "Flows".
+type Machine struct {
+	flows   orderly.Flows
+	effects map[string]Effect
+}
+
+// NewMachine returns a Machine over flows with the built-in effects (Effects) and extra,
+// the effects of other packages (a flow's own package registers its effects here). It
+// returns an error when an effect is registered twice or a flow names an effect that is not
+// registered: a flow that cannot run is refused at start, not at its first transition.
+func NewMachine(flows orderly.Flows, extra ...map[string]Effect) (*Machine, error) {
+	m := &Machine{flows: flows, effects: Effects()}
+	for _, e := range extra {
+		for name, fn := range e {
+			if _, dup := m.effects[name]; dup || strings.HasPrefix(name, orderly.EffectPublish) {
+				return nil, fmt.Errorf("order: effect %q is registered twice or uses the reserved prefix %q", name, orderly.EffectPublish)
+			}
+			m.effects[name] = fn
+		}
+	}
+	for _, name := range flows.Names() {
+		f := flows[name]
+		if err := f.Validate(); err != nil {
+			return nil, err
+		}
+		for _, t := range f.Transitions {
+			for _, e := range t.Effects {
+				if _, ok := m.effects[e]; !ok && !strings.HasPrefix(e, orderly.EffectPublish) {
+					return nil, fmt.Errorf("order: flow %s: %s names effect %q, which no package registered (have %s)",
+						f.Name, t, e, strings.Join(slices.Sorted(maps.Keys(m.effects)), ", "))
+				}
+			}
+		}
+	}
+	return m, nil
+}
+
+// DefaultMachine returns a Machine over orderly.DefaultFlows with the built-in effects.
+func DefaultMachine() *Machine {
+	m, err := NewMachine(orderly.DefaultFlows())
+	if err != nil {
+		panic(err) // the built-in flows name only built-in effects; a test covers it
+	}
+	return m
+}
+
+// Flows returns the flow registry.
+func (m *Machine) Flows() orderly.Flows { return m.flows }
+
+// Flow returns the named flow; EINVALID when there is none.
+func (m *Machine) Flow(name string) (*orderly.Flow, error) { return m.flows.Get(name) }
+
 // Transition is the only way an order changes state (I6). It asks the flow's table for the
-// state that p.Event leads to from p.From (EILLEGAL if none), then applies the guarded
-// update and the audit rows through tx.OrdersTransition. It returns the ids that changed;
-// ids missing from the result were changed concurrently and must be left alone.
-func Transition(ctx context.Context, tx store.Tx, flow *orderly.Flow, p *store.OrdersTransitionParams) ([]string, error) {
-	to, err := flow.Next(p.From, p.Event)
+// row that p.Event takes from p.From (EILLEGAL if none), applies the guarded update and the
+// audit rows through tx.OrdersTransition (wake_at follows the new state: its deadline when
+// the state is timed, none otherwise), then runs the row's effects in order on the orders
+// that changed, in tx. coupons maps order ids to the coupon each froze (nil when none did).
+// It returns the ids that changed; ids missing from the result were changed concurrently
+// and must be left alone.
+func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flow, p *store.OrdersTransitionParams, coupons map[string]string) ([]string, error) {
+	row, err := flow.Transition(p.From, p.Event)
 	if err != nil {
 		return nil, err
 	}
-	p.To = to
+	p.To = row.To
+	_, p.Timed = flow.TimedIn(row.To)
 	changed, err := tx.OrdersTransition(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("transition %s on %s: %w", p.From, p.Event, err)
 	}
+	if len(changed) == 0 || len(row.Effects) == 0 {
+		return changed, nil
+	}
+	b := &EffectBatch{Machine: m, Flow: flow, Transition: *row, IDs: changed, Coupons: coupons, Params: p}
+	for _, name := range row.Effects {
+		var err error
+		if topic, ok := strings.CutPrefix(name, orderly.EffectPublish); ok {
+			err = publish(ctx, tx, topic, b)
+		} else if fn := m.effects[name]; fn != nil {
+			err = fn(ctx, tx, b)
+		} else {
+			err = fmt.Errorf("effect %q is not registered", name) // NewMachine refuses such flows
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s of %s (%d orders): %w", name, row, len(changed), err)
+		}
+	}
 	return changed, nil
 }
 
-// Closed is an order that was just closed, with what its close must release.
-type Closed struct {
-	ID       string
-	CouponID string // "" when the order froze no coupon
+// Effects returns the built-in effects, implemented here because package order owns
+// reservations and coupons (orderly.EffectReleaseReservations, …).
+func Effects() map[string]Effect {
+	return map[string]Effect{
+		orderly.EffectReleaseReservations: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
+			_, err := tx.ReservationsReleaseMany(ctx, b.IDs, b.Params.Now)
+			return err
+		},
+		orderly.EffectCommitReservations: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
+			for _, id := range b.IDs {
+				if _, err := tx.ReservationsCommit(ctx, id, b.Params.Now); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		orderly.EffectReleaseCoupon: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
+			refs := b.couponRefs()
+			if len(refs) == 0 {
+				return nil
+			}
+			_, err := tx.CouponsRelease(ctx, refs, b.Params.Now)
+			return err
+		},
+		orderly.EffectUseCoupon: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
+			for _, r := range b.couponRefs() {
+				ok, err := tx.CouponUse(ctx, r.CouponID, r.OrderID)
+				if err != nil {
+					return err
+				} else if !ok {
+					// The order froze it and only its own close or payment moves it; a coupon
+					// not frozen by this order here is a broken invariant, not a race.
+					return fmt.Errorf("coupon %s is not frozen by order %s", r.CouponID, r.OrderID)
+				}
+			}
+			return nil
+		},
+	}
 }
 
-// CloseMessages returns the outbox messages that a close writes in its own transaction tx:
-// release the reservations, release the coupon (when there is one) and the order.closed
-// event (README.md "How it works"), all keyed by the order id, in that order, the event with the
-// order's next event sequence (reserved in tx).
-func CloseMessages(ctx context.Context, tx store.Tx, closed []Closed, reason orderly.CloseReason, now time.Time) ([]*store.OutboxInsertParams, error) {
-	ids := make([]string, len(closed))
-	payloads := make([]orderly.Sequenced, len(closed))
-	for i, c := range closed {
-		ids[i] = c.ID
-		payloads[i] = &orderly.OrderEvent{OrderID: c.ID, State: orderly.StateClosed, Reason: string(reason), At: now}
+// couponRefs returns the (coupon, order) pairs of the changed orders that froze a coupon.
+func (b *EffectBatch) couponRefs() []orderly.CouponRef {
+	var refs []orderly.CouponRef
+	for _, id := range b.IDs {
+		if c := b.Coupons[id]; c != "" {
+			refs = append(refs, orderly.CouponRef{CouponID: c, OrderID: id})
+		}
 	}
-	events, err := outbox.NewEvents(ctx, tx, orderly.TopicOrderClosed, ids, payloads, now)
+	return refs
+}
+
+// publish writes the event topic about each changed order to the outbox: an OrderEvent
+// keyed by the order id with its next event sequence (reserved in tx).
+func publish(ctx context.Context, tx store.Tx, topic string, b *EffectBatch) error {
+	payloads := make([]orderly.Sequenced, len(b.IDs))
+	for i, id := range b.IDs {
+		payloads[i] = &orderly.OrderEvent{OrderID: id, State: b.Transition.To, Reason: string(b.Params.CloseReason), At: b.Params.Now}
+	}
+	msgs, err := outbox.NewEvents(ctx, tx, topic, b.IDs, payloads, b.Params.Now)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	msgs := make([]*store.OutboxInsertParams, 0, 3*len(closed))
-	for i, c := range closed {
-		m, err := outbox.NewMessage(orderly.TopicReservationRelease, c.ID, orderly.OrderRef{OrderID: c.ID}, now)
-		if err != nil {
-			return nil, err
-		}
-		msgs = append(msgs, m)
-		if c.CouponID != "" {
-			m, err := outbox.NewMessage(orderly.TopicCouponRelease, c.ID, orderly.CouponRef{CouponID: c.CouponID, OrderID: c.ID}, now)
-			if err != nil {
-				return nil, err
-			}
-			msgs = append(msgs, m)
-		}
-		msgs = append(msgs, events[i])
-	}
-	return msgs, nil
+	return tx.OutboxInsert(ctx, msgs)
 }

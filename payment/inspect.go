@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -203,14 +202,14 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 		complete = !slices.ContainsFunc(payments, func(p *orderly.Payment) bool { return p.State == orderly.PaymentRefundPending })
 	}
 	if complete {
-		flow, err := s.cfg.Flows.Get(o.Flow)
+		flow, err := s.cfg.Machine.Flow(o.Flow)
 		if err != nil {
 			return err
 		}
-		if _, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+		if _, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{o.ID}, From: orderly.StateRefunding, Event: orderly.EventRefundComplete,
 			SetPayStatus: orderly.PayRefunded, Now: now, Cause: "payment " + ref.PaymentID, Actor: "gateway",
-		}); err != nil {
+		}, nil); err != nil {
 			return err
 		}
 	}

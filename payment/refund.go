@@ -73,7 +73,7 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 	if err != nil {
 		return err
 	}
-	flow, err := s.cfg.Flows.Get(o.Flow)
+	flow, err := s.cfg.Machine.Flow(o.Flow)
 	if err != nil {
 		return err
 	}
@@ -94,17 +94,17 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 		if from != orderly.StateRefunding {
 			// Cannot happen through CreateRefund, which moves the order to refunding when the
 			// requested total reaches the amount; kept so the flow is followed regardless.
-			if _, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+			if _, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 				IDs: []string{o.ID}, From: from, Event: orderly.EventRefund, Now: now, Cause: cause, Actor: "gateway",
-			}); err != nil {
+			}, nil); err != nil {
 				return err
 			}
 			from = orderly.StateRefunding
 		}
-		changed, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+		changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{o.ID}, From: from, Event: orderly.EventRefundComplete,
 			SetPayStatus: orderly.PayRefunded, Now: now, Cause: cause, Actor: "gateway",
-		})
+		}, nil)
 		if err != nil {
 			return err
 		} else if len(changed) != 1 {
@@ -117,11 +117,11 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 		}
 		msgs = append(msgs, ev)
 	} else {
-		changed, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+		changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{o.ID}, From: o.State, Event: orderly.EventPartialRefund,
 			PayStatusIn:  []orderly.PayStatus{orderly.PayPaid, orderly.PayPartiallyRefunded},
 			SetPayStatus: orderly.PayPartiallyRefunded, Now: now, Cause: cause, Actor: "gateway",
-		})
+		}, nil)
 		if err != nil {
 			return err
 		} else if len(changed) != 1 {

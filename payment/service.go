@@ -21,7 +21,9 @@ import (
 type Config struct {
 	Store   store.Store
 	Gateway orderly.Gateway
-	Flows   orderly.Flows // nil → orderly.DefaultFlows()
+	// Machine applies transitions and their effects; nil → order.DefaultMachine(). The
+	// composition root (package engine) builds one and gives it to every service.
+	Machine *order.Machine
 	// Channel is recorded on attempts that name none; "sim".
 	Channel string
 	// WakeRelay, when set, is called after a commit that wrote outbox messages.
@@ -43,8 +45,8 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Gateway == nil {
 		return nil, errors.New("payment: Config.Store and Config.Gateway are required")
 	}
-	if cfg.Flows == nil {
-		cfg.Flows = orderly.DefaultFlows()
+	if cfg.Machine == nil {
+		cfg.Machine = order.DefaultMachine()
 	}
 	cfg.Channel = cmp.Or(cfg.Channel, "sim")
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
@@ -326,41 +328,26 @@ func (s *Service) applySuccess(ctx context.Context, tx store.Tx, p *orderly.Paym
 	if err != nil {
 		return nil, err
 	}
-	flow, err := s.cfg.Flows.Get(o.Flow)
+	flow, err := s.cfg.Machine.Flow(o.Flow)
 	if err != nil {
 		return nil, err
 	}
 	var changed []string
-	if o.State == orderly.StatePendingPayment {
-		changed, err = order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
-			IDs: []string{o.ID}, From: orderly.StatePendingPayment, Event: orderly.EventPay,
+	// The order takes the payment when its flow has a pay transition from its state (the
+	// transition's effects commit the reservations, use the coupon, publish order.paid, and
+	// whatever else the flow declares).
+	if _, err := flow.Transition(o.State, orderly.EventPay); err == nil {
+		changed, err = s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+			IDs: []string{o.ID}, From: o.State, Event: orderly.EventPay,
 			PayStatusIn:  []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
 			SetPayStatus: orderly.PayPaid, SetPaidAt: true, Now: now, Cause: "payment " + p.ID, Actor: actor,
-		})
+		}, map[string]string{o.ID: o.CouponID})
 		if err != nil {
 			return nil, err
 		}
 	}
 	res := &orderly.CallbackResult{Applied: true}
-	if len(changed) == 1 {
-		if _, err := tx.ReservationsCommit(ctx, o.ID, now); err != nil {
-			return nil, err
-		}
-		if o.CouponID != "" {
-			if ok, err := tx.CouponUse(ctx, o.CouponID, o.ID); err != nil {
-				return nil, err
-			} else if !ok {
-				return nil, fmt.Errorf("use coupon %s of order %s: not frozen by it", o.CouponID, o.ID)
-			}
-		}
-		m, err := outbox.NewEvent(ctx, tx, orderly.TopicOrderPaid, o.ID, &orderly.OrderEvent{OrderID: o.ID, State: orderly.StatePaid, At: now}, now)
-		if err != nil {
-			return nil, err
-		}
-		if err := tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m}); err != nil {
-			return nil, err
-		}
-	} else {
+	if len(changed) != 1 {
 		// The order no longer takes this payment (closed, or paid by another attempt).
 		if _, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
 			ID: p.ID, From: []orderly.PaymentState{orderly.PaymentSucceeded}, To: orderly.PaymentRefundPending,

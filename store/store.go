@@ -59,10 +59,10 @@ type Tx interface {
 	// TransitionInsert writes one audit row that no other method writes (the creation row
 	// of an order, event create); tr.ID is not set.
 	TransitionInsert(ctx context.Context, tr *orderly.Transition) error
-	// OrdersDue claims up to Limit open orders whose wake_at <= Now, oldest wake_at first,
-	// locking them where the dialect can (FOR UPDATE SKIP LOCKED).
+	// OrdersDue claims up to Limit orders in a timed state (any flow) whose wake_at <= Now,
+	// oldest wake_at first, locking them where the dialect can (FOR UPDATE SKIP LOCKED).
 	OrdersDue(ctx context.Context, params *OrdersDueParams) ([]*DueOrder, error)
-	// OrdersOpen returns open orders: those in IDs when set, else up to Limit with
+	// OrdersOpen returns open orders (in a timed state, wake_at set): those in IDs when set, else up to Limit with
 	// id > AfterID, by id (keyset pagination over every open order).
 	OrdersOpen(ctx context.Context, params *OrdersOpenParams) ([]*DueOrder, error)
 	// OrdersSetWakeAt moves the wake_at of open orders (used to back off payment inspection).
@@ -225,6 +225,10 @@ type OrderInsertParams struct {
 	Order          *orderly.Order
 	IdempotencyKey string // "" for none
 	RequestHash    string // hash of the request that created the order, for EIDEMPOTENCY
+	// NoDeadline says that the order's initial state is not a timed state of its flow
+	// (orderly.Flow.TimedIn): wake_at stays NULL and no closer looks at the order. By
+	// default wake_at = close_at.
+	NoDeadline bool
 }
 
 // OrdersTransitionParams is the input of Tx.OrdersTransition. Zero-valued optional guards
@@ -246,9 +250,12 @@ type OrdersTransitionParams struct {
 	CloseReason orderly.CloseReason
 	// SetPaidAt sets paid_at = Now.
 	SetPaidAt bool
-	Cause     string
-	Actor     string
-	TraceID   string
+	// Timed says that To is a timed state of the order's flow: wake_at becomes close_at
+	// (the closer looks at the order at its deadline); otherwise wake_at becomes NULL.
+	Timed   bool
+	Cause   string
+	Actor   string
+	TraceID string
 }
 
 // OrderSetPayStatusParams is the input of Tx.OrderSetPayStatus.
@@ -288,6 +295,7 @@ type OrdersOpenParams struct {
 type DueOrder struct {
 	ID               string
 	Flow             string
+	State            orderly.State // a timed state of Flow
 	PayStatus        orderly.PayStatus
 	CurrentPaymentID string
 	CouponID         string

@@ -59,10 +59,31 @@ type DelayQueue interface {
 	Remove(ctx context.Context, ids []string) error
 }
 
+// Timed is a kind of timed entity besides orders (group-buy groups, wallet holds): it keeps
+// its own deadlines in its own table, and the closer's timer, sweep and deep check drive it
+// as they drive orders, with no code of its own in the closer. Every method runs in the
+// closer's transaction; "due" is decided by the database clock (now comes from tx.Now).
+type Timed interface {
+	// Name names the kind in logs, metrics and audit rows ("group").
+	Name() string
+	// NextWakeAt returns the earliest deadline among the entities that wait on one;
+	// ok=false when none does.
+	NextWakeAt(ctx context.Context, tx store.Tx) (at time.Time, ok bool, err error)
+	// FireDue claims up to limit entities whose deadline <= now, locking them where the
+	// dialect can (SKIP LOCKED), and fires their timed event in tx (trigger is the actor of
+	// audit rows). It returns how many it claimed and how many changed.
+	FireDue(ctx context.Context, tx store.Tx, now time.Time, limit int, trigger string) (claimed, fired int, err error)
+	// OverdueCount counts the entities still waiting whose deadline is before before.
+	OverdueCount(ctx context.Context, tx store.Tx, before time.Time) (int64, error)
+}
+
 // Config configures a Closer. Zero values mean the documented defaults.
 type Config struct {
 	Store store.Store
-	Flows orderly.Flows // nil → orderly.DefaultFlows()
+	// Machine applies the timed events through the orders' flows; nil → order.DefaultMachine().
+	Machine *order.Machine
+	// Timed are the other kinds of timed entities (groups, …), driven like orders.
+	Timed []Timed
 	// Inspector settles paying orders at close time; nil means they wait for InspectionHold.
 	Inspector Inspector
 	// DelayQueue, when set, replaces the database-driven precise timer (see DelayQueue).
@@ -132,8 +153,8 @@ func NewCloser(cfg Config) (*Closer, error) {
 		cfg.InspectionBackoff < 0 || cfg.InspectionHold < 0 || cfg.InspectionTimeout < 0 || cfg.PassTimeout < 0 {
 		return nil, errors.New("timeout: Config values must not be negative")
 	}
-	if cfg.Flows == nil {
-		cfg.Flows = orderly.DefaultFlows()
+	if cfg.Machine == nil {
+		cfg.Machine = order.DefaultMachine()
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 1000)
 	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, 5*time.Second)
@@ -156,9 +177,10 @@ func NewCloser(cfg Config) (*Closer, error) {
 
 // PassResult is what one claim-and-close call did.
 type PassResult struct {
-	Claimed   int // due orders claimed
-	Closed    int // orders closed for payment timeout
+	Claimed   int // due orders and other timed entities claimed
+	Closed    int // orders whose timed event fired (closed for payment timeout in the built-in flows)
 	Inspected int // paying orders whose payment was inspected
+	Fired     int // other timed entities (Config.Timed) whose deadline fired
 }
 
 // CloseDue claims and closes due orders in batches until a batch comes back short
@@ -192,8 +214,48 @@ func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) 
 			}
 		}
 		if res.Claimed < c.cfg.BatchSize {
-			c.cfg.Metrics.CloserPasses.WithLabelValues(trigger).Inc()
-			return total, nil
+			break
+		}
+	}
+	for _, t := range c.cfg.Timed {
+		claimed, fired, err := c.fireTimed(ctx, t, trigger, fence)
+		total.Claimed += claimed
+		total.Fired += fired
+		if err != nil {
+			return total, err
+		}
+	}
+	c.cfg.Metrics.CloserPasses.WithLabelValues(trigger).Inc()
+	return total, nil
+}
+
+// fireTimed fires the due entities of one Timed kind in batches until a batch comes back
+// short, each batch in one transaction under the fence.
+func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence job.Fence) (claimed, fired int, err error) {
+	for {
+		var n, f int
+		err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			if fence != nil {
+				if err := fence(ctx, tx); err != nil {
+					return err
+				}
+			}
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			n, f, err = t.FireDue(ctx, tx, now, c.cfg.BatchSize, trigger)
+			return err
+		})
+		if err != nil {
+			return claimed, fired, fmt.Errorf("%s deadlines (%s): %w", t.Name(), trigger, err)
+		}
+		claimed, fired = claimed+n, fired+f
+		if f > 0 {
+			c.cfg.WakeRelay()
+		}
+		if n < c.cfg.BatchSize {
+			return claimed, fired, nil
 		}
 	}
 }
@@ -229,9 +291,11 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 			}
 		}
 		res.Claimed = len(due)
-		// Group by flow and by whether the close may take a paying order (its hold expired).
+		// Group by flow, state and whether the event may take a paying order (its
+		// inspection hold expired): each group is one guarded transition.
 		type group struct {
 			flow   string
+			state  orderly.State
 			forced bool
 		}
 		groups := map[group][]*store.DueOrder{}
@@ -246,44 +310,47 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 				}
 				forced = true
 			}
-			g := group{d.Flow, forced}
+			g := group{d.Flow, d.State, forced}
 			groups[g] = append(groups[g], d)
 		}
 		for g, orders := range groups {
-			flow, err := c.cfg.Flows.Get(g.flow)
+			flow, err := c.cfg.Machine.Flow(g.flow)
 			if err != nil {
 				return err
 			}
+			timed, ok := flow.TimedIn(g.state)
+			if !ok {
+				// wake_at is set only in timed states: a flow changed under its orders.
+				return fmt.Errorf("flow %s declares no deadline for state %s, where %d orders wait (first %s)", flow.Name, g.state, len(orders), orders[0].ID)
+			}
 			payIn := []orderly.PayStatus{orderly.PayUnpaid, orderly.PayFailed}
-			cause := string(orderly.CloseReasonPaymentTimeout)
+			cause := string(timed.Event)
+			if timed.CloseReason != "" {
+				cause = string(timed.CloseReason)
+			}
 			if g.forced {
 				payIn = append(payIn, orderly.PayPaying)
 				cause += "; payment unknown after inspection hold"
 			}
 			ids := make([]string, len(orders))
 			byID := make(map[string]*store.DueOrder, len(orders))
+			coupons := map[string]string{}
 			for i, d := range orders {
 				ids[i], byID[d.ID] = d.ID, d
+				if d.CouponID != "" {
+					coupons[d.ID] = d.CouponID
+				}
 			}
-			changed, err := order.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
-				IDs: ids, From: orderly.StatePendingPayment, Event: orderly.EventTimeout,
-				PayStatusIn: payIn, CloseAtBy: &now, Now: now, CloseReason: orderly.CloseReasonPaymentTimeout,
+			changed, err := c.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
+				IDs: ids, From: g.state, Event: timed.Event,
+				PayStatusIn: payIn, CloseAtBy: &now, Now: now, CloseReason: timed.CloseReason,
 				Cause: cause, Actor: trigger,
-			})
+			}, coupons)
 			if err != nil {
 				return err
 			}
-			rel := make([]order.Closed, len(changed))
-			for i, id := range changed {
-				rel[i] = order.Closed{ID: id, CouponID: byID[id].CouponID}
+			for _, id := range changed {
 				closed = append(closed, byID[id])
-			}
-			msgs, err := order.CloseMessages(ctx, tx, rel, orderly.CloseReasonPaymentTimeout, now)
-			if err != nil {
-				return err
-			}
-			if err := tx.OutboxInsert(ctx, msgs); err != nil {
-				return err
 			}
 		}
 		return tx.OrdersSetWakeAt(ctx, inspect, now.Add(c.cfg.InspectionBackoff))
@@ -361,7 +428,7 @@ func (c *Closer) inspect(ctx context.Context, trigger string, paying []*store.Du
 			}
 			if status == orderly.GatewayFailed {
 				mu.Lock()
-				failed = append(failed, &store.DueOrder{ID: d.ID, Flow: d.Flow, PayStatus: orderly.PayFailed, CouponID: d.CouponID, CloseAt: d.CloseAt})
+				failed = append(failed, &store.DueOrder{ID: d.ID, Flow: d.Flow, State: d.State, PayStatus: orderly.PayFailed, CouponID: d.CouponID, CloseAt: d.CloseAt})
 				mu.Unlock()
 			}
 		}()

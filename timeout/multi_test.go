@@ -142,8 +142,9 @@ func TestConcurrentSweeps(t *testing.T) {
 				if !rep.OK() || rep.OrdersByState[string(orderly.StateClosed)] != 1000 || rep.EarlyCloses != 0 {
 					t.Fatalf("verify: %d closed, %d early, violations %v", rep.OrdersByState[string(orderly.StateClosed)], rep.EarlyCloses, rep.Violations)
 				}
-				if got := rep.OutboxByState[orderly.MessageDelivered]; got != 3000 {
-					t.Fatalf("%d messages delivered, want 3000 (one release, one coupon, one event per order)", got)
+				// The releases ran in the closes' transactions: the outbox carried only the events.
+				if got := rep.OutboxByState[orderly.MessageDelivered]; got != 1000 {
+					t.Fatalf("%d messages delivered, want 1000 (one order.closed per order)", got)
 				}
 			})
 		}

@@ -3,6 +3,7 @@ package timeout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/orderlyhq/orderly/job"
@@ -209,8 +210,19 @@ func (c *Closer) runTimer(ctx context.Context) {
 
 func (c *Closer) nextWakeAt(ctx context.Context) (next time.Time, ok bool, err error) {
 	err = c.cfg.Store.Read(ctx, func(tx store.Tx) error {
-		next, ok, err = tx.OrderNextWakeAt(ctx)
-		return err
+		if next, ok, err = tx.OrderNextWakeAt(ctx); err != nil {
+			return err
+		}
+		for _, t := range c.cfg.Timed {
+			at, tok, err := t.NextWakeAt(ctx, tx)
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.Name(), err)
+			}
+			if tok && (!ok || at.Before(next)) {
+				next, ok = at, true
+			}
+		}
+		return nil
 	})
 	return next, ok, err
 }
@@ -237,8 +249,17 @@ func (c *Closer) DeepCheck(ctx context.Context, fence job.Fence) (scanned, chang
 		if err != nil {
 			return err
 		}
-		overdue, err = tx.OrdersOverdueCount(ctx, now.Add(-c.cfg.DeepCheckTolerance))
-		return err
+		if overdue, err = tx.OrdersOverdueCount(ctx, now.Add(-c.cfg.DeepCheckTolerance)); err != nil {
+			return err
+		}
+		for _, t := range c.cfg.Timed {
+			n, err := t.OverdueCount(ctx, tx, now.Add(-c.cfg.DeepCheckTolerance))
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.Name(), err)
+			}
+			overdue += n
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, 0, err

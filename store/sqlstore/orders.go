@@ -14,7 +14,7 @@ import (
 )
 
 // dueColumns are the columns of a store.DueOrder.
-const dueColumns = `orders.id, flow, pay_status, current_payment_id, coupon_id, close_at, wake_at`
+const dueColumns = `orders.id, flow, state, pay_status, current_payment_id, coupon_id, close_at, wake_at`
 
 const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
 	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version, refunded_amount`
@@ -34,7 +34,8 @@ var (
 	})
 	qOrdersTransition = newQuery(func(d *dialect) string {
 		return d.updateByIDs("orders", "id", d.ids, `state = ?, version = version + 1, pay_status = COALESCE(?, pay_status),
-			close_reason = COALESCE(?, close_reason), closed_at = COALESCE(?, closed_at), paid_at = COALESCE(?, paid_at)`, `state = ?`)
+			close_reason = COALESCE(?, close_reason), closed_at = COALESCE(?, closed_at), paid_at = COALESCE(?, paid_at),
+			wake_at = CASE WHEN ? = 1 THEN close_at ELSE NULL END`, `state = ?`)
 	})
 	qTransitionsInsert = newQuery(func(d *dialect) string {
 		return `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at, trace_id,
@@ -56,22 +57,22 @@ var (
 			WHERE id = ? AND state = ? AND pay_status IN (` + stateIn + `) AND (? = '' OR current_payment_id = ?)`
 	})
 	qOrdersDue = newQuery(func(d *dialect) string {
-		return `SELECT ` + dueColumns + ` FROM orders` + d.forceIndex("orders_state_wake_at") + `
-			WHERE state = 'pending_payment' AND wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
+		return `SELECT ` + dueColumns + ` FROM orders` + d.forceIndex("orders_wake_at") + `
+			WHERE wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
 	})
 	qOrdersDueByIDs = newQuery(func(d *dialect) string {
-		return d.selectByIDs(dueColumns, "orders", "id", d.ids, `state = 'pending_payment' AND wake_at <= ?`,
+		return d.selectByIDs(dueColumns, "orders", "id", d.ids, `wake_at <= ?`,
 			` ORDER BY wake_at LIMIT ?`+d.skipLocked)
 	})
 	qOrdersOpenByIDs = newQuery(func(d *dialect) string {
-		return d.selectByIDs(dueColumns, "orders", "id", d.ids, `state = 'pending_payment'`, ` ORDER BY orders.id`)
+		return d.selectByIDs(dueColumns, "orders", "id", d.ids, `wake_at IS NOT NULL`, ` ORDER BY orders.id`)
 	})
-	qOrdersOpenPage  = sqlText(`SELECT ` + dueColumns + ` FROM orders WHERE state = 'pending_payment' AND id > ? ORDER BY id LIMIT ?`)
+	qOrdersOpenPage  = sqlText(`SELECT ` + dueColumns + ` FROM orders WHERE wake_at IS NOT NULL AND id > ? ORDER BY id LIMIT ?`)
 	qOrdersSetWakeAt = newQuery(func(d *dialect) string {
-		return d.updateByIDs("orders", "id", d.ids, `wake_at = ?`, `state = 'pending_payment'`)
+		return d.updateByIDs("orders", "id", d.ids, `wake_at = ?`, `wake_at IS NOT NULL`)
 	})
-	qOrderNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM orders WHERE state = 'pending_payment'`)
-	qOrdersOverdueCount = sqlText(`SELECT COUNT(*) FROM orders WHERE state = 'pending_payment' AND close_at < ? AND wake_at < ?`)
+	qOrderNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM orders WHERE wake_at IS NOT NULL`)
+	qOrdersOverdueCount = sqlText(`SELECT COUNT(*) FROM orders WHERE wake_at < ? AND close_at < ?`)
 	qOrderList          = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? ORDER BY id LIMIT ?`)
 	qTransitionList     = sqlText(`SELECT id, order_id, from_state, to_state, event, cause, actor, at, trace_id,
 		pay_status_from, pay_status_to FROM order_transitions WHERE order_id = ? ORDER BY id`)
@@ -80,6 +81,14 @@ var (
 // allPayStatuses is the pay-status guard that lets every order through.
 var allPayStatuses = []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayPaid, orderly.PayFailed,
 	orderly.PayRefunded, orderly.PayPartiallyRefunded}
+
+// boolInt is a boolean parameter as every dialect compares it: 1 or 0.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // noCloseAtGuard is the close_at guard that lets every order through.
 const noCloseAtGuard = int64(1<<63 - 1)
@@ -91,10 +100,14 @@ func (t *tx) OrderInsert(ctx context.Context, p *store.OrderInsertParams) error 
 	if err != nil {
 		return fmt.Errorf("insert order %s: %w", o.ID, err)
 	}
+	var wakeAt sql.NullInt64 // an order waits on its deadline only in a timed state
+	if !p.NoDeadline {
+		wakeAt = sql.NullInt64{Int64: ms(o.CloseAt), Valid: true}
+	}
 	_, err = t.exec(ctx, "order "+o.ID, qOrderInsert,
 		o.ID, o.UserID, o.Flow, o.State, o.PayStatus, string(items), o.Amount, o.Currency,
 		nullString(o.CouponID), nullString(o.CurrentPaymentID), ms(o.CreatedAt), ms(o.ExpiresAt),
-		ms(o.CloseAt), ms(o.CloseAt), nullMS(o.ClosedAt), nullString(string(o.CloseReason)), nullMS(o.PaidAt),
+		ms(o.CloseAt), wakeAt, nullMS(o.ClosedAt), nullString(string(o.CloseReason)), nullMS(o.PaidAt),
 		o.Version, nullString(p.IdempotencyKey), nullString(p.RequestHash))
 	return err
 }
@@ -193,7 +206,7 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 	}
 	ids := jsonList(changed)
 	n, err := t.exec(ctx, fmt.Sprintf("transition orders %s -> %s", p.From, p.To), qOrdersTransition, t.db.d.byIDsArgs(ids,
-		[]any{p.To, nullString(string(p.SetPayStatus)), nullString(string(p.CloseReason)), closedAt, paidAt}, []any{p.From})...)
+		[]any{p.To, nullString(string(p.SetPayStatus)), nullString(string(p.CloseReason)), closedAt, paidAt, boolInt(p.Timed)}, []any{p.From})...)
 	if err != nil {
 		return nil, err
 	} else if n != int64(len(changed)) {
@@ -279,7 +292,7 @@ func (t *tx) dueOrders(ctx context.Context, q *query, args ...any) ([]*store.Due
 			paymentID, couponID sql.NullString
 			closeAt, wakeAt     int64
 		)
-		if err := rows.Scan(&d.ID, &d.Flow, &d.PayStatus, &paymentID, &couponID, &closeAt, &wakeAt); err != nil {
+		if err := rows.Scan(&d.ID, &d.Flow, &d.State, &d.PayStatus, &paymentID, &couponID, &closeAt, &wakeAt); err != nil {
 			return nil, fmt.Errorf("due orders: %w", err)
 		}
 		d.CurrentPaymentID, d.CouponID, d.CloseAt, d.WakeAt = paymentID.String, couponID.String, fromMS(closeAt), fromMS(wakeAt)

@@ -94,6 +94,8 @@ func insertOrder(t *testing.T, s store.Store, o *orderOpts) *orderly.Order {
 	inTx(t, s, func(tx store.Tx) error {
 		return tx.OrderInsert(t.Context(), &store.OrderInsertParams{
 			Order: ord, IdempotencyKey: o.IdempotencyKey, RequestHash: o.RequestHash,
+			// The standard flow's only timed state is pending_payment.
+			NoDeadline: ord.State != orderly.StatePendingPayment,
 		})
 	})
 	return ord

@@ -540,12 +540,12 @@ func testOrdersDue(t *testing.T, open opener) {
 			return tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: limit})
 		})
 	}
-	late := &store.DueOrder{ID: "late", Flow: orderly.FlowStandard, PayStatus: orderly.PayUnpaid, CouponID: "coupon-1",
+	late := &store.DueOrder{ID: "late", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment, PayStatus: orderly.PayUnpaid, CouponID: "coupon-1",
 		CloseAt: now.Add(-2 * time.Minute), WakeAt: now.Add(-2 * time.Minute)}
-	paying := &store.DueOrder{ID: "paying", Flow: orderly.FlowStandard, PayStatus: orderly.PayPaying,
+	paying := &store.DueOrder{ID: "paying", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment, PayStatus: orderly.PayPaying,
 		CurrentPaymentID: "pay-1", CloseAt: now.Add(-time.Minute), WakeAt: now.Add(-time.Minute)}
-	boundary := &store.DueOrder{ID: "boundary", Flow: orderly.FlowStandard, PayStatus: orderly.PayUnpaid, CloseAt: now, WakeAt: now}
-	future := &store.DueOrder{ID: "future", Flow: orderly.FlowStandard, PayStatus: orderly.PayUnpaid,
+	boundary := &store.DueOrder{ID: "boundary", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment, PayStatus: orderly.PayUnpaid, CloseAt: now, WakeAt: now}
+	future := &store.DueOrder{ID: "future", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment, PayStatus: orderly.PayUnpaid,
 		CloseAt: now.Add(time.Millisecond), WakeAt: now.Add(time.Millisecond)}
 
 	equal(t, "due at now, oldest wake_at first", due(now, 10), []*store.DueOrder{late, paying, boundary})
