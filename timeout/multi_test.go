@@ -210,3 +210,83 @@ func TestRolledBackBatchIsClosedByAnother(t *testing.T) {
 		})
 	}
 }
+
+// TestClosedMeansReleased: from the moment an order reads closed, its reservation and its
+// coupon read released, on every dialect: readers poll orders while a sweep closes them in
+// batches, and never see a closed order that still holds stock or a frozen coupon (the
+// releases are effects of the close, in its transaction). Each reader reads the order
+// first, then what it held, so a close committed between the two reads only makes the
+// second read newer.
+func TestClosedMeansReleased(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := openDialect(t, dialect)
+			var now time.Time
+			if err := s.Read(ctx, func(tx store.Tx) (err error) { now, err = tx.Now(ctx); return err }); err != nil {
+				t.Fatal(err)
+			}
+			ids := seed(t, s, 600, now.Add(-time.Second))
+			closer, err := timeout.NewCloser(timeout.Config{Store: s, BatchSize: 50})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				seen     int // closed orders observed
+				problems []string
+			)
+			for r := range 3 {
+				wg.Go(func() {
+					for i := r; ; i = (i + 7) % len(ids) {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						id := ids[i]
+						err := s.Read(ctx, func(tx store.Tx) error {
+							o, err := tx.OrderGet(ctx, id)
+							if err != nil || o.State != orderly.StateClosed {
+								return err
+							}
+							res, err := tx.ReservationList(ctx, id)
+							if err != nil {
+								return err
+							}
+							c, err := tx.CouponGet(ctx, o.CouponID)
+							if err != nil {
+								return err
+							}
+							mu.Lock()
+							defer mu.Unlock()
+							seen++
+							if len(res) != 1 || res[0].State != orderly.ReservationReleased || c.State != orderly.CouponAvailable {
+								problems = append(problems, fmt.Sprintf("%s closed with reservation %+v and coupon %s", id, res, c.State))
+							}
+							return nil
+						})
+						if err != nil {
+							t.Errorf("reader: %v", err)
+							return
+						}
+					}
+				})
+			}
+			res, err := closer.CloseDue(ctx, timeout.TriggerSweep)
+			close(done)
+			wg.Wait()
+			if err != nil || res.Closed != len(ids) {
+				t.Fatalf("close: %+v, %v; want %d closed", res, err, len(ids))
+			}
+			if len(problems) > 0 {
+				t.Fatalf("%d of %d closed orders read still holding: %v", len(problems), seen, problems[:min(3, len(problems))])
+			}
+			t.Logf("%d closed orders read while closing, all released", seen)
+		})
+	}
+}

@@ -35,6 +35,7 @@ type orderOpts struct {
 	PaidAt           *time.Time
 	IdempotencyKey   string
 	RequestHash      string
+	NoDeadline       bool // created in a state that is not timed: no wake_at
 }
 
 // newOrder builds the order opts describe; Amount is the items' total.
@@ -95,7 +96,7 @@ func insertOrder(t *testing.T, s store.Store, o *orderOpts) *orderly.Order {
 		return tx.OrderInsert(t.Context(), &store.OrderInsertParams{
 			Order: ord, IdempotencyKey: o.IdempotencyKey, RequestHash: o.RequestHash,
 			// The standard flow's only timed state is pending_payment.
-			NoDeadline: ord.State != orderly.StatePendingPayment,
+			NoDeadline: o.NoDeadline || ord.State != orderly.StatePendingPayment,
 		})
 	})
 	return ord

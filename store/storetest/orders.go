@@ -639,6 +639,24 @@ func testOrderNextWakeAt(t *testing.T, open opener) {
 		return err
 	})
 	check("after closing every open order", time.Time{}, false)
+
+	// wake_at follows the flow's timed states (orderly.Flow.Timed): an order created in a
+	// state without a deadline waits on nothing, and a transition into a timed state sets
+	// its deadline (close_at) again, out of one clears it.
+	insertOrder(t, s, &orderOpts{ID: "c", CloseAt: t0.Add(3 * time.Minute), NoDeadline: true})
+	check("an order created in a state without deadline", time.Time{}, false)
+	inTx(t, s, func(tx store.Tx) error {
+		_, err := tx.OrdersTransition(ctx, &store.OrdersTransitionParams{IDs: []string{"c"},
+			From: orderly.StatePendingPayment, To: "waiting", Event: "wait", Now: t0, Timed: true, Actor: "test"})
+		return err
+	})
+	check("after a transition into a timed state", t0.Add(3*time.Minute), true)
+	inTx(t, s, func(tx store.Tx) error {
+		_, err := tx.OrdersTransition(ctx, &store.OrdersTransitionParams{IDs: []string{"c"},
+			From: "waiting", To: "done", Event: "finish", Now: t0, Actor: "test"})
+		return err
+	})
+	check("after a transition out of it", time.Time{}, false)
 }
 
 func testOrdersOverdueCount(t *testing.T, open opener) {
