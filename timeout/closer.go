@@ -273,8 +273,9 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		closed []*store.DueOrder
 		now    time.Time
 	)
+	var reasons map[string]int // orders whose timed event fired, by close reason (or event)
 	err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		res, paying, closed = PassResult{}, nil, nil
+		res, paying, closed, reasons = PassResult{}, nil, nil, map[string]int{}
 		if fence != nil {
 			if err := fence(ctx, tx); err != nil {
 				return err
@@ -352,6 +353,9 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 			for _, id := range changed {
 				closed = append(closed, byID[id])
 			}
+			if len(changed) > 0 {
+				reasons[cmp.Or(string(timed.CloseReason), string(timed.Event))] += len(changed)
+			}
 		}
 		return tx.OrdersSetWakeAt(ctx, inspect, now.Add(c.cfg.InspectionBackoff))
 	})
@@ -361,7 +365,9 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 	res.Closed = len(closed)
 	if len(closed) > 0 {
 		c.cfg.WakeRelay()
-		c.cfg.Metrics.OrdersClosed.WithLabelValues(string(orderly.CloseReasonPaymentTimeout), trigger).Add(float64(len(closed)))
+		for reason, n := range reasons {
+			c.cfg.Metrics.OrdersClosed.WithLabelValues(reason, trigger).Add(float64(n))
+		}
 		for _, d := range closed {
 			c.cfg.Metrics.CloseLateness.Observe(now.Sub(d.CloseAt).Seconds())
 		}
