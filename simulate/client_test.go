@@ -291,7 +291,7 @@ func TestRunSurvivesDyingTarget(t *testing.T) {
 		t.Errorf("the server has %d orders, the run created %d: a create sent again made a second order", len(f.orders), res.Orders)
 	}
 	extra, unknownStarts := 0, 0
-	for _, tr := range r.tracked {
+	for _, tr := range r.driver(orderly.FlowStandard).(*standardFlow).tracked {
 		if tr == nil {
 			continue
 		}

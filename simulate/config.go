@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -24,6 +25,8 @@ const (
 	DefaultDrain          = 30 * time.Second
 	// DefaultRetryFor is Config.RetryFor with more than one target.
 	DefaultRetryFor = 15 * time.Second
+	// DefaultGroupTimeLimit is Config.GroupTimeLimit.
+	DefaultGroupTimeLimit = 3 * time.Second
 )
 
 // Phases of a run, in order, as passed to Config.OnPhase and shown in progress lines.
@@ -96,6 +99,18 @@ type Config struct {
 	// checks that every refunded payment was refunded exactly once, for its amount, and
 	// nothing else was refunded.
 	GatewayLedger func() []payment.GatewayCall
+
+	// Flows names the flows whose traffic the run drives, all at once: registered flow
+	// drivers (RegisterFlow; ParseFlows turns "mixed" into all of them). They share Orders
+	// evenly and Rate in proportion. Default [standard].
+	Flows []string
+	// GroupTimeLimit is the shortest group time limit of the group_buy flow's deals (whole
+	// seconds, at least 2; deals draw theirs up to 2 s longer). Default
+	// DefaultGroupTimeLimit (3 s).
+	GroupTimeLimit time.Duration
+	// VerifyFlows is the server's flow registry, given to verify.Check for its I6 and
+	// per-flow checks. Default: verify's (orderly.DefaultFlows()).
+	VerifyFlows orderly.Flows
 }
 
 // withDefaults returns cfg with defaults applied, or an error saying what is invalid.
@@ -138,6 +153,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.MaxLateness < 0 {
 		errs = append(errs, errors.New("max lateness: must not be negative"))
 	}
+	if cfg.GroupTimeLimit < 0 {
+		errs = append(errs, errors.New("group time limit: must not be negative"))
+	}
+	for _, f := range cfg.Flows {
+		if newDriver(f) == nil {
+			errs = append(errs, fmt.Errorf("flows: %q is not a flow simulate knows (%v)", f, FlowNames()))
+		}
+	}
 	if cfg.MinCreatedShare < 0 || cfg.MinCreatedShare > 1 || math.IsNaN(cfg.MinCreatedShare) {
 		errs = append(errs, errors.New("min created share: must be between 0 and 1"))
 	}
@@ -149,6 +172,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.PaymentTimeout = cmp.Or(cfg.PaymentTimeout, DefaultPaymentTimeout)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	cfg.Drain = cmp.Or(cfg.Drain, DefaultDrain)
+	cfg.GroupTimeLimit = cmp.Or(cfg.GroupTimeLimit, DefaultGroupTimeLimit)
+	if len(cfg.Flows) == 0 {
+		cfg.Flows = []string{orderly.FlowStandard}
+	}
 	if cfg.RetryFor == 0 && len(cfg.Targets) > 1 {
 		cfg.RetryFor = DefaultRetryFor
 	}

@@ -94,7 +94,7 @@ func (c *client) refunds(ctx context.Context, orderID string) ([]*orderly.Refund
 
 // refund plays the merchant: once the buyer's payment was acknowledged, it sends the
 // order's planned partial refunds, one after the other.
-func (r *runner) refund(ctx context.Context, t *tracked) {
+func (r *standardFlow) refund(ctx context.Context, t *tracked) {
 	if t.successID == "" || len(t.po.refunds) == 0 {
 		return
 	}
@@ -128,7 +128,7 @@ func (r *runner) refund(ctx context.Context, t *tracked) {
 
 // refreshRefunds reads the refunds of an order that has any and reports whether they all
 // left requested (the gateway confirmed or refused each).
-func (r *runner) refreshRefunds(ctx context.Context, t *tracked) bool {
+func (r *standardFlow) refreshRefunds(ctx context.Context, t *tracked) bool {
 	if len(t.refunds) == 0 && (t.final == nil || t.final.RefundedAmount == 0) {
 		return true
 	}
@@ -165,7 +165,7 @@ func (t *tracked) restocked(sku string) int64 {
 // refunded ones; every refund the merchant was told of succeeded once, for its amount, and
 // no other was made; refunded_amount and pay_status agree; with Config.GatewayLedger, each
 // refund moved money at the gateway once, under its own id, for its amount.
-func (r *runner) checkMoney(t *tracked) []string {
+func (r *standardFlow) checkMoney(t *tracked) []string {
 	o, b := t.final, t.po.behaviour
 	var out []string
 	var captured, refunded, succeeded, notFailed int64
@@ -242,34 +242,4 @@ func (r *runner) checkMoney(t *tracked) []string {
 		}
 	}
 	return out
-}
-
-// refundCalls returns the gateway's refund calls by idempotency key, read once from
-// Config.GatewayLedger (after the run settled).
-func (r *runner) refundCalls() map[string][]payment.GatewayCall {
-	r.ledgerOnce.Do(func() {
-		r.ledgerByKey = map[string][]payment.GatewayCall{}
-		for _, c := range r.cfg.GatewayLedger() {
-			if c.Op == payment.GatewayRefund {
-				r.ledgerByKey[c.IdempotencyKey] = append(r.ledgerByKey[c.IdempotencyKey], c)
-			}
-		}
-	})
-	return r.ledgerByKey
-}
-
-// isRefundKey reports whether a gateway idempotency key is the id of a refund of the run
-// (checked by checkMoney, not as a payment's refund).
-func (r *runner) isRefundKey(key string) bool {
-	for _, t := range r.tracked {
-		if t == nil {
-			continue
-		}
-		for _, f := range t.finalRefunds {
-			if f.ID == key {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -88,6 +88,18 @@ type Result struct {
 	Behaviours map[string]int `json:"-"`
 	// Verify is the database check, when Config.Store was set.
 	Verify *verify.Report `json:"-"`
+
+	// Groups is what the group_buy flow did and found; absent when the run drove no groups.
+	Groups *GroupResult `json:"groups,omitempty"`
+
+	// lateness collects closed_at − close_at of every flow's orders closed for payment
+	// timeout, in ms, for Lateness.
+	lateness []float64
+}
+
+// addLateness adds one order's closed_at − close_at to the lateness samples.
+func (r *Result) addLateness(d time.Duration) {
+	r.lateness = append(r.lateness, float64(d)/float64(time.Millisecond))
 }
 
 // NearDeadlineWindow is the window of NearDeadline: successes acknowledged this close to
@@ -174,6 +186,9 @@ func (r *Result) Summary() string {
 	if n := r.NearDeadline; n.Successes > 0 {
 		fmt.Fprintf(&b, "  deadline    %d successes acknowledged within %s of close_at (%d before it): %d paid, %d closed\n",
 			n.Successes, ms(n.WindowMS), n.BeforeCloseAt, n.Paid, n.Closed)
+	}
+	if r.Groups != nil {
+		b.WriteString(r.Groups.summary())
 	}
 	if v := r.Verify; v != nil {
 		fmt.Fprintf(&b, "  database    %d orders, %d payments, outbox %d delivered / %d pending / %d dead\n",
