@@ -64,6 +64,8 @@ func simulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "nats-url", Usage: "given to the instances as serve --nats-url"},
 			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
 				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
+			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups) or mixed (both at once)"},
+			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
 		}, faultFlags()...),
 		Action: runSimulate,
@@ -99,6 +101,11 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		Seed: cmd.Int64("seed"), Concurrency: cmd.Int("concurrency"),
 		MaxLateness: cmd.Duration("max-lateness"), MinCreatedShare: cmd.Float("min-created-share"),
 	}
+	flows, err := simulate.ParseFlows(cmd.String("flow"))
+	if err != nil {
+		return cli.Exit("--flow: "+err.Error(), 2)
+	}
+	cfg.Flows, cfg.GroupTimeLimit = flows, cmd.Duration("group-time-limit")
 	if !cmd.Bool("json") && isTerminal(root.ErrWriter) {
 		cfg.Progress = root.ErrWriter
 	}
