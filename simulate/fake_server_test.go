@@ -38,6 +38,9 @@ type fakeOptions struct {
 	// onOrder, when set, is called with the number of order requests so far, under the
 	// server's lock.
 	onOrder func(n int)
+	// groups serves the group-buy contract too (fake_group_test.go), with the faults of
+	// groupFaults.
+	groups *groupFaults
 	// refuse, when set, is asked (under the server's lock) for every valid new order
 	// whether to refuse it as out of stock, whatever it asks for.
 	refuse func() bool
@@ -63,6 +66,7 @@ type fakeServer struct {
 	refunds    map[string][]*orderly.Refund // by order id
 	refundKeys map[string]*orderly.Refund   // order id + "\x00" + Idempotency-Key
 	mux        *http.ServeMux
+	gb         *fakeGroups // with opts.groups
 }
 
 // keyed is an order created with an Idempotency-Key, and the body that created it.
@@ -95,18 +99,29 @@ func newFakeServer(t *testing.T, secret []byte, opts fakeOptions) (*fakeServer, 
 		"GET /v1/orders/{id}/refunds":   f.listRefunds,
 		"POST /v1/payments/callback":    f.callback,
 	} {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.requests[pattern]++
-			now := time.Now().UTC().Truncate(time.Millisecond)
-			f.closeDue(now)
-			h(w, r, now)
-		})
+		f.handle(pattern, h)
+	}
+	if opts.groups != nil {
+		f.addGroupRoutes()
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return f, srv
+}
+
+// handle serves pattern with h under the server's lock, after closing what is due.
+func (f *fakeServer) handle(pattern string, h func(w http.ResponseWriter, r *http.Request, now time.Time)) {
+	f.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.requests[pattern]++
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		if f.gb != nil {
+			f.gb.due(now)
+		}
+		f.closeDue(now)
+		h(w, r, now)
+	})
 }
 
 func (f *fakeServer) id(prefix string) string {
@@ -381,6 +396,9 @@ func (f *fakeServer) callback(w http.ResponseWriter, r *http.Request, now time.T
 			f.reserved[o.ID] = false
 			if c := f.coupons[o.CouponID]; c != nil && c.OrderID == o.ID {
 				c.State = orderly.CouponUsed
+			}
+			if f.gb != nil {
+				f.gb.paid(o, now)
 			}
 		case f.opts.keepLatePayments:
 			p.State, p.ChannelTxnID, p.SucceededAt = orderly.PaymentSucceeded, cb.ChannelTxnID, &now

@@ -157,7 +157,7 @@ func percentile(sorted []float64, p float64) float64 {
 func (r *Result) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "orderly simulate: %d order requests sent in %.1f s: %d created (%.1f created/s over the send window), %d rejected, %d errors; run took %.1f s\n",
-		r.Sent, r.SendS, r.Created, r.OrdersPerS, r.OutOfStock+r.CouponUnavailable, r.Errors, r.DurationS)
+		r.Sent, r.SendS, r.Created, r.OrdersPerS, sum(r.Rejected), r.Errors, r.DurationS)
 	fmt.Fprintf(&b, "  outcome     paid %d, closed %d (payment timeout), cancelled %d, refunded payments %d\n",
 		r.Paid, r.Closed, r.Cancelled, r.Refunded)
 	fmt.Fprintf(&b, "  rejected    %d out of stock, %d coupon unavailable (expected: scarce stock, contended coupons)\n",
@@ -169,7 +169,7 @@ func (r *Result) Summary() string {
 	}
 	if len(r.Behaviours) > 0 {
 		parts := make([]string, 0, len(r.Behaviours))
-		for _, name := range behaviourNames {
+		for _, name := range slices.Concat(behaviourNames[:], memberNames[:]) {
 			if n, ok := r.Behaviours[name]; ok {
 				parts = append(parts, fmt.Sprintf("%s %d", name, n))
 			}
@@ -207,6 +207,15 @@ func (r *Result) Summary() string {
 		fmt.Fprintf(&b, "    … and %d more (see the JSON result)\n", len(r.Violations)-shown)
 	}
 	return b.String()
+}
+
+// sum returns the sum of counts.
+func sum(counts map[string]int) int {
+	n := 0
+	for _, v := range counts {
+		n += v
+	}
+	return n
 }
 
 func ms(v float64) string { return fmt.Sprintf("%.0f ms", v) }

@@ -1,0 +1,150 @@
+package simulate
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+)
+
+func TestGroupPlan(t *testing.T) {
+	t.Parallel()
+	a, b := newGroupPlan(5, "p", 600, 3*time.Second), newGroupPlan(5, "p", 600, 3*time.Second)
+	if a.members != 600 || len(a.groups) != len(b.groups) {
+		t.Fatalf("%d seats in %d groups (again: %d groups), want 600", a.members, len(a.groups), len(b.groups))
+	}
+	counts := map[member]int{}
+	over, under, late := 0, 0, 0
+	for i, g := range a.groups {
+		d := g.deal
+		if d.min < 2 || d.min > 4 || d.max < d.min || d.max > d.min+2 || d.limit < 3*time.Second || d.limit > 5*time.Second ||
+			d.memberTimeout > d.limit || d.memberTimeout < d.limit-time.Second {
+			t.Errorf("group %d: deal min %d max %d limit %s member timeout %s", i, d.min, d.max, d.limit, d.memberTimeout)
+		}
+		if len(g.members) != len(b.groups[i].members) || g.members[0].behaviour != b.groups[i].members[0].behaviour {
+			t.Errorf("group %d differs between two plans of one seed", i)
+		}
+		if g.oversubscribed {
+			over++
+			n := len(g.members)
+			if i < len(a.groups)-1 && (n != d.max+1 || g.members[n-1].joinAt != g.members[n-2].joinAt && !g.members[n-1].lateJoin) {
+				t.Errorf("group %d: oversubscribed with %d members for max %d; the last two should race", i, n, d.max)
+			}
+		}
+		if len(g.members) < d.min {
+			under++
+		}
+		for _, m := range g.members {
+			counts[m.behaviour]++
+			if m.lateJoin {
+				late++
+				if m.joinAt <= d.limit || m.joinAt > d.limit+lateJoinLatest+5*time.Millisecond {
+					t.Errorf("group %d: late join at %s for a limit of %s", i, m.joinAt, d.limit)
+				}
+			} else if m.joinAt >= d.limit/2 {
+				t.Errorf("group %d: join at %s, want in the first half of %s", i, m.joinAt, d.limit)
+			}
+			if m.deadlineOffset.Abs() > deadlineJitter {
+				t.Errorf("deadline offset %s beyond %s", m.deadlineOffset, deadlineJitter)
+			}
+		}
+		if seats := int64(len(g.members)); d.stock < seats {
+			t.Errorf("deal %d stocks %d for %d seats of group %d", d.index, d.stock, seats, i)
+		}
+	}
+	if over == 0 || under == 0 || late == 0 {
+		t.Errorf("%d oversubscribed, %d undersubscribed groups, %d late joins: want some of each", over, under, late)
+	}
+	for m := range numMembers {
+		if counts[m] == 0 {
+			t.Errorf("no member plays %s", m)
+		}
+	}
+}
+
+func TestParseFlows(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string][]string{"standard": {"standard"}, "group_buy": {"group_buy"}, "mixed": {"group_buy", "standard"}} {
+		if got, err := ParseFlows(name); err != nil || !slices.Equal(got, want) {
+			t.Errorf("ParseFlows(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	if _, err := ParseFlows("ride"); err == nil || !strings.Contains(err.Error(), `unknown flow "ride"`) {
+		t.Errorf("ParseFlows(ride): %v", err)
+	}
+	if _, err := (Config{Target: "http://x", Flows: []string{"ride"}}).withDefaults(); err == nil {
+		t.Error("an unknown flow in Config.Flows was accepted")
+	}
+}
+
+// runGroupFake runs a small group-buy simulation against a fake server with the faults given.
+func runGroupFake(t *testing.T, faults groupFaults, flows ...string) *Result {
+	t.Helper()
+	res, _ := runFake(t, fakeOptions{grace: 100 * time.Millisecond, groups: &faults}, Config{Orders: 90, Rate: 60, Seed: 3,
+		Flows: flows, GroupTimeLimit: 2 * time.Second, PaymentTimeout: 2 * time.Second, MaxLateness: 2 * time.Second})
+	t.Logf("\n%s", res.Summary())
+	return res
+}
+
+func TestGroupBuyAgainstFake(t *testing.T) {
+	t.Parallel()
+	for _, flows := range [][]string{{flowGroupBuy}, {flowGroupBuy, orderly.FlowStandard}} {
+		t.Run(strings.Join(flows, "+"), func(t *testing.T) {
+			t.Parallel()
+			res := runGroupFake(t, groupFaults{}, flows...)
+			if !res.OK() {
+				t.Fatalf("violations against a correct server:\n%s", strings.Join(res.Violations, "\n"))
+			}
+			g := res.Groups
+			if g == nil || g.Succeeded == 0 || g.Failed == 0 || g.Forming != 0 || g.Refunds == 0 || g.Shipped == 0 || g.Left == 0 {
+				t.Fatalf("groups %+v: want some succeeded, failed, refunded, shipped, left; none forming", g)
+			}
+			if g.Groups != g.Succeeded+g.Failed || g.Joins.Sent != g.Joins.Created+g.Joins.Errors+sum(g.Joins.Refused) || g.Members != g.Joins.Created {
+				t.Errorf("groups %+v do not reconcile", g)
+			}
+			if g.Joins.Refused[codeGroupFull] == 0 || g.Joins.Refused[codeGroupExpired]+g.Joins.Refused[codeGroupNotForming] == 0 {
+				t.Errorf("refused seats %v: want group-full (races for the last seat) and expired or not-forming (late joins)", g.Joins.Refused)
+			}
+			if g.Lateness.Max <= 0 || g.EarlyFailures != 0 {
+				t.Errorf("group lateness %+v, early failures %d", g.Lateness, g.EarlyFailures)
+			}
+			if res.Sent != res.Created+res.Errors+sum(res.Rejected) {
+				t.Errorf("sent %d != created %d + errors %d + rejected %v", res.Sent, res.Created, res.Errors, res.Rejected)
+			}
+		})
+	}
+}
+
+// TestGroupBuyDetectsBrokenServer runs against fake servers that break a group rule each
+// and checks that the run says which.
+func TestGroupBuyDetectsBrokenServer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		faults groupFaults
+		want   []string
+	}{
+		{name: "refunds a member of a succeeded group", faults: groupFaults{refundSucceeded: true},
+			want: []string{"G: group ", "succeeded and its member order", "is refunded"}},
+		{name: "ships in a failed group", faults: groupFaults{shipAnywhere: true},
+			want: []string{"of failed group", "was shipped", "but the group failed"}},
+		{name: "fails groups early", faults: groupFaults{failEarly: 300 * time.Millisecond},
+			want: []string{"before its deadline"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res := runGroupFake(t, tt.faults, flowGroupBuy)
+			for _, w := range tt.want {
+				if !slices.ContainsFunc(res.Violations, func(v string) bool { return strings.Contains(v, w) }) {
+					t.Errorf("no violation contains %q; got:\n%s", w, strings.Join(res.Violations, "\n"))
+				}
+			}
+			if tt.faults.failEarly > 0 && (res.Groups.EarlyFailures == 0 || res.EarlyCloses == 0) {
+				t.Errorf("early failures %d, early closes %d: want some", res.Groups.EarlyFailures, res.EarlyCloses)
+			}
+		})
+	}
+}
