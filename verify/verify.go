@@ -45,6 +45,10 @@ type Options struct {
 	RequireDrained bool
 	// Flows resolves each order's flow for the I6 check. Default orderly.DefaultFlows().
 	Flows orderly.Flows
+	// Groups, when set, reads the group-buy groups (README.md "Group-buy") in the check's
+	// read transaction, for the group_buy checks (groupbuy.go); nil skips the checks that
+	// span a group (Report.Groups stays nil).
+	Groups func(ctx context.Context, tx store.Tx) ([]*GroupRow, error)
 	// MaxViolations caps the number of violation texts kept in the report; the rest are
 	// counted in Report.ViolationsOmitted. Default DefaultMaxViolations (1000).
 	MaxViolations int
@@ -71,6 +75,8 @@ type Report struct {
 	// Violations are human-readable, each prefixed with its invariant ("I3: …"), in a
 	// stable order: per order by id, then stock by SKU, coupons by id, outbox. Never nil.
 	Violations []string `json:"violations"`
+	// Groups counts the group-buy groups by state, when Options.Groups was set.
+	Groups map[string]int64 `json:"groups,omitempty"`
 	// ViolationsOmitted counts violations found beyond Options.MaxViolations.
 	ViolationsOmitted int `json:"violations_omitted"`
 }
@@ -139,6 +145,7 @@ type checker struct {
 	reservationsByOrder map[string][]*orderly.Reservation
 	coupons             map[string]*orderly.Coupon   // by id
 	couponsByOrder      map[string][]*orderly.Coupon // frozen or used, by order_id
+	flows               map[string]FlowChecks        // per-flow checks, by flow name (flow.go)
 	heldBySKU           map[string]int64             // Σ held reservations
 	committedBySKU      map[string]int64             // Σ committed reservations
 }
@@ -159,6 +166,7 @@ func newChecker(opts Options) *checker {
 		reservationsByOrder: map[string][]*orderly.Reservation{},
 		coupons:             map[string]*orderly.Coupon{},
 		couponsByOrder:      map[string][]*orderly.Coupon{},
+		flows:               newFlowChecks(),
 		heldBySKU:           map[string]int64{},
 		committedBySKU:      map[string]int64{},
 	}
@@ -182,6 +190,11 @@ func (c *checker) run(ctx context.Context, tx store.Tx) error {
 	if err := c.load(ctx, tx); err != nil {
 		return err
 	}
+	for _, name := range sortedKeys(c.flows) {
+		if err := c.flows[name].Load(ctx, tx, &c.opts); err != nil {
+			return err
+		}
+	}
 	after := ""
 	for {
 		page, err := tx.OrderList(ctx, &store.ListParams{AfterID: after, Limit: pageSize})
@@ -197,6 +210,9 @@ func (c *checker) run(ctx context.Context, tx store.Tx) error {
 			break
 		}
 		after = page[len(page)-1].ID
+	}
+	for _, name := range sortedKeys(c.flows) {
+		c.flows[name].Finish(&Violations{c})
 	}
 	c.checkOrphans()
 	if err := c.checkStock(ctx, tx); err != nil {
@@ -279,6 +295,9 @@ func (c *checker) checkOrder(ctx context.Context, tx store.Tx, o *orderly.Order)
 		return err
 	}
 	c.checkTrail(o, trail)
+	if fc := c.flows[o.Flow]; fc != nil {
+		fc.Order(&Violations{c}, o, payments, refunds)
+	}
 	return nil
 }
 
