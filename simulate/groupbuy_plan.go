@@ -161,9 +161,3 @@ func drawMember(rng *rand.Rand) member {
 	}
 	return memberNeverPay
 }
-
-// pays reports whether the member sends a success callback while its group may still
-// be forming.
-func (m member) pays() bool {
-	return m == memberPayOnTime || m == memberPayTwice || m == memberPayAtDeadline || m == memberPayThenLeave
-}
