@@ -94,6 +94,17 @@ func OpenDB(ctx context.Context, base, dir string) (*DB, error) {
 	return db, nil
 }
 
+// Schema returns the PostgreSQL schema of the run ("" on SQLite).
+func (db *DB) Schema() string { return db.schema }
+
+// NowSQL is the SQL expression of the database clock in unix milliseconds.
+func (db *DB) NowSQL() string {
+	if db.Dialect == "postgres" {
+		return `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+	}
+	return `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+}
+
 // Close closes the handle and drops a PostgreSQL run's schema.
 func (db *DB) Close() error {
 	var errs []error
@@ -115,12 +126,8 @@ func (db *DB) Close() error {
 
 // Now returns the database clock in unix milliseconds.
 func (db *DB) Now(ctx context.Context) (int64, error) {
-	q := `SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
-	if db.Dialect == "postgres" {
-		q = `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`
-	}
 	var ms int64
-	err := db.SQL.QueryRowContext(ctx, q).Scan(&ms)
+	err := db.SQL.QueryRowContext(ctx, `SELECT `+db.NowSQL()).Scan(&ms)
 	return ms, err
 }
 

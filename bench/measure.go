@@ -53,12 +53,12 @@ func (db *DB) ReadCloses(ctx context.Context, since int64) (*Closes, error) {
 	return c, nil
 }
 
-// WaitClosed polls (every 50 ms) until no order created at or after since is open, or until
+// WaitClosed polls (every 100 ms, on the partial index of open orders) until no order created at or after since is open, or until
 // timeout. It returns the number still open when it stopped.
 func (db *DB) WaitClosed(ctx context.Context, since int64, timeout time.Duration) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	q := fmt.Sprintf(`SELECT count(*) FROM orders WHERE state = 'pending_payment' AND created_at >= %s`, db.Placeholder(1))
+	q := fmt.Sprintf(`SELECT count(*) FROM orders WHERE wake_at IS NOT NULL AND state = 'pending_payment' AND created_at >= %s`, db.Placeholder(1))
 	for {
 		var open int64
 		if err := db.SQL.QueryRowContext(ctx, q, since).Scan(&open); err != nil {
@@ -73,7 +73,7 @@ func (db *DB) WaitClosed(ctx context.Context, since int64, timeout time.Duration
 		select {
 		case <-ctx.Done():
 			return open, nil
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

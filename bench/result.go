@@ -39,7 +39,7 @@ type Result struct {
 	// CPUS is the CPU seconds (user + system) the servers used during the measured part.
 	CPUS *float64 `json:"cpu_s,omitempty"`
 	// PeakRSSMB is the servers' largest peak resident set (VmHWM), in MiB.
-	PeakRSSMB *float64 `json:"peak_rss_mb,omitempty"`
+	PeakRSSMB *float64  `json:"peak_rss_mb,omitempty"`
 	Peers     []*Result `json:"peers,omitempty"`
 }
 
