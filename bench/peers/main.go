@@ -299,5 +299,3 @@ func openPeerDB(ctx context.Context, url, dir string) (*bench.DB, error) {
 	}
 	return db, nil
 }
-
-

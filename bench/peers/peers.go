@@ -200,8 +200,8 @@ type scanPeer struct {
 	wg       sync.WaitGroup
 }
 
-func (p *scanPeer) Name() string                 { return fmt.Sprintf("periodic scan (%s)", p.interval) }
-func (p *scanPeer) Supports(string) bool         { return true }
+func (p *scanPeer) Name() string                                      { return fmt.Sprintf("periodic scan (%s)", p.interval) }
+func (p *scanPeer) Supports(string) bool                              { return true }
 func (p *scanPeer) Schedule(context.Context, []string, []int64) error { return nil }
 
 func (p *scanPeer) Start(ctx context.Context, _ *bench.DB, s *shop) error {
