@@ -179,33 +179,36 @@ func (db *DB) bulkInsert(ctx context.Context, table string, cols []string, n int
 	vals := make([]any, len(cols))
 	for start := 0; start < n; start += perTx {
 		end := min(start+perTx, n)
-		tx, err := db.SQL.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		full, err := tx.PrepareContext(ctx, stmtSQL(perStmt))
-		if err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		for i := start; i < end; i += perStmt {
-			rows := min(perStmt, end-i)
-			args = args[:0]
-			for k := range rows {
-				row(i+k, vals)
-				args = append(args, vals...)
-			}
-			if rows == perStmt {
-				_, err = full.ExecContext(ctx, args...)
-			} else {
-				_, err = tx.ExecContext(ctx, stmtSQL(rows), args...)
-			}
+		err := func() error {
+			tx, err := db.SQL.BeginTx(ctx, nil)
 			if err != nil {
-				_ = tx.Rollback()
-				return fmt.Errorf("bench: insert into %s: %w", table, err)
+				return err
 			}
-		}
-		if err := tx.Commit(); err != nil {
+			defer func() { _ = tx.Rollback() }() // a no-op after Commit
+			full, err := tx.PrepareContext(ctx, stmtSQL(perStmt))
+			if err != nil {
+				return err
+			}
+			defer full.Close()
+			for i := start; i < end; i += perStmt {
+				rows := min(perStmt, end-i)
+				args = args[:0]
+				for k := range rows {
+					row(i+k, vals)
+					args = append(args, vals...)
+				}
+				if rows == perStmt {
+					_, err = full.ExecContext(ctx, args...)
+				} else {
+					_, err = tx.ExecContext(ctx, stmtSQL(rows), args...)
+				}
+				if err != nil {
+					return fmt.Errorf("bench: insert into %s: %w", table, err)
+				}
+			}
+			return tx.Commit()
+		}()
+		if err != nil {
 			return err
 		}
 	}

@@ -22,6 +22,7 @@ type Closes struct {
 
 // ReadCloses reads the closes of the orders created at or after since (unix ms).
 func (db *DB) ReadCloses(ctx context.Context, since int64) (*Closes, error) {
+	//nolint:gosec // formats a bind placeholder only
 	q := fmt.Sprintf(`SELECT close_at, closed_at FROM orders
 		WHERE created_at >= %s AND state = 'closed' AND close_reason = 'payment_timeout'`, db.Placeholder(1))
 	rows, err := db.SQL.QueryContext(ctx, q, since)
@@ -58,6 +59,7 @@ func (db *DB) ReadCloses(ctx context.Context, since int64) (*Closes, error) {
 func (db *DB) WaitClosed(ctx context.Context, since int64, timeout time.Duration) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	//nolint:gosec // formats a bind placeholder only
 	q := fmt.Sprintf(`SELECT count(*) FROM orders WHERE wake_at IS NOT NULL AND state = 'pending_payment' AND created_at >= %s`, db.Placeholder(1))
 	for {
 		var open int64

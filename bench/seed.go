@@ -153,6 +153,7 @@ func (db *DB) SeedOrders(ctx context.Context, p SeedOrders) ([]string, error) {
 // MoveDeadlines sets close_at (and expires_at, wake_at) of every open order to closeAt
 // (unix ms): the burst's orders, loaded ahead, all fall due in the same millisecond.
 func (db *DB) MoveDeadlines(ctx context.Context, closeAt int64) error {
+	//nolint:gosec // formats bind placeholders only
 	q := fmt.Sprintf(`UPDATE orders SET expires_at = %s, close_at = %s, wake_at = %s WHERE state = 'pending_payment'`,
 		db.Placeholder(1), db.Placeholder(2), db.Placeholder(3))
 	_, err := db.SQL.ExecContext(ctx, q, closeAt, closeAt, closeAt)

@@ -125,7 +125,7 @@ func runPeers(ctx context.Context, cmd *cli.Command, self string) error {
 	path := filepath.Join(filepath.Dir(self), peersBinary)
 	if _, err := os.Stat(path); err != nil {
 		if path, err = exec.LookPath(peersBinary); err != nil {
-			return fmt.Errorf("--peers needs the %s program next to orderly or on PATH; build it with: go build -C bench/peers -o %s .",
+			return fmt.Errorf("--peers needs the %s program next to orderly or on PATH; build it with: go build -C bench/peers -o %s",
 				peersBinary, filepath.Join(filepath.Dir(self), peersBinary))
 		}
 	}
