@@ -196,7 +196,7 @@ func (c *client) pay(ctx context.Context, o *orderAnswer, n int) error {
 		Amount int64  `json:"amount"`
 	}
 	if err := c.do(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(o.ID)+"/payments", nil, nil, &p); err != nil {
-		return fmt.Errorf("start payment: %w", err)
+		return err
 	}
 	body, err := json.Marshal(map[string]any{"payment_id": p.ID, "order_id": o.ID, "channel_txn_id": fmt.Sprintf("bench-txn-%d-%s", n, p.ID),
 		"amount": p.Amount, "currency": o.Currency, "status": orderly.CallbackSucceeded,
