@@ -173,7 +173,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: env("log-level")},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", Sources: env("log-format")},
 		},
-		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand()},
+		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), benchCommand()},
 		// run prints errors and exits; cli would print an ExitCoder's message and exit itself.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -293,11 +293,19 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the HTTP API, the close path and the outbox relay",
-		Flags: serveFlags(),
+		Flags: append(serveFlags(),
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the whole run to this file (pprof format; for `orderly bench`)", Sources: env("cpu-profile")}),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			logger, err := newLogger(cmd.Root(), cmd.Root().ErrWriter)
 			if err != nil {
 				return err
+			}
+			if path := cmd.String("cpu-profile"); path != "" {
+				stop, err := startCPUProfile(path)
+				if err != nil {
+					return err
+				}
+				defer stop()
 			}
 			cfg := serverConfig(cmd, logger)
 			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",

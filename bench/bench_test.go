@@ -1,0 +1,149 @@
+package bench_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly/bench"
+)
+
+// orderlyBinary builds cmd/orderly once per test binary; it skips under -short.
+func orderlyBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the orderly binary; skipped with -short")
+	}
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "orderly-bench-test-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "orderly")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/orderly").CombinedOutput()
+		if err != nil {
+			binErr = err
+			binPath = string(out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("go build: %v\n%s", binErr, binPath)
+	}
+	return binPath
+}
+
+// TestScenariosSmall runs every scenario at a small scale on SQLite and checks what it
+// measured: every unpaid order closed, none early, releases applied, exact stock.
+func TestScenariosSmall(t *testing.T) {
+	bin := orderlyBinary(t)
+	cfg := bench.Config{Binary: bin, Rate: 100, Duration: time.Second, PaymentTimeout: time.Second, Burst: 500, BurstLead: 3 * time.Second,
+		FlashStock: 50, FlashBuyers: 200, Workers: 8, HistoryOrders: 3000, PendingOrders: 2000, PendingBaseline: 100, NotifyOrders: 200}
+	for _, name := range bench.Scenarios {
+		t.Run(name, func(t *testing.T) {
+			out, err := bench.Run(t.Context(), name, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Violations) > 0 {
+				t.Fatalf("violations: %v", out.Violations)
+			}
+			r := out.Result
+			if r.Scenario != name || r.Store != "sqlite" {
+				t.Fatalf("scenario %q store %q", r.Scenario, r.Store)
+			}
+			var buf bytes.Buffer
+			if err := bench.WriteJSON(&buf, r); err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &m); err != nil || strings.Count(buf.String(), "\n") != 1 {
+				t.Fatalf("not one JSON line: %q %v", buf.String(), err)
+			}
+			switch name {
+			case "steady", "history", "pending":
+				// 100 orders, 30 paid: 70 closed for payment timeout, none early.
+				if r.Orders != 100 && name != "pending" || r.EarlyCloses == nil || *r.EarlyCloses != 0 || r.LatenessMS == nil {
+					t.Fatalf("%s: %+v", name, r)
+				}
+				wantKeys(t, m, "scenario", "store", "orders", "early_closes", "lateness_ms", "created_per_s", "create_p99_ms", "cpu_s", "peak_rss_mb")
+				if name != "steady" && len(r.Peers) != 1 {
+					t.Fatalf("%s: want the reference run among the peers, got %d", name, len(r.Peers))
+				}
+			case "burst":
+				if r.Orders != 500 || *r.EarlyCloses != 0 || *r.ClosesPerS <= 0 || *r.TotalS <= 0 {
+					t.Fatalf("burst: %+v", r)
+				}
+				wantKeys(t, m, "scenario", "store", "orders", "early_closes", "lateness_ms", "closes_per_s", "total_s", "cpu_s", "peak_rss_mb")
+				if _, ok := m["created_per_s"]; ok {
+					t.Fatal("burst prints created_per_s")
+				}
+			case "flash-sale":
+				if r.Orders != 50 || *r.CreatedPerS <= 0 {
+					t.Fatalf("flash-sale: %+v", r)
+				}
+			case "notify":
+				if r.Orders != 200 || len(r.Peers) != 1 || r.Peers[0].Orders != 200 {
+					t.Fatalf("notify: %+v", r)
+				}
+			}
+			if err := bench.WriteTable(&buf, r); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func wantKeys(t *testing.T, m map[string]any, keys ...string) {
+	t.Helper()
+	var got []string
+	for k := range m {
+		got = append(got, k)
+	}
+	slices.Sort(got)
+	slices.Sort(keys)
+	withPeers := append(slices.Clone(keys), "peers")
+	slices.Sort(withPeers)
+	if !slices.Equal(got, keys) && !slices.Equal(got, withPeers) {
+		t.Fatalf("JSON keys %v, want %v", got, keys)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	v := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, c := range []struct{ p, want float64 }{{50, 5}, {90, 9}, {99, 10}, {100, 10}, {1, 1}} {
+		if got := bench.Percentile(v, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if l := bench.NewLateness(nil); l != nil {
+		t.Fatalf("no values: %+v", l)
+	}
+}
+
+func TestTableRatios(t *testing.T) {
+	r := &bench.Result{Scenario: "steady", Store: "postgres", Orders: 10, LatenessMS: &bench.Lateness{P50: 2, P90: 4, P99: 10, Max: 20},
+		Peers: []*bench.Result{{Name: "River default", Orders: 10, LatenessMS: &bench.Lateness{P50: 500, P90: 550, P99: 600, Max: 700}}}}
+	var buf bytes.Buffer
+	if err := bench.WriteTable(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"River default", "×2.5e+02", "×60", "×35"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)

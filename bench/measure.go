@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Closes are the payment-timeout closes of the orders created at or after a time, read
+// from the database.
+type Closes struct {
+	// Closed counts the orders closed for payment timeout.
+	Closed int64
+	// Early counts those closed before their close_at (closed_at < close_at).
+	Early int64
+	// Lateness is closed_at − close_at, in ms.
+	Lateness *Lateness
+	// FirstCloseAt and LastClosedAt are the smallest close_at and the largest closed_at
+	// (unix ms) among them.
+	FirstCloseAt, LastClosedAt int64
+}
+
+// ReadCloses reads the closes of the orders created at or after since (unix ms).
+func (db *DB) ReadCloses(ctx context.Context, since int64) (*Closes, error) {
+	//nolint:gosec // formats a bind placeholder only
+	q := fmt.Sprintf(`SELECT close_at, closed_at FROM orders
+		WHERE created_at >= %s AND state = 'closed' AND close_reason = 'payment_timeout'`, db.Placeholder(1))
+	rows, err := db.SQL.QueryContext(ctx, q, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	c := &Closes{}
+	var ms []float64
+	for rows.Next() {
+		var closeAt, closedAt int64
+		if err := rows.Scan(&closeAt, &closedAt); err != nil {
+			return nil, err
+		}
+		c.Closed++
+		if closedAt < closeAt {
+			c.Early++
+		}
+		if c.FirstCloseAt == 0 || closeAt < c.FirstCloseAt {
+			c.FirstCloseAt = closeAt
+		}
+		c.LastClosedAt = max(c.LastClosedAt, closedAt)
+		ms = append(ms, float64(closedAt-closeAt))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	c.Lateness = NewLateness(ms)
+	return c, nil
+}
+
+// WaitClosed polls (every 100 ms, on the partial index of open orders) until no order created at or after since is open, or until
+// timeout. It returns the number still open when it stopped.
+func (db *DB) WaitClosed(ctx context.Context, since int64, timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	//nolint:gosec // formats a bind placeholder only
+	q := fmt.Sprintf(`SELECT count(*) FROM orders WHERE wake_at IS NOT NULL AND state = 'pending_payment' AND created_at >= %s`, db.Placeholder(1))
+	for {
+		var open int64
+		if err := db.SQL.QueryRowContext(ctx, q, since).Scan(&open); err != nil {
+			if ctx.Err() != nil {
+				return -1, nil //nolint:nilerr // timed out: the caller reports what is left
+			}
+			return -1, err
+		}
+		if open == 0 {
+			return 0, nil
+		}
+		select {
+		case <-ctx.Done():
+			return open, nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// OpenCount returns the number of orders still in pending_payment.
+func (db *DB) OpenCount(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE state = 'pending_payment'`).Scan(&n)
+	return n, err
+}
+
+// Effects checks what a closed order's releases leave behind: it returns the reservations
+// of closed orders still held and the coupons still frozen by a closed order. Both are 0
+// once every release was applied.
+func (db *DB) Effects(ctx context.Context) (heldReservations, frozenCoupons int64, err error) {
+	err = db.SQL.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM reservations r JOIN orders o ON o.id = r.order_id WHERE o.state = 'closed' AND r.state = 'held'),
+		(SELECT count(*) FROM coupons c JOIN orders o ON o.id = c.order_id WHERE o.state = 'closed' AND c.state = 'frozen')`).
+		Scan(&heldReservations, &frozenCoupons)
+	return heldReservations, frozenCoupons, err
+}
+
+// StockOf returns available, held and sold units of a SKU.
+func (db *DB) StockOf(ctx context.Context, sku string) (available, held, sold int64, err error) {
+	err = db.SQL.QueryRowContext(ctx, fmt.Sprintf(`SELECT available, held, sold FROM stock WHERE sku = %s`, db.Placeholder(1)), sku).
+		Scan(&available, &held, &sold)
+	return available, held, sold, err
+}
+
+// ConservationBroken counts SKUs whose stock does not match their reservations: held must
+// equal the units of held reservations, sold those of committed ones (I4).
+func (db *DB) ConservationBroken(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM stock s WHERE
+		s.held <> COALESCE((SELECT sum(quantity) FROM reservations r WHERE r.sku = s.sku AND r.state = 'held'), 0)
+		OR s.sold <> COALESCE((SELECT sum(quantity) FROM reservations r WHERE r.sku = s.sku AND r.state = 'committed'), 0)`).Scan(&n)
+	return n, err
+}
