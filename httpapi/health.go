@@ -11,12 +11,20 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyz handles GET /readyz, the readiness probe: 200 {"status":"ok"} when Config.Ready
-// returns nil (or is nil), else a 503 not-ready problem. The error is logged, not shown.
+// returns nil (or is nil), 200 {"status":"degraded","degraded":[…]} when moreover an
+// optional dependency is down (Config.Degraded), else a 503 not-ready problem. The error
+// is logged, not shown.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.ready != nil {
 		if err := s.ready(r.Context()); err != nil {
 			s.logger.WarnContext(r.Context(), "not ready", "trace_id", TraceIDFromContext(r.Context()), "err", err)
 			s.writeProblem(w, r, CodeNotReady, "The service is not ready to take traffic.")
+			return
+		}
+	}
+	if s.degraded != nil {
+		if deps := s.degraded(); len(deps) > 0 {
+			s.writeJSON(w, r, http.StatusOK, &statusResponse{Status: "degraded", Degraded: deps})
 			return
 		}
 	}

@@ -200,7 +200,9 @@ func newCouponResponse(c *orderly.Coupon) *couponResponse {
 	}
 }
 
-// statusResponse is the body of /healthz and /readyz.
+// statusResponse is the body of /healthz and /readyz: status "ok", or "degraded" with the
+// optional dependencies that are down (readyz only).
 type statusResponse struct {
-	Status string `json:"status"`
+	Status   string   `json:"status"`
+	Degraded []string `json:"degraded,omitempty"`
 }

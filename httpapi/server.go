@@ -60,6 +60,11 @@ type Config struct {
 	// Ready reports whether the server can take traffic (database reachable, migrations
 	// applied, …); GET /readyz answers 503 while it returns an error. nil means always ready.
 	Ready func(ctx context.Context) error
+	// Degraded returns the optional dependencies that do not answer now (e.g. "redis", the
+	// delay queue): while it returns some, a ready server answers GET /readyz 200
+	// {"status":"degraded","degraded":[…]} instead of {"status":"ok"}; it keeps taking
+	// traffic. nil means none.
+	Degraded func() []string
 	// Metrics serves GET /metrics (e.g. a Prometheus handler). nil answers /metrics 404.
 	Metrics http.Handler
 }
@@ -77,6 +82,7 @@ type Server struct {
 	now       func() time.Time
 	logger    *slog.Logger
 	ready     func(ctx context.Context) error
+	degraded  func() []string
 	metrics   http.Handler
 
 	router *chi.Mux
@@ -105,6 +111,7 @@ func New(cfg Config) *Server {
 		now:       cfg.Now,
 		logger:    cfg.Logger,
 		ready:     cfg.Ready,
+		degraded:  cfg.Degraded,
 		metrics:   cfg.Metrics,
 	}
 	if s.refunds == nil {

@@ -266,6 +266,23 @@ func TestHealthAndReadiness(t *testing.T) {
 	assertJSON(t, noReady.do(newRequest(http.MethodGet, "/readyz", "")), 200, `{"status":"ok"}`)
 }
 
+// TestReadinessDegraded checks that an optional dependency that is down (Redis, the delay
+// queue) leaves the server ready, saying so, and that the database decides readiness.
+func TestReadinessDegraded(t *testing.T) {
+	t.Parallel()
+	var notReady error
+	var down []string
+	f := setup(t, func(c *Config) {
+		c.Ready = func(context.Context) error { return notReady }
+		c.Degraded = func() []string { return down }
+	})
+	assertJSON(t, f.do(newRequest(http.MethodGet, "/readyz", "")), 200, `{"status":"ok"}`)
+	down = []string{"redis"}
+	assertJSON(t, f.do(newRequest(http.MethodGet, "/readyz", "")), 200, `{"status":"degraded","degraded":["redis"]}`)
+	notReady = errors.New("database: connection refused")
+	assertProblem(t, f.do(newRequest(http.MethodGet, "/readyz", "")), 503, CodeNotReady)
+}
+
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(c *Config) {

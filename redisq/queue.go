@@ -57,13 +57,20 @@ type Config struct {
 	// Client, instead of URL, is a client the caller owns (a *redis.Client, *redis.ClusterClient
 	// or failover client); Close does not close it.
 	Client redis.UniversalClient
+	// Lazy has New return without pinging Redis: while it is unreachable every command
+	// fails (the client dials again on the next one), and Ping says when it answers. For a
+	// server that must take traffic while its optional delay queue is down (the database
+	// timer and the sweep close orders meanwhile). Errors of the URL and Prefix are still
+	// returned.
+	Lazy bool
 }
 
 // Queue is a delay queue of order ids on one Redis sorted set. It is safe for concurrent use
 // by several goroutines and several processes sharing the same Redis and Prefix.
 type Queue struct {
 	client redis.UniversalClient
-	owned  bool // the client was created from Config.URL and is closed by Close
+	owned  bool   // the client was created from Config.URL and is closed by Close
+	addr   string // the server address for errors (never the password)
 	due    string
 
 	closeOnce sync.Once
@@ -72,9 +79,10 @@ type Queue struct {
 
 var _ timeout.DelayQueue = (*Queue)(nil)
 
-// New connects to Redis as cfg says and pings it. It returns an error when cfg sets neither
-// or both of URL and Client, when the URL or Prefix is invalid, or when Redis does not answer
-// the ping before ctx ends; the error names the server address (never the password).
+// New connects to Redis as cfg says and pings it (not with cfg.Lazy). It returns an error
+// when cfg sets neither or both of URL and Client, when the URL or Prefix is invalid, or
+// when Redis does not answer the ping before ctx ends; the error names the server address
+// (never the password).
 func New(ctx context.Context, cfg Config) (*Queue, error) {
 	prefix := cmp.Or(cfg.Prefix, DefaultPrefix)
 	if strings.ContainsAny(prefix, "{}") {
@@ -104,13 +112,24 @@ func New(ctx context.Context, cfg Config) (*Queue, error) {
 	default:
 		return nil, errors.New("redisq: Config.URL or Config.Client is required")
 	}
-	if err := client.Ping(ctx).Err(); err != nil {
-		if owned {
-			_ = client.Close()
-		}
-		return nil, fmt.Errorf("redisq: redis at %s is unreachable: ping: %w", addr, err)
+	q := &Queue{client: client, owned: owned, addr: addr, due: dueKey(prefix)}
+	if cfg.Lazy {
+		return q, nil
 	}
-	return &Queue{client: client, owned: owned, due: dueKey(prefix)}, nil
+	if err := q.Ping(ctx); err != nil {
+		_ = q.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// Ping reports whether Redis answers a PING before ctx ends; the error names the server
+// address (never the password).
+func (q *Queue) Ping(ctx context.Context) error {
+	if err := q.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redisq: redis at %s is unreachable: ping: %w", q.addr, err)
+	}
+	return nil
 }
 
 // Close releases the client created from Config.URL; a Config.Client stays open. Close is

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -15,10 +16,17 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/timeout"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// go-redis retries a failed dial in the background once a second until it succeeds or
+// the pool is closed, and notices the close only when it wakes up: a client closed while
+// Redis was unreachable (TestServeWithoutRedis, TestLazy) leaves it for up to a second.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 // base is the reference time of the tests; scores are offsets from it in milliseconds.
 var base = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -623,5 +631,80 @@ func TestDefaultPrefix(t *testing.T) {
 	// Read-only: the default prefix may be in use on the shared server.
 	if want := dueKey(DefaultPrefix); q.due != want {
 		t.Errorf("key: got %q, want %q", q.due, want)
+	}
+}
+
+// TestLazy checks that a Lazy queue is made while Redis is unreachable, that its commands
+// and Ping fail meanwhile with the address and without the password, and that it works
+// once Redis answers, with no new queue: a server starts while its delay queue is down and
+// uses it when it is back.
+func TestLazy(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	q, err := New(t.Context(), Config{URL: "redis://:s3cret@" + dead + "/0", Lazy: true})
+	if err != nil {
+		t.Fatalf("New(Lazy) with Redis down: %v", err)
+	}
+	defer q.Close()
+	err = q.Ping(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "redis at "+dead+" is unreachable") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Ping with Redis down: %v, want unreachable naming %s without the password", err, dead)
+	}
+	if err := q.Add(t.Context(), delayItems(map[string]int{"a": 1})); err == nil {
+		t.Error("Add with Redis down succeeded")
+	}
+	if _, err := New(t.Context(), Config{URL: "redis://" + dead + "/0", Lazy: true, Prefix: "a{b"}); err == nil {
+		t.Error("New(Lazy) accepted a bad prefix")
+	}
+}
+
+// TestLazyRecovers checks that a Lazy queue made while Redis is cut off works once Redis
+// answers again, without a new queue.
+func TestLazyRecovers(t *testing.T) {
+	t.Parallel()
+	u := redisURL(t)
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := fault.StartProxy(t.Context(), opts.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	proxy.Cut(time.Hour)
+	lazy := *opts
+	lazy.Addr = proxy.Addr()
+	client := redis.NewClient(&lazy)
+	defer client.Close()
+	prefix := "orderlytest-" + rand.Text()
+	q, err := New(t.Context(), Config{Client: client, Prefix: prefix, Lazy: true})
+	if err != nil {
+		t.Fatalf("New(Lazy) with Redis cut off: %v", err)
+	}
+	defer q.Close()
+	defer client.Del(context.Background(), dueKey(prefix))
+	if err := q.Ping(t.Context()); err == nil {
+		t.Fatal("Ping through a cut proxy succeeded")
+	}
+	proxy.Cut(0) // Redis is back
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for q.Ping(ctx) != nil {
+		if ctx.Err() != nil {
+			t.Fatalf("Ping still fails 10 s after Redis came back: %v", q.Ping(t.Context()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := q.Add(t.Context(), delayItems(map[string]int{"a": 1})); err != nil {
+		t.Fatalf("Add after Redis came back: %v", err)
+	}
+	if at, ok, err := q.Earliest(t.Context()); err != nil || !ok || !at.Equal(base.Add(time.Millisecond)) {
+		t.Errorf("Earliest = %v, %v, %v; want %v", at, ok, err, base.Add(time.Millisecond))
 	}
 }

@@ -39,6 +39,10 @@ type Metrics struct {
 	OutboxDelivered *prometheus.CounterVec
 	OutboxRetried   *prometheus.CounterVec
 	OutboxDead      *prometheus.CounterVec
+	// DependencyUp is 1 while an optional dependency answers and 0 while it does not, by
+	// dependency ("redis": the delay queue of --timer redis). The instance serves either
+	// way; while the delay queue is down the database timer and the sweep close orders.
+	DependencyUp *prometheus.GaugeVec
 }
 
 // NewMetrics returns a fresh set of collectors on a new registry that also holds the Go
@@ -84,12 +88,16 @@ func NewMetrics() *Metrics {
 		OutboxDead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_outbox_dead_total", Help: "Outbox messages moved to dead, by topic.",
 		}, []string{"topic"}),
+		DependencyUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "orderly_dependency_up", Help: "1 while an optional dependency answers, 0 while it does not, by dependency.",
+		}, []string{"dependency"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.OverdueOrders, m.CloserPasses,
 		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.DependencyUp,
 	)
 	return m
 }

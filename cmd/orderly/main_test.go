@@ -15,7 +15,13 @@ import (
 	"github.com/orderlyhq/orderly/simulate"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// go-redis retries a failed dial in the background once a second until it succeeds or
+// the pool is closed, and notices the close only when it wakes up: a client closed while
+// Redis was unreachable (TestServeWithoutRedis, TestLazy) leaves it for up to a second.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 // e2eMaxLateness bounds the lateness of the end-to-end runs by the precise timer: its poll
 // cap (5 s by default; a live timer re-reads the earliest deadline at least that often),

@@ -90,6 +90,7 @@ type Server struct {
 	Metrics  *telemetry.Metrics
 
 	queue     *redisq.Queue
+	redis     *dependency // watches queue; nil without --timer redis
 	publisher *natspub.Publisher
 
 	listener  net.Listener
@@ -97,6 +98,7 @@ type Server struct {
 	served    chan error
 	cancel    context.CancelFunc
 	listening chan struct{} // closed when the LISTEN loop ended
+	watching  chan struct{} // closed when the check of s.redis ended
 }
 
 // timerChannel is the PostgreSQL NOTIFY channel of earlier deadlines; the payload is the
@@ -185,9 +187,17 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		}
 	}
 	if cfg.Timer == "redis" {
-		if s.queue, err = redisq.New(ctx, redisq.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix}); err != nil {
+		// Lazy: an instance starts and serves while Redis is down (a restart, a failover).
+		// The database is the source of truth: the timer keeps watching its earliest
+		// deadline and the sweep runs, so orders close on time without the queue; the
+		// instance uses the queue again as soon as it answers (s.redis says when).
+		if s.queue, err = redisq.New(ctx, redisq.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Lazy: true}); err != nil {
 			return nil, err
 		}
+		s.redis = &dependency{name: "redis delay queue", ping: s.queue.Ping, logger: cfg.Logger,
+			gauge:  s.Metrics.DependencyUp.WithLabelValues("redis"),
+			effect: "the database timer and the sweep close orders until it answers"}
+		s.redis.check(ctx, true)
 		tcfg.DelayQueue = s.queue
 		// Other instances' earlier deadlines reach this one only through the queue: poll it.
 		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, 200*time.Millisecond)
@@ -225,6 +235,10 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if s.redis != nil {
+		s.watching = make(chan struct{})
+		go s.redis.watch(workers, s.watching)
+	}
 	if s.Store.Notifies() {
 		s.listening = make(chan struct{})
 		go func() {
@@ -245,6 +259,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		Ready: func(ctx context.Context) error {
 			return s.Store.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
 		},
+		Degraded: s.degraded,
 	})
 	if s.listener, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -339,6 +354,9 @@ func (s *Server) Close() error {
 	if s.listening != nil {
 		<-s.listening
 	}
+	if s.watching != nil {
+		<-s.watching
+	}
 	if s.publisher != nil {
 		s.publisher.Close()
 	}
@@ -349,6 +367,14 @@ func (s *Server) Close() error {
 		errs = append(errs, s.Store.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// degraded returns the optional dependencies that are down, for GET /readyz.
+func (s *Server) degraded() []string {
+	if s.redis != nil && !s.redis.up.Load() {
+		return []string{"redis"}
+	}
+	return nil
 }
 
 // eventLog is the default handler of event topics (order.closed, order.paid, …) while no
