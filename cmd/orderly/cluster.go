@@ -58,9 +58,10 @@ type cluster struct {
 	instances []*instance
 	ready     *http.Client
 	kills     atomic.Int64
-	// restarts is held from a SIGKILL until the instance is ready again (killLoop) and
-	// across the outage of a service the instances need to start (faults.go), so that an
-	// instance is never started while its database, Redis or NATS is down.
+	// restarts is held from a SIGKILL until the instance is ready again (killLoop), across
+	// the outage of a service the instances need to start (faults.go: the database, NATS;
+	// not Redis, without which they serve) and across a SIGSTOP, so that one instance at a
+	// time is down.
 	restarts sync.Mutex
 
 	mu      sync.Mutex

@@ -243,13 +243,25 @@ func (env *faultEnv) loop(ctx context.Context, stop <-chan struct{}, cl *cluster
 	}
 }
 
-// inject injects one fault and undoes it. Outages of a service hold the cluster's restart
-// lock: an instance killed by --kill-every is started again only while its database,
-// Redis and NATS answer, since serve refuses to start without them.
+// inject injects one fault and undoes it, holding the cluster's restart lock but for
+// redis-restart:
+//   - The outage of a service serve needs to start (the database; NATS, whose stream it
+//     sets up) holds it: an instance killed by --kill-every is started again only while
+//     they answer.
+//   - A Redis outage does not: serve starts and serves without its delay queue (the
+//     database timer and the sweep close orders meanwhile), and an instance killed during
+//     it must come back, as one would in production.
+//   - sigstop holds it too: a stopped instance is a failed instance, and a deployment of N
+//     instances is sized to survive one failure at a time (plus an outage of Redis or
+//     NATS), not a SIGSTOP of one while another is killed and restarting. Letting them
+//     overlap left one instance of three for the whole traffic, with the requests in
+//     flight to the stopped one hanging 12 s; no retry window short of the whole pause
+//     covers that, and a longer one would hide real failures. Kills wait for the pause
+//     to end (and a pause for a restart to finish).
 func (env *faultEnv) inject(ctx context.Context, kind string, cl *cluster, rng *rand.Rand) (faultRecord, error) {
 	rec := faultRecord{Kind: kind}
 	var err error
-	if kind != faultSIGSTOP {
+	if kind != faultRedisRestart {
 		cl.restarts.Lock()
 		defer cl.restarts.Unlock()
 	}
