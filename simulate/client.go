@@ -113,14 +113,19 @@ type httpError struct {
 	// unsent marks a noAnswer try that certainly did not reach the server (the connection
 	// was refused).
 	unsent bool
-	// earlier are the tries before the last that got no answer, as "target: error".
+	// earlier are the tries before the last that got no answer, as "target: error (at
+	// +offset since the first try, taking duration)".
 	earlier []string
+	// First is when the first try was sent; Elapsed the time from then until the last
+	// try ended.
+	First   time.Time
+	Elapsed time.Duration
 }
 
 func (e *httpError) Error() string {
 	msg := e.message()
 	if e.Tries > 1 {
-		msg += fmt.Sprintf(" (after %d tries", e.Tries)
+		msg += fmt.Sprintf(" (after %d tries in %s from %s", e.Tries, e.Elapsed.Round(time.Millisecond), e.First.UTC().Format("15:04:05.000"))
 		if len(e.earlier) > 0 {
 			msg += "; before: " + strings.Join(e.earlier, "; ")
 		}
@@ -191,13 +196,15 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 	conflicts := 0
 	var earlier []string
 	k := c.pick(-1)
+	first := time.Now()
 	for try := 1; ; try++ {
+		began := time.Now()
 		err := c.once(ctx, c.targets[k].base, method, path, body != nil, raw, header, out)
 		var he *httpError
 		if err == nil || !errors.As(err, &he) {
 			return ambiguous, err
 		}
-		he.Tries, he.earlier = try, earlier
+		he.Tries, he.earlier, he.First, he.Elapsed = try, earlier, first, time.Since(first)
 		if he.Status == http.StatusConflict && he.code() == orderly.ECONFLICT && conflicts < maxConflictRetries && ctx.Err() == nil {
 			conflicts++
 			if sleepUntil(ctx, time.Now().Add(conflictPause<<(conflicts-1))) != nil {
@@ -214,7 +221,8 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 			return ambiguous, err
 		}
 		ambiguous = ambiguous || !he.unsent
-		earlier = append(earlier, c.targets[k].base+": "+errorText(he))
+		earlier = append(earlier, fmt.Sprintf("%s: %s (at +%s, taking %s)", c.targets[k].base, errorText(he),
+			began.Sub(first).Round(time.Millisecond), time.Since(began).Round(time.Millisecond)))
 		c.targets[k].downUntil.Store(time.Now().Add(c.pause).UnixNano())
 		c.retries.Add(1)
 		if try%len(c.targets) == 0 {
