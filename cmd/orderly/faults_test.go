@@ -6,8 +6,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -312,4 +316,45 @@ func logLatest(t *testing.T, db *sql.DB, stoppedAt time.Time) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestFaultsOneInstanceDownAtATime checks that the faults keep to what a deployment is
+// sized for: one instance down at a time. A SIGSTOP holds the cluster's restart lock for
+// its whole pause, so that killLoop cannot kill (and restart) another instance meanwhile;
+// a Redis outage does not, since instances start and serve without Redis.
+func TestFaultsOneInstanceDownAtATime(t *testing.T) {
+	dir := t.TempDir()
+	cl := &cluster{}
+	for i := range 2 {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Skipf("no sleep(1): %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("instance-%d.log", i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited; _ = log.Close() })
+		cl.instances = append(cl.instances, &instance{n: i + 1, cmd: cmd, exited: exited, log: log})
+	}
+	env := &faultEnv{leaseTTL: 300 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.inject(t.Context(), faultSIGSTOP, cl, rand.New(rand.NewPCG(1, 2)))
+		done <- err
+	}()
+	waitFor(t, 10*time.Second, "an instance stopped", func() bool { return len(cl.running()) == 1 })
+	if cl.restarts.TryLock() {
+		cl.restarts.Unlock()
+		t.Fatal("the restart lock is free while an instance is stopped: a kill could take down a second one")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("sigstop: %v", err)
+	}
+	if len(cl.running()) != 2 || !cl.restarts.TryLock() {
+		t.Fatal("after the pause: want both instances running and the restart lock free")
+	}
+	cl.restarts.Unlock()
 }
