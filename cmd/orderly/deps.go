@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderlyhq/orderly/timeout"
 )
 
 // Checks of an optional dependency (the Redis delay queue of --timer redis): how often it
@@ -65,4 +68,23 @@ func (d *dependency) watch(ctx context.Context, done chan<- struct{}) {
 			d.check(ctx, false)
 		}
 	}
+}
+
+// errQueueDown is optionalQueue's error while its dependency check says Redis is down.
+var errQueueDown = errors.New("the redis delay queue is down (skipped until it answers)")
+
+// optionalQueue is the delay queue of an instance: while the dependency check says Redis
+// is down, Add fails at once instead of dialing Redis on the request path of every order
+// created (the client's dial retries cost each create about half a second): the database
+// timer closes those orders meanwhile, and the deep check puts them back in the queue.
+type optionalQueue struct {
+	timeout.DelayQueue
+	dep *dependency
+}
+
+func (q optionalQueue) Add(ctx context.Context, items []timeout.DelayItem) error {
+	if !q.dep.up.Load() {
+		return errQueueDown
+	}
+	return q.DelayQueue.Add(ctx, items)
 }

@@ -198,7 +198,7 @@ func OpenServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 			gauge:  s.Metrics.DependencyUp.WithLabelValues("redis"),
 			effect: "the database timer and the sweep close orders until it answers"}
 		s.redis.check(ctx, true)
-		tcfg.DelayQueue = s.queue
+		tcfg.DelayQueue = optionalQueue{DelayQueue: s.queue, dep: s.redis}
 		// Other instances' earlier deadlines reach this one only through the queue: poll it.
 		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, 200*time.Millisecond)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/timeout"
 )
 
 // TestPaymentTimeoutCap checks that `serve --payment-timeout` has the cap of the per-order
@@ -87,4 +89,30 @@ func TestServeWithoutRedis(t *testing.T) {
 		})
 		return n == 0
 	})
+}
+
+// countingQueue is a timeout.DelayQueue that counts Adds.
+type countingQueue struct {
+	timeout.DelayQueue
+	adds int
+}
+
+func (q *countingQueue) Add(context.Context, []timeout.DelayItem) error { q.adds++; return nil }
+
+// TestOptionalQueueSkipsWhileDown checks that, while the dependency check says Redis is
+// down, an order's Add to the delay queue fails at once without reaching Redis (whose
+// client would retry its dial on the create's request path), and reaches it again once
+// Redis answers.
+func TestOptionalQueueSkipsWhileDown(t *testing.T) {
+	inner := &countingQueue{}
+	dep := &dependency{}
+	q := optionalQueue{DelayQueue: inner, dep: dep}
+	items := []timeout.DelayItem{{OrderID: "o1", CloseAt: time.Now()}}
+	if err := q.Add(t.Context(), items); !errors.Is(err, errQueueDown) || inner.adds != 0 {
+		t.Fatalf("Add while down: %v, %d adds reached Redis; want errQueueDown and none", err, inner.adds)
+	}
+	dep.up.Store(true)
+	if err := q.Add(t.Context(), items); err != nil || inner.adds != 1 {
+		t.Fatalf("Add while up: %v, %d adds; want nil and 1", err, inner.adds)
+	}
 }
