@@ -269,7 +269,8 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	cfg.Targets, cfg.Target, cfg.Store = cl.URLs(), "", db
 	if slices.Contains(env.kinds, faultSIGSTOP) && !cmd.IsSet("concurrency") {
 		// Requests sent to an instance just stopped wait for it to resume (12 s) and keep
-		// their slots meanwhile; the rest of the traffic needs slots of its own.
+		// their slots meanwhile; the rest of the traffic needs slots of its own (see
+		// sigstopConcurrency).
 		cfg.Concurrency = max(cfg.Concurrency, sigstopConcurrency)
 	}
 	// Also with one instance: it may be killed and take a moment to come back.
