@@ -158,8 +158,8 @@ func TestClientGivesUp(t *testing.T) {
 	start := time.Now()
 	cl := testClient(t, 300*time.Millisecond, dead, deadURL(t))
 	err = cl.do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
-	if !errors.As(err, &he) || he.Tries < 3 || !strings.Contains(err.Error(), "tries; before: http://") ||
-		!strings.Contains(err.Error(), ": dial: connect: connection refused;") {
+	if !errors.As(err, &he) || he.Tries < 3 || !strings.Contains(err.Error(), "; before: http://") ||
+		!strings.Contains(err.Error(), ": dial: connect: connection refused (at +0s, taking ") {
 		t.Fatalf("error %v, want one after several tries", err)
 	}
 	if d := time.Since(start); d < 300*time.Millisecond || d > 3*time.Second {
