@@ -65,8 +65,10 @@ type Engine struct {
 // Open validates cfg (errors are *ConfigError, see Config.Validate), opens the database
 // (applying pending migrations), connects to Redis and NATS when configured, and builds the
 // services, the closer, the relay, the jobs and the HTTP handler. Nothing runs until
-// Start. On error everything opened so far is closed; errors are wrapped with what failed
-// ("engine: open store: …").
+// Start. On error everything opened so far is closed. Errors: a *ConfigError; those of
+// sqlstore.Open as they are (they name the database: "database file …", "unsupported
+// database URL …", EINVALID); the others wrapped with what failed ("engine: connect to
+// Redis: …").
 func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -80,7 +82,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}()
 	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
 		LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
-		return nil, fmt.Errorf("engine: open store: %w", err)
+		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
 	}
 	var st store.Store = e.db
 	if cfg.Wrap.Store != nil {
