@@ -12,6 +12,7 @@ import (
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/timeout"
 )
 
 // Documented defaults of Config: a zero field means the value here. `orderly serve --help`
@@ -48,7 +49,7 @@ const (
 )
 
 // Config is everything Open takes: what `orderly serve` reads from its flags, and the seams
-// an embedding Go service may use (Flows, Gateway, Events, Handlers, Wrap). Zero values
+// an embedding Go service may use (Flows, Effects, Timed, Gateway, Events, Handlers, Wrap). Zero values
 // mean the documented defaults (the Default* constants); Validate lists what is refused.
 type Config struct {
 	// Addr is the HTTP listen address Start listens on, e.g. ":8080" or "127.0.0.1:0" (a
@@ -103,9 +104,16 @@ type Config struct {
 	OutboxPollInterval time.Duration // 250 ms
 	OutboxRetention    time.Duration // how long delivered messages are kept; 7 days
 
-	// Flows is the registry of order flows, built once and given to every service that
-	// resolves an order's flow (order, payment, the closer); nil → orderly.DefaultFlows().
+	// Flows is the registry of order flows (orderly.NewFlows); Open builds one
+	// order.Machine over it and gives that to every service that changes an order's state
+	// (order, payment, the closer). nil → orderly.DefaultFlows(). See README.md "Flows".
 	Flows orderly.Flows
+	// Effects are the named effects of flows beyond the built-in ones (order.Effects), by
+	// name, registered by a flow's own package; a name registered twice is refused.
+	Effects map[string]order.Effect
+	// Timed are the other kinds of timed entities (group deadlines, holds) the closer's
+	// timer, sweep and deep check drive besides orders (timeout.Timed).
+	Timed []timeout.Timed
 	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
 	// Engine.SimGateway).

@@ -41,6 +41,7 @@ type Engine struct {
 	cfg      Config // with the defaults applied
 	db       *sqlstore.DB
 	sim      *payment.SimGateway // nil when Config.Gateway was given
+	machine  *order.Machine
 	orders   *order.Service
 	payments *payment.Service
 	closer   *timeout.Closer
@@ -62,7 +63,9 @@ type Engine struct {
 	served    chan error // Serve's result
 }
 
-// Open validates cfg (errors are *ConfigError, see Config.Validate), opens the database
+// Open validates cfg (errors are *ConfigError, see Config.Validate), builds the one
+// order.Machine of Config.Flows and Config.Effects (a flow naming an effect nobody
+// registered is refused here: "engine: flows: …"), opens the database
 // (applying pending migrations), connects to Redis and NATS when configured, and builds the
 // services, the closer, the relay, the jobs and the HTTP handler. Nothing runs until
 // Start. On error everything opened so far is closed. Errors: a *ConfigError; those of
@@ -96,13 +99,18 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	log := cfg.Logger
 	wakeRelay := func() { e.relay.Notify() } // set below, before anything can call it
 
+	// One machine over one flow registry, shared by every service that changes an order's
+	// state (README.md "Flows").
+	if e.machine, err = order.NewMachine(cfg.Flows, cfg.Effects); err != nil {
+		return nil, fmt.Errorf("engine: flows: %w", err)
+	}
 	if e.payments, err = payment.NewService(payment.Config{
-		Store: st, Gateway: gateway, Flows: cfg.Flows, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
+		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
 	}
 	if e.orders, err = order.NewService(order.Config{
-		Store: st, Flows: cfg.Flows, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
+		Store: st, Machine: e.machine, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
 		OnCreated: func(ctx context.Context, id string, closeAt time.Time) {
 			e.closer.Created(ctx, id, closeAt)
 			e.metrics.OrdersCreated.Inc()
@@ -134,7 +142,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 
 	tcfg := timeout.Config{
-		Store: st, Flows: cfg.Flows, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
+		Store: st, Machine: e.machine, Timed: cfg.Timed, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
 		WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
 	}
 	if e.db.Dialect() == "mysql" {
@@ -399,6 +407,10 @@ func (e *Engine) Metrics() *telemetry.Metrics { return e.metrics }
 // Flows returns the flow registry every service resolves flows in (Config.Flows, or
 // orderly.DefaultFlows()).
 func (e *Engine) Flows() orderly.Flows { return e.cfg.Flows }
+
+// Machine returns the one order.Machine (flows and effects) every service applies
+// transitions through.
+func (e *Engine) Machine() *order.Machine { return e.machine }
 
 // Config returns the configuration in effect: Open's with the defaults applied.
 func (e *Engine) Config() Config { return e.cfg }
