@@ -126,77 +126,6 @@ func TestSimulateInstances(t *testing.T) {
 	bin := buildOrderly(t, t.TempDir())
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); testSimulateCluster(t, bin) })
 	t.Run("sqlite", func(t *testing.T) { t.Parallel(); testSimulateKillOnSQLite(t, bin) })
-	t.Run("lifecycle", func(t *testing.T) { t.Parallel(); testClusterLifecycle(t, bin) })
-}
-
-// testClusterLifecycle drives a cluster of two instances on one SQLite file directly:
-// killLoop kills and restarts, an instance that dies on its own is a crash, Stop stops all.
-func testClusterLifecycle(t *testing.T, bin string) {
-	dir := t.TempDir()
-	c, err := startCluster(t.Context(), clusterConfig{Binary: bin, Instances: 1, DatabaseURL: filepath.Join(dir, "o.db"),
-		CallbackSecret: "s", LogDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	in := c.instances[0]
-	in.mu.Lock()
-	firstPID := in.cmd.Process.Pid
-	in.mu.Unlock()
-
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- c.killLoop(t.Context(), stop, 50*time.Millisecond, rand.New(rand.NewPCG(1, 2))) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for c.Kills() < 2 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // polling a counter of another goroutine's progress
-	}
-	close(stop)
-	if err := <-done; err != nil {
-		t.Fatalf("killLoop: %v", err)
-	}
-	in.mu.Lock()
-	pid := in.cmd.Process.Pid
-	in.mu.Unlock()
-	if c.Kills() < 2 || pid == firstPID {
-		t.Fatalf("kills %d, pid %d (first %d): want a restarted instance", c.Kills(), pid, firstPID)
-	}
-	if err := c.waitReady(t.Context(), in); err != nil {
-		t.Fatalf("after killLoop: %v", err)
-	}
-	if crashes := c.Crashes(); len(crashes) != 0 {
-		t.Fatalf("kills taken for crashes: %v", crashes)
-	}
-
-	// Dying on its own (here: SIGKILL from outside the cluster) is a crash.
-	in.mu.Lock()
-	cmd, exited := in.cmd, in.exited
-	in.mu.Unlock()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
-	if crashes := c.Crashes(); len(crashes) != 1 || !strings.Contains(crashes[0], "exited on its own: signal: killed") {
-		t.Fatalf("crashes %q, want the one instance", crashes)
-	}
-
-	if err := c.startAndWait(t.Context(), in); err != nil {
-		t.Fatal(err)
-	}
-	c.Stop()
-	in.mu.Lock()
-	exitErr := in.exitErr
-	in.mu.Unlock()
-	if exitErr != nil || len(c.Crashes()) != 1 {
-		t.Errorf("after Stop: exit %v, crashes %q; want a clean exit (SIGTERM) and no new crash", exitErr, c.Crashes())
-	}
-	if err := c.start(in); err == nil {
-		t.Error("start after Stop succeeded")
-	}
-	log, err := os.ReadFile(in.logPath)
-	if err != nil || !strings.Contains(string(log), "SIGKILL to instance 1") {
-		t.Errorf("log %s: %v\n%s", in.logPath, err, log)
-	}
 }
 
 // testSimulateCluster is the acceptance run on many instances: three `orderly serve`
@@ -267,14 +196,32 @@ func TestSimulateClusterFlags(t *testing.T) {
 	}
 }
 
-// TestClusterArgs checks the serve arguments an instance gets.
-func TestClusterArgs(t *testing.T) {
+// TestSimulateFaultFlags checks the refusals of --faults that happen before anything
+// starts: each fault needs something simulate owns.
+func TestSimulateFaultFlags(t *testing.T) {
 	t.Parallel()
-	c := &cluster{cfg: clusterConfig{DatabaseURL: "postgres://db", CallbackSecret: "s3", SweepInterval: 2 * time.Second,
-		Extra: []string{"--timer", "redis", "--redis-url", "redis://r"}}}
-	got := strings.Join(c.args(&instance{addr: "127.0.0.1:4000"}), " ")
-	want := "serve --addr 127.0.0.1:4000 --database-url postgres://db --callback-secret s3 --sweep-interval 2s --timer redis --redis-url redis://r"
-	if got != want {
-		t.Errorf("args\n got %s\nwant %s", got, want)
+	pg := "postgres://postgres@127.0.0.1:1/x"
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{args: []string{"--faults", "redis-restart,oops"}, want: `unknown fault "oops"`},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "redis-restart"}, want: "needs --timer redis"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--timer", "redis", "--redis-url", "redis://127.0.0.1:6379/0", "--faults", "redis-restart"},
+			want: "simulate only kills its own; drop --redis-url"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "db-restart"}, want: "simulate only restarts its own PostgreSQL; drop --database-url"},
+		{args: []string{"--database-url", pg, "--faults", "sigstop"}, want: "needs --instances 2 or more"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "sigstop", "--fault-every", "0s"}, want: "--fault-every must be positive"},
+		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "nats-outage", "--nats-url", "nats://a:1,nats://b:2"}, want: "one server"},
+		{args: []string{"--target", "http://127.0.0.1:1", "--callback-secret", "s", "--faults", "sigstop"}, want: "do not go with --target"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		app := newApp(&stdout, &stderr)
+		app.ExitErrHandler = func(context.Context, *cli.Command, error) {} // return the error, do not exit
+		err := app.Run(t.Context(), append([]string{"orderly", "simulate"}, tt.args...))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("simulate %v: error %v, want %q", tt.args, err, tt.want)
+		}
 	}
 }

@@ -2,8 +2,9 @@
 // background workers on an embedded SQLite database, `orderly migrate` applies the schema,
 // `orderly simulate` drives realistic traffic and checks every invariant, and `orderly
 // verify` checks the invariants of a database at rest. Every flag can also be set with an
-// ORDERLY_* environment variable. This package only wires; the engine lives in the packages
-// it imports.
+// ORDERLY_* environment variable. This package only parses flags and prints: the engine is
+// composed in package engine, the multi-instance supervisor of `simulate --instances` lives
+// in package simulate/cluster (README.md "Architecture").
 package main
 
 import (
@@ -22,11 +23,11 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
@@ -198,7 +199,7 @@ func serveFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "addr", Value: ":8080", Usage: "HTTP listen address", Sources: env("addr")},
 		&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
-		&cli.IntFlag{Name: "database-max-conns", Value: 20, Usage: "PostgreSQL/MySQL connections of this instance (keep instances × this under the server's limit)", Sources: env("database-max-conns")},
+		&cli.IntFlag{Name: "database-max-conns", Value: engine.DefaultDatabaseMaxConns, Usage: "PostgreSQL/MySQL connections of this instance (keep instances × this under the server's limit)", Sources: env("database-max-conns")},
 		&cli.DurationFlag{Name: "database-lock-timeout", Value: sqlstore.DefaultLockTimeout, Usage: "how long a PostgreSQL/MySQL statement waits for a row lock (negative: the server's setting)", Sources: env("database-lock-timeout")},
 		&cli.DurationFlag{Name: "database-idle-in-transaction-timeout", Value: sqlstore.DefaultIdleInTransactionTimeout, Usage: "the database ends a session idle this long inside a transaction, releasing its locks: bounds how long a stopped instance blocks the others (PostgreSQL, MariaDB; negative: the server's setting)", Sources: env("database-idle-in-transaction-timeout")},
 		&cli.StringFlag{Name: "redis-prefix", Value: "orderly", Usage: "key prefix of the delay queue; one per database sharing a Redis", Sources: env("redis-prefix")},
@@ -208,28 +209,21 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "nats-url", Usage: "NATS JetStream to publish outbox events to, e.g. nats://127.0.0.1:4222", Sources: env("nats-url")},
 		&cli.DurationFlag{Name: "timer-poll", Usage: "cap of the timer's sleep (0: 200ms on MySQL and with --timer redis, 5s elsewhere)", Sources: env("timer-poll")},
 		&cli.StringFlag{Name: "callback-secret", Usage: "HMAC secret of payment callbacks; generated and printed once when empty", Sources: env("callback-secret")},
-		&cli.DurationFlag{Name: "request-timeout", Value: defaults.RequestTimeout, Usage: "server-side deadline of every HTTP request; past it the request is answered 503 with Retry-After", Sources: env("request-timeout")},
-		&cli.DurationFlag{Name: "payment-timeout", Value: defaults.PaymentTimeout, Usage: "default time a buyer has to pay (at most 168h)", Sources: env("payment-timeout")},
+		&cli.DurationFlag{Name: "request-timeout", Value: engine.DefaultRequestTimeout, Usage: "server-side deadline of every HTTP request; past it the request is answered 503 with Retry-After", Sources: env("request-timeout")},
+		&cli.DurationFlag{Name: "payment-timeout", Value: engine.DefaultPaymentTimeout, Usage: "default time a buyer has to pay (at most 168h)", Sources: env("payment-timeout")},
 		&cli.DurationFlag{Name: "grace-period", Usage: "extra time after the payment deadline before closing (close_at = expires_at + grace)", Sources: env("grace-period")},
-		&cli.DurationFlag{Name: "sweep-interval", Value: defaults.SweepInterval, Usage: "period of the sweep that closes what the timer missed", Sources: env("sweep-interval")},
-		&cli.DurationFlag{Name: "deep-check-interval", Value: defaults.DeepCheckInterval, Usage: "period of the deep consistency check", Sources: env("deep-check-interval")},
-		&cli.DurationFlag{Name: "inspection-hold", Value: defaults.InspectionHold, Usage: "how long after close_at a payment of unknown outcome keeps its order open", Sources: env("inspection-hold")},
-		&cli.IntFlag{Name: "close-batch-size", Value: defaults.CloseBatchSize, Usage: "orders closed per transaction", Sources: env("close-batch-size")},
-		&cli.Int64Flag{Name: "outbox-max-attempts", Value: defaults.OutboxMaxAttempts, Usage: "delivery attempts before an outbox message is dead", Sources: env("outbox-max-attempts")},
-		&cli.DurationFlag{Name: "outbox-poll-interval", Value: defaults.OutboxPollInterval, Usage: "how often the relay looks for due messages when not woken", Sources: env("outbox-poll-interval")},
-		&cli.DurationFlag{Name: "outbox-retention", Value: defaults.OutboxRetention, Usage: "how long delivered outbox messages are kept", Sources: env("outbox-retention")},
+		&cli.DurationFlag{Name: "sweep-interval", Value: engine.DefaultSweepInterval, Usage: "period of the sweep that closes what the timer missed", Sources: env("sweep-interval")},
+		&cli.DurationFlag{Name: "deep-check-interval", Value: engine.DefaultDeepCheckInterval, Usage: "period of the deep consistency check", Sources: env("deep-check-interval")},
+		&cli.DurationFlag{Name: "inspection-hold", Value: engine.DefaultInspectionHold, Usage: "how long after close_at a payment of unknown outcome keeps its order open", Sources: env("inspection-hold")},
+		&cli.IntFlag{Name: "close-batch-size", Value: engine.DefaultCloseBatchSize, Usage: "orders closed per transaction", Sources: env("close-batch-size")},
+		&cli.Int64Flag{Name: "outbox-max-attempts", Value: engine.DefaultOutboxMaxAttempts, Usage: "delivery attempts before an outbox message is dead", Sources: env("outbox-max-attempts")},
+		&cli.DurationFlag{Name: "outbox-poll-interval", Value: engine.DefaultOutboxPollInterval, Usage: "how often the relay looks for due messages when not woken", Sources: env("outbox-poll-interval")},
+		&cli.DurationFlag{Name: "outbox-retention", Value: engine.DefaultOutboxRetention, Usage: "how long delivered outbox messages are kept", Sources: env("outbox-retention")},
 	}
 }
 
-// defaults are the documented defaults of ServerConfig, shown in --help.
-var defaults = ServerConfig{
-	RequestTimeout: 10 * time.Second, PaymentTimeout: 30 * time.Minute, SweepInterval: 15 * time.Second, DeepCheckInterval: 5 * time.Minute,
-	InspectionHold: time.Minute, CloseBatchSize: 1000, OutboxMaxAttempts: 10,
-	OutboxPollInterval: 250 * time.Millisecond, OutboxRetention: 7 * 24 * time.Hour,
-}
-
 // positiveFlags returns an error naming the first of the duration flags that was given as 0:
-// in ServerConfig, simulate.Config and verify.Options a zero means "the default", so a 0 on
+// in engine.Config, simulate.Config and verify.Options a zero means "the default", so a 0 on
 // the command line would silently turn into the default (30 min for --payment-timeout)
 // instead of what it says.
 func positiveFlags(cmd *cli.Command, names ...string) error {
@@ -251,8 +245,9 @@ func defaultOf(cmd *cli.Command, name string) string {
 	return "its default"
 }
 
-func serverConfig(cmd *cli.Command, logger *slog.Logger) ServerConfig {
-	return ServerConfig{
+// engineConfig is the engine.Config of serve's flags.
+func engineConfig(cmd *cli.Command, logger *slog.Logger) engine.Config {
+	return engine.Config{
 		Addr: cmd.String("addr"), DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte(cmd.String("callback-secret")),
 		RequestTimeout: cmd.Duration("request-timeout"), PaymentTimeout: cmd.Duration("payment-timeout"), GracePeriod: cmd.Duration("grace-period"),
 		SweepInterval: cmd.Duration("sweep-interval"), DeepCheckInterval: cmd.Duration("deep-check-interval"),
@@ -265,6 +260,32 @@ func serverConfig(cmd *cli.Command, logger *slog.Logger) ServerConfig {
 		DatabaseLockTimeout:              cmd.Duration("database-lock-timeout"),
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
 	}
+}
+
+// flagOf names the serve flag of each engine.Config field that has one.
+var flagOf = map[string]string{
+	"Addr": "addr", "DatabaseURL": "database-url", "CallbackSecret": "callback-secret", "InstanceID": "instance-id",
+	"Timer": "timer", "RedisURL": "redis-url", "RedisPrefix": "redis-prefix", "DatabaseMaxConns": "database-max-conns",
+	"DatabaseLockTimeout": "database-lock-timeout", "DatabaseIdleInTransactionTimeout": "database-idle-in-transaction-timeout",
+	"NATSURL": "nats-url", "TimerPoll": "timer-poll", "RequestTimeout": "request-timeout", "PaymentTimeout": "payment-timeout",
+	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",
+	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "OutboxMaxAttempts": "outbox-max-attempts",
+	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention",
+}
+
+// flagError turns an *engine.ConfigError into a usage error (exit status 2) that names the
+// flags ("--timer redis needs --redis-url"); other errors are returned as they are.
+func flagError(err error) error {
+	var ce *engine.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return cli.Exit(ce.Describe(func(field string) string {
+		if f, ok := flagOf[field]; ok {
+			return "--" + f
+		}
+		return "engine.Config." + field
+	}), exitUsage)
 }
 
 func newLogger(cmd *cli.Command, w io.Writer) (*slog.Logger, error) {
@@ -307,12 +328,9 @@ func serveCommand() *cli.Command {
 				}
 				defer stop()
 			}
-			cfg := serverConfig(cmd, logger)
+			cfg := engineConfig(cmd, logger)
 			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",
 				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention"); err != nil {
-				return cli.Exit(err.Error(), exitUsage)
-			}
-			if err := cfg.validate(); err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
 			// The secret is printed only once the server runs: a start that fails prints
@@ -321,9 +339,15 @@ func serveCommand() *cli.Command {
 			if generated {
 				cfg.CallbackSecret = []byte(newSecret())
 			}
-			s, err := OpenServer(ctx, cfg)
+			if err := cfg.Validate(); err != nil {
+				return flagError(err)
+			}
+			s, err := engine.Open(ctx, cfg)
 			if err != nil {
-				return err
+				return flagError(err)
+			}
+			if err := s.Start(ctx); err != nil {
+				return errors.Join(err, s.Close(context.WithoutCancel(ctx)))
 			}
 			if generated {
 				fmt.Fprintf(cmd.Root().Writer, "Generated callback secret (set ORDERLY_CALLBACK_SECRET to keep it across restarts):\n  %s\n", cfg.CallbackSecret)
@@ -338,7 +362,7 @@ func serveCommand() *cli.Command {
 			logger.Info("orderly serving", attrs...)
 			<-ctx.Done()
 			logger.Info("shutting down")
-			return s.Close()
+			return s.Close(context.WithoutCancel(ctx))
 		},
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/simulate"
 )
 
@@ -31,13 +32,13 @@ func TestMain(m *testing.M) {
 // behind request transactions on SQLite's one writer for seconds (3.5 s seen).
 const e2eMaxLateness = 5 * time.Second
 
-// TestEndToEnd starts the real program as main wires it (OpenServer) on port 0 with a
+// TestEndToEnd starts the engine as serve composes it (engine.Open, Start) on port 0 with a
 // temporary database and drives a small simulation against it over HTTP, with every check
 // of the simulator on: the database, the gateway's ledger of refunds, the lateness bound
 // and the share of orders created.
 func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	srv, err := OpenServer(ctx, ServerConfig{
+	srv, err := engine.Open(ctx, engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"),
 		SweepInterval: time.Hour,
 	})
@@ -45,13 +46,16 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := srv.Close(); err != nil {
+		if err := srv.Close(ctx); err != nil {
 			t.Errorf("close: %v", err)
 		}
 	}()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	res, err := simulate.Run(ctx, simulate.Config{
 		Target: srv.URL(), CallbackSecret: []byte("e2e-secret"), Orders: 120, Rate: 60,
-		PaymentTimeout: time.Second, Seed: 7, Store: srv.Store, GatewayLedger: srv.Gateway.Ledger,
+		PaymentTimeout: time.Second, Seed: 7, Store: srv.Store(), GatewayLedger: srv.SimGateway().Ledger,
 		MaxLateness: e2eMaxLateness, MinCreatedShare: 0.8, Drain: 10 * time.Second,
 	})
 	if err != nil {
@@ -127,18 +131,11 @@ func TestSimulateCommand(t *testing.T) {
 	}
 }
 
+// TestServeConfigErrors: a bad --log-level is refused before anything opens.
 func TestServeConfigErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := newApp(&stdout, &stderr).Run(context.Background(), []string{"orderly", "--log-level", "loud", "serve"})
 	if err == nil || !strings.Contains(err.Error(), "log-level") {
 		t.Fatalf("bad --log-level: %v", err)
-	}
-	_, err = OpenServer(context.Background(), ServerConfig{Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "x.db")})
-	if err == nil {
-		t.Fatal("OpenServer without a callback secret succeeded")
-	}
-	_, err = OpenServer(context.Background(), ServerConfig{Addr: "127.0.0.1:0", DatabaseURL: "redis://localhost/x", CallbackSecret: []byte("s")})
-	if err == nil || !strings.Contains(err.Error(), "unsupported database URL") {
-		t.Fatalf("redis URL as a database: %v", err)
 	}
 }

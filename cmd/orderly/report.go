@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/orderlyhq/orderly/simulate/cluster"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -51,4 +52,19 @@ func counts(m map[string]int64) string {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// writeFaults prints the faults injected, one a line, for the summary.
+func writeFaults(w io.Writer, faults []cluster.FaultRecord) {
+	for i, f := range faults {
+		label := ""
+		if i == 0 {
+			label = "faults"
+		}
+		fmt.Fprintf(w, "  %-11s %s %s at %s for %d ms", label, f.Kind, f.Target, f.At.Format("15:04:05.000"), f.DurationMS)
+		if f.Error != "" {
+			fmt.Fprintf(w, " (%s)", f.Error)
+		}
+		fmt.Fprintln(w)
+	}
 }

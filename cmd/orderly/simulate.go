@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/simulate"
+	"github.com/orderlyhq/orderly/simulate/cluster"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/verify"
@@ -143,16 +146,20 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	}
 	defer os.RemoveAll(dir)
 	logger := slog.New(slog.NewTextHandler(root.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := OpenServer(ctx, ServerConfig{
-		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: []byte(newSecret()),
+	secret := []byte(newSecret())
+	e, err := engine.Open(ctx, engine.Config{
+		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: secret,
 		SweepInterval: cmd.Duration("sweep-interval"), Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	cfg.Target, cfg.CallbackSecret, cfg.Store = srv.URL(), srv.cfg.CallbackSecret, srv.Store
-	cfg.GatewayLedger = srv.Gateway.Ledger
+	defer e.Close(context.WithoutCancel(ctx))
+	if err := e.Start(ctx); err != nil {
+		return err
+	}
+	cfg.Target, cfg.CallbackSecret, cfg.Store = e.URL(), secret, e.Store()
+	cfg.GatewayLedger = e.SimGateway().Ledger
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -201,7 +208,7 @@ type clusterRun struct {
 	kills     int
 	killEvery time.Duration
 	logs      []string
-	faults    []faultRecord
+	faults    []cluster.FaultRecord
 }
 
 // clusterReport is the JSON result of a run on child instances: the Result's members,
@@ -211,7 +218,7 @@ type clusterReport struct {
 	Instances int `json:"instances"`
 	Kills     int `json:"kills"`
 	// Faults are the faults injected (--faults), in order.
-	Faults []faultRecord `json:"faults,omitempty"`
+	Faults []cluster.FaultRecord `json:"faults,omitempty"`
 }
 
 // simulateCluster starts --instances `orderly serve` child processes on --database-url (a
@@ -223,7 +230,15 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	if len(cfg.CallbackSecret) == 0 {
 		cfg.CallbackSecret = []byte(newSecret())
 	}
-	env, dbURL, own, err := prepareFaults(ctx, cmd)
+	env, dbURL, own, err := cluster.PrepareFaults(ctx, cluster.FaultConfig{
+		Faults: cmd.String("faults"), Every: cmd.Duration("fault-every"), Instances: cmd.Int("instances"),
+		SweepInterval: cmd.Duration("sweep-interval"), DatabaseURL: cmd.String("database-url"),
+		Timer: cmd.String("timer"), RedisURL: cmd.String("redis-url"), NATSURL: cmd.String("nats-url"),
+	})
+	var refused *cluster.ConfigError
+	if errors.As(err, &refused) {
+		return cli.Exit(refused.Error(), exitUsage)
+	}
 	if err != nil {
 		return err
 	}
@@ -249,9 +264,9 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 		return err
 	}
 	run := &clusterRun{instances: cmd.Int("instances"), killEvery: cmd.Duration("kill-every")}
-	cl, err := startCluster(ctx, clusterConfig{
+	cl, err := cluster.Start(ctx, cluster.Config{
 		Binary: exe, Instances: run.instances, DatabaseURL: dbURL, CallbackSecret: string(cfg.CallbackSecret),
-		SweepInterval: cmd.Duration("sweep-interval"), Extra: env.overrides(passThrough(cmd), own), LogDir: logDir,
+		SweepInterval: cmd.Duration("sweep-interval"), Extra: env.Overrides(passThrough(cmd), own), LogDir: logDir,
 	})
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
@@ -267,11 +282,11 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	}
 	defer db.Close()
 	cfg.Targets, cfg.Target, cfg.Store = cl.URLs(), "", db
-	if slices.Contains(env.kinds, faultSIGSTOP) && !cmd.IsSet("concurrency") {
+	if slices.Contains(env.Kinds(), cluster.FaultSIGSTOP) && !cmd.IsSet("concurrency") {
 		// Requests sent to an instance just stopped wait for it to resume (12 s) and keep
 		// their slots meanwhile; the rest of the traffic needs slots of its own (see
 		// sigstopConcurrency).
-		cfg.Concurrency = max(cfg.Concurrency, sigstopConcurrency)
+		cfg.Concurrency = max(cfg.Concurrency, cluster.SigstopConcurrency)
 	}
 	// Also with one instance: it may be killed and take a moment to come back.
 	cfg.RetryFor = simulate.DefaultRetryFor
@@ -288,7 +303,7 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 		timer    *time.Timer
 	)
 	stopKills := func() { once.Do(func() { close(stop) }) }
-	if run.killEvery > 0 || len(env.kinds) > 0 {
+	if run.killEvery > 0 || len(env.Kinds()) > 0 {
 		cfg.Drain = killDrain
 		// Orders are due until one payment timeout after the last was sent.
 		due := time.Duration(math.Ceil(max(cfg.PaymentTimeout, time.Second).Seconds())) * time.Second
@@ -300,14 +315,14 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 			case simulate.PhaseSend:
 				if run.killEvery > 0 {
 					wg.Go(func() {
-						if err := cl.killLoop(runCtx, stop, run.killEvery, rng); err != nil {
+						if err := cl.KillLoop(runCtx, stop, run.killEvery, rng); err != nil {
 							killErr = err
 							cancel(err)
 						}
 					})
 				}
 				wg.Go(func() {
-					if err := env.loop(runCtx, stop, cl, faultRng); err != nil {
+					if err := env.Loop(runCtx, stop, cl, faultRng); err != nil {
 						faultErr = err
 						cancel(err)
 					}
@@ -426,4 +441,19 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// faultFlags are simulate's flags of faults (package simulate/cluster injects them).
+func faultFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "faults", Usage: "comma-separated faults to inject while orders are due, one at a time: " +
+			strings.Join(cluster.FaultKinds, ", ") + " (redis-restart needs --timer redis and no --redis-url; db-restart needs no --database-url: simulate then runs its own PostgreSQL)"},
+		&cli.DurationFlag{Name: "fault-every", Value: cluster.DefaultFaultEvery, Usage: "pause between two faults of --faults"},
+	}
+}
+
+// ownsDatabase reports whether simulate runs the database itself (--faults db-restart).
+func ownsDatabase(cmd *cli.Command) bool {
+	kinds, err := cluster.ParseFaults(cmd.String("faults"))
+	return err == nil && slices.Contains(kinds, cluster.FaultDBRestart) && cmd.String("database-url") == ""
 }

@@ -1,8 +1,9 @@
 // Package enginetest builds a small, fully wired engine on a fresh database for tests
-// (SQLite, or PostgreSQL or MySQL with Options.Dialect): store with a controllable database
-// clock, order and payment services, the simulated gateway, the closer and the outbox relay
-// (not started: tests drive them by calling CloseDue and Drain, so nothing depends on
-// sleeps).
+// (SQLite, or PostgreSQL or MySQL with Options.Dialect): package engine's composition, on a
+// store with a controllable database clock — order and payment services, the simulated
+// gateway, the closer and the outbox relay, not started: tests drive them by calling
+// CloseDue and Drain, so nothing depends on sleeps. Serve starts a whole engine behind its
+// HTTP API instead.
 package enginetest
 
 import (
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
@@ -52,16 +54,17 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// Env is a wired engine.
+// Env is a wired engine, opened and not started (see package doc).
 type Env struct {
 	Clock    *Clock
+	Engine   *engine.Engine
 	Store    *sqlstore.DB
 	Gateway  *payment.SimGateway
 	Orders   *order.Service
 	Payments *payment.Service
 	Closer   *timeout.Closer
 	Relay    *outbox.Relay
-	Metrics  *telemetry.Metrics // the payment service's
+	Metrics  *telemetry.Metrics // the engine's
 }
 
 // Options tunes New; zero values mean the engine's defaults.
@@ -93,40 +96,25 @@ func New(t testing.TB, opts Options) *Env {
 	if opts.Dialect != "" && opts.Dialect != "sqlite" {
 		url = testdb.Fresh(t, testdb.URL(t, opts.Dialect))
 	}
-	// 10 connections on a server: enough for the races of the tests (8 at once), and tests
-	// of several packages share the server's connection limit.
-	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url, Now: clock.Now, MaxConns: 10})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	e := &Env{Clock: clock, Store: db, Gateway: payment.NewSimGateway(), Metrics: telemetry.NewMetrics()}
-	var gateway orderly.Gateway = e.Gateway
+	sim := payment.NewSimGateway()
+	var gateway orderly.Gateway = sim
 	if opts.WrapGateway != nil {
-		gateway = opts.WrapGateway(e.Gateway)
+		gateway = opts.WrapGateway(sim)
 	}
-	if e.Payments, err = payment.NewService(payment.Config{Store: db, Gateway: gateway, Metrics: e.Metrics}); err != nil {
-		t.Fatal(err)
+	e, err := engine.Open(ctx, engine.Config{
+		DatabaseURL: url, Now: clock.Now, CallbackSecret: []byte("enginetest"), InstanceID: t.Name(), Gateway: gateway,
+		// 10 connections on a server: enough for the races of the tests (8 at once), and
+		// tests of several packages share the server's connection limit.
+		DatabaseMaxConns: 10,
+		CloseBatchSize:   opts.CloseBatchSize, OutboxBatchSize: opts.OutboxBatch, OutboxMaxAttempts: opts.MaxAttempts,
+		Handlers: opts.Handlers,
+	})
+	if err != nil {
+		t.Fatalf("open engine: %v", err)
 	}
-	if e.Orders, err = order.NewService(order.Config{Store: db, Payments: e.Payments}); err != nil {
-		t.Fatal(err)
-	}
-	handlers := order.ReleaseHandlers()
-	handlers[orderly.TopicPaymentRefund] = e.Payments.RefundHandler()
-	handlers[orderly.TopicRefundExecute] = e.Payments.RefundExecuteHandler()
-	for k, h := range opts.Handlers {
-		handlers[k] = h
-	}
-	discard := &outbox.Handler{Call: func(context.Context, *orderly.Message) error { return nil }}
-	if e.Relay, err = outbox.NewRelay(outbox.Config{
-		Store: db, Handlers: handlers, Default: discard, BatchSize: opts.OutboxBatch, MaxAttempts: opts.MaxAttempts,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if e.Closer, err = timeout.NewCloser(timeout.Config{Store: db, Inspector: e.Payments, BatchSize: opts.CloseBatchSize}); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	return &Env{Clock: clock, Engine: e, Store: e.Store(), Gateway: sim, Orders: e.Orders(), Payments: e.Payments(),
+		Closer: e.Closer(), Relay: e.Relay(), Metrics: e.Metrics()}
 }
 
 // StockOf returns a SKU's stock.

@@ -5,16 +5,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/httpapi"
-	"github.com/orderlyhq/orderly/job"
+	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/order"
-	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -33,7 +30,7 @@ type ServerOptions struct {
 	// NoTimer leaves the precise timer stopped (a dead timer): only the sweep closes
 	// orders, and payment inspection runs inline in it.
 	NoTimer bool
-	// WrapStore wraps the store the order service writes through.
+	// WrapStore wraps the store the services write through (engine.Wrap.Store).
 	WrapStore func(store.Store) store.Store
 	// WrapOrders wraps the order service behind the HTTP API.
 	WrapOrders func(orderly.OrderService) orderly.OrderService
@@ -43,13 +40,15 @@ type ServerOptions struct {
 	WrapGateway func(*payment.SimGateway) orderly.Gateway
 }
 
-// Server is a whole engine on the real clock behind the real HTTP API, on a fresh SQLite
-// database in t.TempDir(): order and payment services, the simulated gateway, the outbox
-// relay, the precise timer and the sweep, all started. It stops at the end of the test.
+// Server is a whole engine (package engine, as `orderly serve` composes it) on the real
+// clock behind the real HTTP API, on a fresh SQLite database in t.TempDir(): order and
+// payment services, the simulated gateway, the outbox relay, the precise timer, the sweep
+// and the other jobs, all started. It stops at the end of the test.
 type Server struct {
 	URL      string
+	Engine   *engine.Engine
 	Store    *sqlstore.DB
-	Gateway  *payment.SimGateway
+	Gateway  *payment.SimGateway // the simulated gateway, also when WrapGateway wraps it
 	Orders   *order.Service
 	Payments *payment.Service
 	Closer   *timeout.Closer
@@ -59,86 +58,31 @@ type Server struct {
 func Serve(t testing.TB, opts ServerOptions) *Server {
 	t.Helper()
 	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "orderly.db")})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	s := &Server{Store: db, Gateway: payment.NewSimGateway()}
-	var (
-		closer *timeout.Closer
-		relay  *outbox.Relay
-	)
-	wake := func() { relay.Notify() }
-	var orderStore store.Store = db
-	if opts.WrapStore != nil {
-		orderStore = opts.WrapStore(db)
-	}
-	var gateway orderly.Gateway = s.Gateway
+	sim := payment.NewSimGateway()
+	var gateway orderly.Gateway = sim
 	if opts.WrapGateway != nil {
-		gateway = opts.WrapGateway(s.Gateway)
+		gateway = opts.WrapGateway(sim)
 	}
-	fail := func(err error) {
-		t.Helper()
-		_ = db.Close()
-		t.Fatal(err)
-	}
-	if s.Orders, err = order.NewService(order.Config{Store: orderStore, WakeRelay: wake, Logger: logger,
-		OnCreated: func(ctx context.Context, id string, closeAt time.Time) { closer.Created(ctx, id, closeAt) }}); err != nil {
-		fail(err)
-	}
-	if s.Payments, err = payment.NewService(payment.Config{Store: db, Gateway: gateway, WakeRelay: wake, Logger: logger}); err != nil {
-		fail(err)
-	}
-	handlers := order.ReleaseHandlers()
-	handlers[orderly.TopicPaymentRefund] = s.Payments.RefundHandler()
-	handlers[orderly.TopicRefundExecute] = s.Payments.RefundExecuteHandler()
-	discard := &outbox.Handler{Call: func(context.Context, *orderly.Message) error { return nil }}
-	if relay, err = outbox.NewRelay(outbox.Config{Store: db, Handlers: handlers, Default: discard, Logger: logger}); err != nil {
-		fail(err)
-	}
-	if closer, err = timeout.NewCloser(timeout.Config{Store: db, Inspector: s.Payments, WakeRelay: wake, Logger: logger}); err != nil {
-		fail(err)
-	}
-	s.Closer = closer
-	sweep, err := job.New(job.Config{Store: db, Name: "sweep", Instance: t.Name(), Logger: logger,
-		Interval: cmp.Or(opts.SweepInterval, time.Hour), Run: closer.Sweep})
+	e, err := engine.Open(ctx, engine.Config{
+		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: opts.CallbackSecret,
+		InstanceID: t.Name(), SweepInterval: cmp.Or(opts.SweepInterval, time.Hour), Gateway: gateway,
+		Wrap:   engine.Wrap{Store: opts.WrapStore, Orders: opts.WrapOrders, Payments: opts.WrapPayments},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
 	if err != nil {
-		fail(err)
+		t.Fatalf("open engine: %v", err)
 	}
-
-	workers, cancel := context.WithCancel(ctx)
-	var orders orderly.OrderService = s.Orders
-	if opts.WrapOrders != nil {
-		orders = opts.WrapOrders(s.Orders)
-	}
-	var payments orderly.PaymentService = s.Payments
-	if opts.WrapPayments != nil {
-		payments = opts.WrapPayments(s.Payments)
-	}
-	api := httpapi.New(httpapi.Config{Orders: orders, Payments: payments, Catalog: s.Orders, Refunds: s.Orders,
-		CallbackSecret: opts.CallbackSecret, Logger: logger})
-	srv := httptest.NewServer(api.Handler())
-	s.URL = srv.URL
 	// Stopped in order: no more requests, no more closes, no more deliveries, then the database.
 	t.Cleanup(func() {
-		srv.Close()
-		sweep.Stop()
-		closer.Stop()
-		relay.Stop()
-		cancel()
-		_ = db.Close()
-	})
-	if err := relay.Start(workers); err != nil {
-		t.Fatal(err)
-	}
-	if !opts.NoTimer {
-		if err := closer.Start(workers); err != nil {
-			t.Fatal(err)
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("close engine: %v", err)
 		}
-	}
-	if err := sweep.Start(workers); err != nil {
+	})
+	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	if opts.NoTimer {
+		e.Closer().Stop() // a dead timer: the sweep still runs, and inspects inline
+	}
+	return &Server{URL: e.URL(), Engine: e, Store: e.Store(), Gateway: sim, Orders: e.Orders(), Payments: e.Payments(), Closer: e.Closer()}
 }

@@ -1,10 +1,9 @@
-package main
+package cluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -13,48 +12,48 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/urfave/cli/v3"
-
 	"github.com/orderlyhq/orderly/internal/fault"
 )
 
 // Faults of `simulate --faults`, injected one at a time, in the order given, every
-// --fault-every while orders are due (the window of --kill-every).
+// FaultConfig.Every while orders are due (the window of --kill-every).
 const (
-	// faultRedisRestart kills the private redis-server (kill -9, no persistence: every key
-	// is lost) and starts it again on the same port after redisDown.
-	faultRedisRestart = "redis-restart"
-	// faultNATSOutage cuts every connection to NATS and refuses new ones for natsDown.
-	faultNATSOutage = "nats-outage"
-	// faultSIGSTOP stops a random instance (SIGSTOP) for one lease TTL of its jobs plus
-	// sigstopExtra, so that another instance takes its leases over, then resumes it
+	// FaultRedisRestart kills the private redis-server (kill -9, no persistence: every key
+	// is lost) and starts it again on the same port after redisDown (1 s).
+	FaultRedisRestart = "redis-restart"
+	// FaultNATSOutage cuts every connection to NATS and refuses new ones for natsDown (3 s).
+	FaultNATSOutage = "nats-outage"
+	// FaultSIGSTOP stops a random instance (SIGSTOP) for one lease TTL of its jobs plus
+	// sigstopExtra (2 s), so that another instance takes its leases over, then resumes it
 	// (SIGCONT).
-	faultSIGSTOP = "sigstop"
-	// faultDBRestart restarts the private PostgreSQL server (pg_ctl stop -m fast, dbDown,
-	// start): every instance loses every connection at once.
-	faultDBRestart = "db-restart"
+	FaultSIGSTOP = "sigstop"
+	// FaultDBRestart restarts the private PostgreSQL server (pg_ctl stop -m fast, dbDown
+	// (2 s), start): every instance loses every connection at once.
+	FaultDBRestart = "db-restart"
 )
 
-var faultKinds = []string{faultRedisRestart, faultNATSOutage, faultSIGSTOP, faultDBRestart}
+// FaultKinds are the known faults, in the order --help lists them.
+var FaultKinds = []string{FaultRedisRestart, FaultNATSOutage, FaultSIGSTOP, FaultDBRestart}
 
 // Outages of the faults.
 const (
-	defaultFaultEvery = 10 * time.Second
+	// DefaultFaultEvery is the pause between two faults: simulate's --fault-every default.
+	DefaultFaultEvery = 10 * time.Second
 	redisDown         = time.Second
 	natsDown          = 3 * time.Second
 	dbDown            = 2 * time.Second
 	sigstopExtra      = 2 * time.Second
-	// sigstopConcurrency is simulate's --concurrency default with sigstop: the requests in
+	// SigstopConcurrency is simulate's --concurrency default with sigstop: the requests in
 	// flight to an instance just stopped wait for it to resume (until the health check
 	// avoids it, ~0.75 s of its share of the traffic: about 50 at 200 orders/s) and keep
 	// their slots meanwhile; the rest of the traffic needs slots of its own. Not more:
 	// 256 requests in flight queued on the running instances (row gates, pool) past their
 	// 10 s request timeout on a busy machine, turning the client's queue into 503s.
-	sigstopConcurrency = 96
+	SigstopConcurrency = 96
 )
 
-// faultRecord is one injected fault, as the JSON result lists it.
-type faultRecord struct {
+// FaultRecord is one injected fault, as the JSON result lists it.
+type FaultRecord struct {
 	Kind string `json:"kind"`
 	// At is when the fault began, UTC.
 	At time.Time `json:"at"`
@@ -67,24 +66,25 @@ type faultRecord struct {
 	Error string `json:"error,omitempty"`
 }
 
-// faultFlags are simulate's flags of faults.
-func faultFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "faults", Usage: "comma-separated faults to inject while orders are due, one at a time: " +
-			strings.Join(faultKinds, ", ") + " (redis-restart needs --timer redis and no --redis-url; db-restart needs no --database-url: simulate then runs its own PostgreSQL)"},
-		&cli.DurationFlag{Name: "fault-every", Value: defaultFaultEvery, Usage: "pause between two faults of --faults"},
-	}
+// ConfigError is a FaultConfig refused before anything starts. Its message names the
+// `orderly simulate` flags that set the fields (--faults, --timer, --redis-url, …), as the
+// users of this package meet them.
+type ConfigError struct {
+	msg string
 }
 
-// parseFaults returns the fault kinds of --faults, without repeats, in the order given.
-func parseFaults(s string) ([]string, error) {
+func (e *ConfigError) Error() string { return e.msg }
+
+// ParseFaults returns the fault kinds of a comma-separated list (--faults), without
+// repeats, in the order given. Errors: a *ConfigError naming an unknown fault.
+func ParseFaults(s string) ([]string, error) {
 	var kinds []string
 	for k := range strings.SplitSeq(s, ",") {
 		k = strings.TrimSpace(k)
 		switch {
 		case k == "":
-		case !slices.Contains(faultKinds, k):
-			return nil, fmt.Errorf("--faults: unknown fault %q (known: %s)", k, strings.Join(faultKinds, ", "))
+		case !slices.Contains(FaultKinds, k):
+			return nil, &ConfigError{fmt.Sprintf("--faults: unknown fault %q (known: %s)", k, strings.Join(FaultKinds, ", "))}
 		case !slices.Contains(kinds, k):
 			kinds = append(kinds, k)
 		}
@@ -92,10 +92,31 @@ func parseFaults(s string) ([]string, error) {
 	return kinds, nil
 }
 
-// faultEnv is what simulate owns for a run on child instances: the private servers it
+// FaultConfig is what PrepareFaults takes: simulate's flags of a run on child instances.
+type FaultConfig struct {
+	// Faults is the comma-separated list of faults to inject (--faults); "" injects none.
+	Faults string
+	// Every is the pause between two faults (--fault-every); positive when Faults is set.
+	Every time.Duration
+	// Instances is the number of instances (--instances); sigstop needs 2 or more.
+	Instances int
+	// SweepInterval is the instances' --sweep-interval: their lease TTL is
+	// max(2 × SweepInterval, 10 s), and sigstop lasts that plus 2 s.
+	SweepInterval time.Duration
+	// DatabaseURL is --database-url; db-restart needs it empty (simulate runs its own
+	// PostgreSQL then).
+	DatabaseURL string
+	// Timer, RedisURL and NATSURL are the instances' --timer, --redis-url and --nats-url:
+	// redis-restart needs Timer "redis" and no RedisURL; nats-outage puts a proxy in front
+	// of NATSURL (or of a NATS of its own when empty).
+	Timer, RedisURL, NATSURL string
+}
+
+// Faults is what simulate owns for a run on child instances: the private servers it
 // started (a Redis for --timer redis without --redis-url; NATS and the proxy in front of it
-// for nats-outage; PostgreSQL for db-restart) and the faults to inject.
-type faultEnv struct {
+// for nats-outage; PostgreSQL for db-restart) and the faults to inject. Loop injects them;
+// Close stops the servers.
+type Faults struct {
 	kinds    []string
 	every    time.Duration
 	leaseTTL time.Duration // the instances' lease TTL: sigstop lasts this + sigstopExtra
@@ -106,34 +127,35 @@ type faultEnv struct {
 	pg        *fault.Postgres
 
 	mu      sync.Mutex
-	records []faultRecord
+	records []FaultRecord
 }
 
-// prepareFaults checks --faults against what simulate owns, before anything starts, and
-// starts the private servers the run needs. It returns the database URL to use (the
-// private PostgreSQL's with db-restart) and the serve arguments that point the instances
-// at the private servers. Close stops them.
-func prepareFaults(ctx context.Context, cmd *cli.Command) (env *faultEnv, dbURL string, args []string, err error) {
-	kinds, err := parseFaults(cmd.String("faults"))
+// PrepareFaults checks cfg against what simulate owns, before anything starts (errors:
+// *ConfigError), and starts the private servers the run needs. It returns the database URL
+// to use (the private PostgreSQL's with db-restart, else cfg.DatabaseURL) and the serve
+// arguments that point the instances at the private servers (see Overrides). Close stops
+// them.
+func PrepareFaults(ctx context.Context, cfg FaultConfig) (env *Faults, dbURL string, args []string, err error) {
+	kinds, err := ParseFaults(cfg.Faults)
 	if err != nil {
-		return nil, "", nil, cli.Exit(err.Error(), 2)
+		return nil, "", nil, err
 	}
-	env = &faultEnv{kinds: kinds, every: cmd.Duration("fault-every"),
-		leaseTTL: max(2*cmd.Duration("sweep-interval"), 10*time.Second)}
-	dbURL = cmd.String("database-url")
+	env = &Faults{kinds: kinds, every: cfg.Every, leaseTTL: max(2*cfg.SweepInterval, 10*time.Second)}
+	dbURL = cfg.DatabaseURL
 	has := func(k string) bool { return slices.Contains(kinds, k) }
-	redisTimer := cmd.String("timer") == "redis"
+	redisTimer := cfg.Timer == "redis"
+	refuse := func(msg string) (*Faults, string, []string, error) { return nil, "", nil, &ConfigError{msg} }
 	switch {
 	case len(kinds) > 0 && env.every <= 0:
-		return nil, "", nil, cli.Exit("--fault-every must be positive", 2)
-	case has(faultRedisRestart) && !redisTimer:
-		return nil, "", nil, cli.Exit("--faults redis-restart needs --timer redis (without it the instances use no Redis)", 2)
-	case has(faultRedisRestart) && cmd.String("redis-url") != "":
-		return nil, "", nil, cli.Exit("--faults redis-restart kills Redis: simulate only kills its own; drop --redis-url", 2)
-	case has(faultDBRestart) && dbURL != "":
-		return nil, "", nil, cli.Exit("--faults db-restart restarts the database: simulate only restarts its own PostgreSQL; drop --database-url", 2)
-	case has(faultSIGSTOP) && cmd.Int("instances") < 2:
-		return nil, "", nil, cli.Exit("--faults sigstop needs --instances 2 or more (another instance takes over the stopped one's work)", 2)
+		return refuse("--fault-every must be positive")
+	case has(FaultRedisRestart) && !redisTimer:
+		return refuse("--faults redis-restart needs --timer redis (without it the instances use no Redis)")
+	case has(FaultRedisRestart) && cfg.RedisURL != "":
+		return refuse("--faults redis-restart kills Redis: simulate only kills its own; drop --redis-url")
+	case has(FaultDBRestart) && dbURL != "":
+		return refuse("--faults db-restart restarts the database: simulate only restarts its own PostgreSQL; drop --database-url")
+	case has(FaultSIGSTOP) && cfg.Instances < 2:
+		return refuse("--faults sigstop needs --instances 2 or more (another instance takes over the stopped one's work)")
 	}
 	owned := env // env is nil in the error returns below; stop what was started
 	defer func() {
@@ -141,20 +163,20 @@ func prepareFaults(ctx context.Context, cmd *cli.Command) (env *faultEnv, dbURL 
 			owned.Close()
 		}
 	}()
-	if has(faultDBRestart) {
+	if has(FaultDBRestart) {
 		if env.pg, err = fault.StartPostgres(ctx); err != nil {
 			return nil, "", nil, err
 		}
 		dbURL = env.pg.URL()
 	}
-	if redisTimer && cmd.String("redis-url") == "" {
+	if redisTimer && cfg.RedisURL == "" {
 		if env.redis, err = fault.StartRedis(ctx); err != nil {
 			return nil, "", nil, err
 		}
 		args = append(args, "--redis-url", env.redis.URL())
 	}
-	if has(faultNATSOutage) {
-		upstream := cmd.String("nats-url")
+	if has(FaultNATSOutage) {
+		upstream := cfg.NATSURL
 		if upstream == "" {
 			if env.nats, err = fault.StartNATS(ctx); err != nil {
 				return nil, "", nil, err
@@ -163,7 +185,7 @@ func prepareFaults(ctx context.Context, cmd *cli.Command) (env *faultEnv, dbURL 
 		}
 		host, err := hostPort(upstream)
 		if err != nil {
-			return nil, "", nil, cli.Exit("--nats-url: "+err.Error(), 2)
+			return refuse("--nats-url: " + err.Error())
 		}
 		if env.natsProxy, err = fault.StartProxy(ctx, host); err != nil {
 			return nil, "", nil, err
@@ -185,8 +207,9 @@ func hostPort(raw string) (string, error) {
 	return rest, nil
 }
 
-// overrides replaces in args the serve flags the private servers set (each is given once).
-func (env *faultEnv) overrides(args, own []string) []string {
+// Overrides returns args (serve flags and values, in pairs) with the flags the private
+// servers set (own, from PrepareFaults) replaced: each flag is given once.
+func (env *Faults) Overrides(args, own []string) []string {
 	var out []string
 	for i := 0; i < len(args); i += 2 {
 		if !slices.Contains(own, args[i]) {
@@ -196,15 +219,18 @@ func (env *faultEnv) overrides(args, own []string) []string {
 	return append(out, own...)
 }
 
+// Kinds returns the faults to inject, in order.
+func (env *Faults) Kinds() []string { return slices.Clone(env.kinds) }
+
 // Records returns the faults injected so far.
-func (env *faultEnv) Records() []faultRecord {
+func (env *Faults) Records() []FaultRecord {
 	env.mu.Lock()
 	defer env.mu.Unlock()
-	return append([]faultRecord{}, env.records...)
+	return append([]FaultRecord{}, env.records...)
 }
 
 // Close stops the private servers and removes their files.
-func (env *faultEnv) Close() {
+func (env *Faults) Close() {
 	if env.natsProxy != nil {
 		_ = env.natsProxy.Close()
 	}
@@ -219,11 +245,11 @@ func (env *faultEnv) Close() {
 	}
 }
 
-// loop injects the faults one after the other, every env.every, until stop is closed or
-// ctx ends; a fault under way is always undone (the service back, the instance resumed)
-// before it returns. rng picks the instance to stop. A fault that cannot be undone (a
-// service that does not come back) ends the run with an error.
-func (env *faultEnv) loop(ctx context.Context, stop <-chan struct{}, cl *cluster, rng *rand.Rand) error {
+// Loop injects the faults one after the other, every FaultConfig.Every, until stop is
+// closed or ctx ends; a fault under way is always undone (the service back, the instance
+// resumed) before it returns. rng picks the instance to stop. A fault that cannot be undone
+// (a service that does not come back) ends the run with an error.
+func (env *Faults) Loop(ctx context.Context, stop <-chan struct{}, cl *Cluster, rng *rand.Rand) error {
 	if len(env.kinds) == 0 {
 		return nil
 	}
@@ -263,30 +289,30 @@ func (env *faultEnv) loop(ctx context.Context, stop <-chan struct{}, cl *cluster
 //     flight to the stopped one hanging 12 s; no retry window short of the whole pause
 //     covers that, and a longer one would hide real failures. Kills wait for the pause
 //     to end (and a pause for a restart to finish).
-func (env *faultEnv) inject(ctx context.Context, kind string, cl *cluster, rng *rand.Rand) (faultRecord, error) {
-	rec := faultRecord{Kind: kind}
+func (env *Faults) inject(ctx context.Context, kind string, cl *Cluster, rng *rand.Rand) (FaultRecord, error) {
+	rec := FaultRecord{Kind: kind}
 	var err error
-	if kind != faultRedisRestart {
+	if kind != FaultRedisRestart {
 		cl.restarts.Lock()
 		defer cl.restarts.Unlock()
 	}
 	start := time.Now()
 	rec.At = start.UTC()
 	switch kind {
-	case faultRedisRestart:
+	case FaultRedisRestart:
 		rec.Target = "redis " + env.redis.Addr()
 		env.redis.Kill()
 		if err = sleepCtx(ctx, redisDown); err == nil || ctx.Err() != nil {
 			err = env.redis.Start(context.WithoutCancel(ctx))
 		}
-	case faultNATSOutage:
+	case FaultNATSOutage:
 		rec.Target = "nats via proxy " + env.natsProxy.Addr()
 		env.natsProxy.Cut(natsDown)
 		_ = sleepCtx(ctx, natsDown)
-	case faultDBRestart:
+	case FaultDBRestart:
 		rec.Target = "postgres " + env.pg.Addr()
 		err = env.pg.Restart(ctx, dbDown)
-	case faultSIGSTOP:
+	case FaultSIGSTOP:
 		rec.Target, err = cl.pause(ctx, rng, env.leaseTTL+sigstopExtra)
 	default:
 		err = fmt.Errorf("unknown fault %q", kind)
@@ -306,8 +332,8 @@ func (env *faultEnv) inject(ctx context.Context, kind string, cl *cluster, rng *
 var errNoneRunning = errors.New("no instance running")
 
 // pause stops a random running instance with SIGSTOP for d, then resumes it with SIGCONT;
-// killLoop leaves it alone meanwhile. It returns the instance's description.
-func (c *cluster) pause(ctx context.Context, rng *rand.Rand, d time.Duration) (string, error) {
+// KillLoop leaves it alone meanwhile. It returns the instance's description.
+func (c *Cluster) pause(ctx context.Context, rng *rand.Rand, d time.Duration) (string, error) {
 	running := c.running()
 	if len(running) == 0 {
 		return "", errNoneRunning
@@ -348,26 +374,5 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
-	}
-}
-
-// ownsDatabase reports whether simulate runs the database itself (--faults db-restart).
-func ownsDatabase(cmd *cli.Command) bool {
-	kinds, err := parseFaults(cmd.String("faults"))
-	return err == nil && slices.Contains(kinds, faultDBRestart) && cmd.String("database-url") == ""
-}
-
-// writeFaults prints the faults injected, one a line, for the summary.
-func writeFaults(w io.Writer, faults []faultRecord) {
-	for i, f := range faults {
-		label := ""
-		if i == 0 {
-			label = "faults"
-		}
-		fmt.Fprintf(w, "  %-11s %s %s at %s for %d ms", label, f.Kind, f.Target, f.At.Format("15:04:05.000"), f.DurationMS)
-		if f.Error != "" {
-			fmt.Fprintf(w, " (%s)", f.Error)
-		}
-		fmt.Fprintln(w)
 	}
 }

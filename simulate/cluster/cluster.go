@@ -1,4 +1,10 @@
-package main
+// Package cluster runs several `orderly serve` child processes on one database for
+// `orderly simulate --instances` and the project's multi-instance tests: it starts them on
+// free 127.0.0.1 ports, waits until each is ready, SIGKILLs and restarts them now and then
+// (Cluster.KillLoop), and injects real faults (Faults: Redis killed, NATS cut off, an
+// instance stopped with SIGSTOP, PostgreSQL restarted) into the services it runs itself.
+// See README.md "Architecture" for where it sits.
+package cluster
 
 import (
 	"cmp"
@@ -23,13 +29,13 @@ import (
 
 // Bounds of a cluster's child processes.
 const (
-	defaultReadyTimeout = 30 * time.Second // from start until /readyz answers 200
+	DefaultReadyTimeout = 30 * time.Second // from start until /readyz answers 200
 	stopGrace           = 5 * time.Second  // from SIGTERM until SIGKILL
 	readyPoll           = 50 * time.Millisecond
 )
 
-// clusterConfig configures startCluster.
-type clusterConfig struct {
+// Config configures Start.
+type Config struct {
 	// Binary is the orderly executable the instances run (os.Executable() for simulate).
 	Binary string
 	// Instances is the number of `orderly serve` processes, at least 1.
@@ -45,21 +51,21 @@ type clusterConfig struct {
 	// LogDir receives instance-N.log, each instance's stdout and stderr across restarts.
 	LogDir string
 	// ReadyTimeout bounds how long an instance may take to answer GET /readyz with 200;
-	// defaultReadyTimeout (30 s).
+	// DefaultReadyTimeout (30 s).
 	ReadyTimeout time.Duration
 }
 
-// cluster is a set of `orderly serve` child processes on one database, each on its own
+// Cluster is a set of `orderly serve` child processes on one database, each on its own
 // 127.0.0.1 port, for `orderly simulate --instances`. It can SIGKILL an instance and start
-// it again on the same port (killLoop); Stop stops them all. Its methods are safe for
+// it again on the same port (KillLoop); Stop stops them all. Its methods are safe for
 // concurrent use.
-type cluster struct {
-	cfg       clusterConfig
+type Cluster struct {
+	cfg       Config
 	instances []*instance
 	ready     *http.Client
 	kills     atomic.Int64
-	// restarts is held from a SIGKILL until the instance is ready again (killLoop), across
-	// the outage of a service the instances need to start (faults.go: the database, NATS;
+	// restarts is held from a SIGKILL until the instance is ready again (KillLoop), across
+	// the outage of a service the instances need to start (Faults: the database, NATS;
 	// not Redis, without which they serve) and across a SIGSTOP, so that one instance at a
 	// time is down.
 	restarts sync.Mutex
@@ -82,19 +88,20 @@ type instance struct {
 	exitErr error         // its Wait error, once exited is closed
 	// expected marks an exit the cluster caused (kill, stop), not a crash.
 	expected bool
-	// paused marks a process stopped with SIGSTOP (faults.go); killLoop spares it.
+	// paused marks a process stopped with SIGSTOP (FaultSIGSTOP); KillLoop spares it.
 	paused bool
 }
 
-// startCluster starts cfg.Instances instances and waits until each answers /readyz: the
-// first one alone, so that it applies the migrations before the others open the database.
-// On error every instance started is stopped.
-func startCluster(ctx context.Context, cfg clusterConfig) (_ *cluster, err error) {
+// Start starts cfg.Instances instances and waits until each answers /readyz: the first
+// one alone, so that it applies the migrations before the others open the database. On
+// error every instance started is stopped. Errors name the instance and end with the tail
+// of its log.
+func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.Instances < 1 {
 		return nil, errors.New("cluster: at least one instance")
 	}
-	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, defaultReadyTimeout)
-	c := &cluster{cfg: cfg, ready: &http.Client{
+	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
+	c := &Cluster{cfg: cfg, ready: &http.Client{
 		Timeout:   time.Second,
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
 	}}
@@ -146,7 +153,7 @@ func freePorts(ctx context.Context, n int) ([]int, error) {
 }
 
 // URLs returns the instances' base URLs, e.g. "http://127.0.0.1:41234".
-func (c *cluster) URLs() []string {
+func (c *Cluster) URLs() []string {
 	urls := make([]string, len(c.instances))
 	for i, in := range c.instances {
 		urls[i] = "http://" + in.addr
@@ -155,7 +162,7 @@ func (c *cluster) URLs() []string {
 }
 
 // LogPaths returns the instances' log files.
-func (c *cluster) LogPaths() []string {
+func (c *Cluster) LogPaths() []string {
 	paths := make([]string, len(c.instances))
 	for i, in := range c.instances {
 		paths[i] = in.logPath
@@ -163,18 +170,18 @@ func (c *cluster) LogPaths() []string {
 	return paths
 }
 
-// Kills returns the number of SIGKILLs sent by killLoop.
-func (c *cluster) Kills() int { return int(c.kills.Load()) }
+// Kills returns the number of SIGKILLs sent by KillLoop.
+func (c *Cluster) Kills() int { return int(c.kills.Load()) }
 
 // Crashes describes the instances that exited without being killed or stopped.
-func (c *cluster) Crashes() []string {
+func (c *Cluster) Crashes() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.crashes...)
 }
 
 // args returns the serve arguments of an instance.
-func (c *cluster) args(in *instance) []string {
+func (c *Cluster) args(in *instance) []string {
 	args := []string{"serve", "--addr", in.addr, "--database-url", c.cfg.DatabaseURL, "--callback-secret", c.cfg.CallbackSecret}
 	if c.cfg.SweepInterval > 0 {
 		args = append(args, "--sweep-interval", c.cfg.SweepInterval.String())
@@ -184,7 +191,7 @@ func (c *cluster) args(in *instance) []string {
 
 // start starts the instance's process. It is an error to start a running instance or one
 // of a stopped cluster.
-func (c *cluster) start(in *instance) error {
+func (c *Cluster) start(in *instance) error {
 	in.mu.Lock() // before c.mu: Stop, which sets stopped first, then finds this process
 	defer in.mu.Unlock()
 	c.mu.Lock()
@@ -254,7 +261,7 @@ func exitText(err error) string {
 }
 
 // startAndWait starts the instance and waits until it is ready.
-func (c *cluster) startAndWait(ctx context.Context, in *instance) error {
+func (c *Cluster) startAndWait(ctx context.Context, in *instance) error {
 	if err := c.start(in); err != nil {
 		return err
 	}
@@ -263,7 +270,7 @@ func (c *cluster) startAndWait(ctx context.Context, in *instance) error {
 
 // waitReady polls GET /readyz until it answers 200, the process exits, ReadyTimeout
 // passes or ctx ends.
-func (c *cluster) waitReady(ctx context.Context, in *instance) error {
+func (c *Cluster) waitReady(ctx context.Context, in *instance) error {
 	in.mu.Lock()
 	exited := in.exited
 	in.mu.Unlock()
@@ -322,7 +329,7 @@ func tail(path string, n int64) string {
 var errNotRunning = errors.New("not running")
 
 // kill sends SIGKILL to the instance's process and waits for it to exit.
-func (c *cluster) kill(in *instance) error {
+func (c *Cluster) kill(in *instance) error {
 	in.mu.Lock()
 	cmd, exited := in.cmd, in.exited
 	if cmd == nil || in.hasExited() || in.paused {
@@ -340,10 +347,10 @@ func (c *cluster) kill(in *instance) error {
 	return nil
 }
 
-// killLoop SIGKILLs a random running instance every d and starts it again on the same port,
+// KillLoop SIGKILLs a random running instance every d and starts it again on the same port,
 // waiting until it is ready, until stop is closed or ctx ends. rng picks the victims. It
 // returns an error when an instance cannot be started again.
-func (c *cluster) killLoop(ctx context.Context, stop <-chan struct{}, d time.Duration, rng *rand.Rand) error {
+func (c *Cluster) KillLoop(ctx context.Context, stop <-chan struct{}, d time.Duration, rng *rand.Rand) error {
 	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
@@ -368,7 +375,7 @@ func (c *cluster) killLoop(ctx context.Context, stop <-chan struct{}, d time.Dur
 }
 
 // killAndRestart SIGKILLs the instance and starts it again, holding c.restarts.
-func (c *cluster) killAndRestart(ctx context.Context, in *instance) error {
+func (c *Cluster) killAndRestart(ctx context.Context, in *instance) error {
 	c.restarts.Lock()
 	defer c.restarts.Unlock()
 	if err := c.kill(in); errors.Is(err, errNotRunning) {
@@ -385,7 +392,7 @@ func (c *cluster) killAndRestart(ctx context.Context, in *instance) error {
 
 // Stop stops every instance: SIGTERM, then SIGKILL after stopGrace, and waits for them to
 // exit; then it closes their logs. Later starts fail. Safe to call twice.
-func (c *cluster) Stop() {
+func (c *Cluster) Stop() {
 	c.mu.Lock()
 	c.stopped = true
 	c.mu.Unlock()
@@ -420,7 +427,7 @@ func (in *instance) stop() {
 }
 
 // running returns the instances whose process runs and is not stopped by a sigstop fault.
-func (c *cluster) running() []*instance {
+func (c *Cluster) running() []*instance {
 	var running []*instance
 	for _, in := range c.instances {
 		in.mu.Lock()

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urfave/cli/v3"
+	"github.com/orderlyhq/orderly/engine"
 )
 
 // TestStoppedLeaseHolder stops a real `orderly serve` process (SIGSTOP) while it is inside
@@ -50,7 +50,7 @@ func TestStoppedLeaseHolder(t *testing.T) {
 	)
 	// The victim closes due orders one per transaction (timer and sweep), so that its sweep
 	// is inside a fenced transaction most of the time while orders are due.
-	victim, err := startCluster(ctx, clusterConfig{Binary: bin, Instances: 1, DatabaseURL: u.String(), CallbackSecret: secret,
+	victim, err := Start(ctx, Config{Binary: bin, Instances: 1, DatabaseURL: u.String(), CallbackSecret: secret,
 		SweepInterval: sweep, LogDir: t.TempDir(), Extra: []string{"--instance-id", "victim", "--close-batch-size", "1", "--database-max-conns", "6"}})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestStoppedLeaseHolder(t *testing.T) {
 		t.Errorf("the stopped transaction held its locks %v; want about the idle-in-transaction timeout (1 s)", d.Round(time.Millisecond))
 	}
 
-	taker, err := startCluster(ctx, clusterConfig{Binary: bin, Instances: 1, DatabaseURL: dbURL, CallbackSecret: secret,
+	taker, err := Start(ctx, Config{Binary: bin, Instances: 1, DatabaseURL: dbURL, CallbackSecret: secret,
 		SweepInterval: sweep, LogDir: t.TempDir(), Extra: []string{"--instance-id", "taker", "--database-max-conns", "6"}})
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +182,8 @@ func TestStoppedLeaseHolder(t *testing.T) {
 		t.Errorf("%d orders closed, want %d", closed, orders)
 	}
 	logLatest(t, db, stoppedAt)
-	if late := time.Duration(maxLate.Int64) * time.Millisecond; late > defaults.SweepInterval {
-		t.Errorf("an order closed %v late; want at most one sweep interval (%v)", late, defaults.SweepInterval)
+	if late := time.Duration(maxLate.Int64) * time.Millisecond; late > engine.DefaultSweepInterval {
+		t.Errorf("an order closed %v late; want at most one sweep interval (%v)", late, engine.DefaultSweepInterval)
 	} else {
 		t.Logf("max lateness %v with the lease holder stopped %v", late, ttl+2*time.Second)
 	}
@@ -255,40 +255,10 @@ func post(ctx context.Context, hc *http.Client, url, body, key string) error {
 	}
 }
 
-// TestSimulateFaultFlags checks the refusals of --faults that happen before anything
-// starts: each fault needs something simulate owns.
-func TestSimulateFaultFlags(t *testing.T) {
-	t.Parallel()
-	pg := "postgres://postgres@127.0.0.1:1/x"
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{args: []string{"--faults", "redis-restart,oops"}, want: `unknown fault "oops"`},
-		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "redis-restart"}, want: "needs --timer redis"},
-		{args: []string{"--instances", "2", "--database-url", pg, "--timer", "redis", "--redis-url", "redis://127.0.0.1:6379/0", "--faults", "redis-restart"},
-			want: "simulate only kills its own; drop --redis-url"},
-		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "db-restart"}, want: "simulate only restarts its own PostgreSQL; drop --database-url"},
-		{args: []string{"--database-url", pg, "--faults", "sigstop"}, want: "needs --instances 2 or more"},
-		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "sigstop", "--fault-every", "0s"}, want: "--fault-every must be positive"},
-		{args: []string{"--instances", "2", "--database-url", pg, "--faults", "nats-outage", "--nats-url", "nats://a:1,nats://b:2"}, want: "one server"},
-		{args: []string{"--target", "http://127.0.0.1:1", "--callback-secret", "s", "--faults", "sigstop"}, want: "do not go with --target"},
-	}
-	for _, tt := range tests {
-		var stdout, stderr bytes.Buffer
-		app := newApp(&stdout, &stderr)
-		app.ExitErrHandler = func(context.Context, *cli.Command, error) {} // return the error, do not exit
-		err := app.Run(t.Context(), append([]string{"orderly", "simulate"}, tt.args...))
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("simulate %v: error %v, want %q", tt.args, err, tt.want)
-		}
-	}
-}
-
 // TestParseFaults checks the fault list: order kept, repeats and blanks dropped.
 func TestParseFaults(t *testing.T) {
 	t.Parallel()
-	got, err := parseFaults(" sigstop,redis-restart,,sigstop ,db-restart")
+	got, err := ParseFaults(" sigstop,redis-restart,,sigstop ,db-restart")
 	if err != nil || strings.Join(got, " ") != "sigstop redis-restart db-restart" {
 		t.Errorf("parseFaults = %v, %v", got, err)
 	}
@@ -324,7 +294,7 @@ func logLatest(t *testing.T, db *sql.DB, stoppedAt time.Time) {
 // a Redis outage does not, since instances start and serve without Redis.
 func TestFaultsOneInstanceDownAtATime(t *testing.T) {
 	dir := t.TempDir()
-	cl := &cluster{}
+	cl := &Cluster{}
 	for i := range 2 {
 		cmd := exec.Command("sleep", "60")
 		if err := cmd.Start(); err != nil {
@@ -339,10 +309,10 @@ func TestFaultsOneInstanceDownAtATime(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited; _ = log.Close() })
 		cl.instances = append(cl.instances, &instance{n: i + 1, cmd: cmd, exited: exited, log: log})
 	}
-	env := &faultEnv{leaseTTL: 300 * time.Millisecond}
+	env := &Faults{leaseTTL: 300 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() {
-		_, err := env.inject(t.Context(), faultSIGSTOP, cl, rand.New(rand.NewPCG(1, 2)))
+		_, err := env.inject(t.Context(), FaultSIGSTOP, cl, rand.New(rand.NewPCG(1, 2)))
 		done <- err
 	}()
 	waitFor(t, 10*time.Second, "an instance stopped", func() bool { return len(cl.running()) == 1 })

@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+// Documented defaults of Config: a zero field means the value here. `orderly serve --help`
+// shows the same values.
+const (
+	DefaultRequestTimeout     = httpapi.DefaultRequestTimeout // 10 s
+	DefaultPaymentTimeout     = order.DefaultPaymentTimeout   // 30 min
+	DefaultSweepInterval      = 15 * time.Second
+	DefaultDeepCheckInterval  = 5 * time.Minute
+	DefaultInspectionHold     = time.Minute
+	DefaultCloseBatchSize     = 1000
+	DefaultOutboxBatchSize    = 1000
+	DefaultOutboxMaxAttempts  = 10
+	DefaultOutboxPollInterval = 250 * time.Millisecond
+	DefaultOutboxRetention    = 7 * 24 * time.Hour
+	DefaultDatabaseMaxConns   = 20
+	// DefaultTimerPoll caps the precise timer's sleep where another instance's earlier
+	// deadline arrives by notification (PostgreSQL NOTIFY) or only one instance runs.
+	DefaultTimerPoll = 5 * time.Second
+	// DefaultPolledTimerPoll caps it where other instances' deadlines are only seen by
+	// polling: on MySQL/MariaDB (no cross-instance notification) and with Timer "redis".
+	DefaultPolledTimerPoll = 200 * time.Millisecond
+	// retentionInterval is the period of the outbox retention job.
+	retentionInterval = time.Minute
+	// shutdownTimeout bounds Close's wait for in-flight HTTP requests when its context has
+	// no deadline.
+	shutdownTimeout = 10 * time.Second
+)
+
+// Timer values of Config.Timer.
+const (
+	TimerDB    = "db"    // the earliest wake_at in the database drives the precise timer
+	TimerRedis = "redis" // the Redis delay queue at Config.RedisURL drives it
+)
+
+// Config is everything Open takes: what `orderly serve` reads from its flags, and the seams
+// an embedding Go service may use (Flows, Effects, Timed, Gateway, Events, Handlers, Wrap). Zero values
+// mean the documented defaults (the Default* constants); Validate lists what is refused.
+type Config struct {
+	// Addr is the HTTP listen address Start listens on, e.g. ":8080" or "127.0.0.1:0" (a
+	// free port; see Engine.Addr). "" means no listener: an embedder mounts Engine.Handler
+	// in its own server.
+	Addr string
+	// DatabaseURL names the database (sqlstore.Config.URL): a SQLite file path ("" means
+	// ./orderly.db), postgres://… or mysql://… for many instances.
+	DatabaseURL string
+	// CallbackSecret is the HMAC secret of payment callbacks (package payment). Required.
+	CallbackSecret []byte
+	// InstanceID names this instance in leases, job runs and logs; "host:pid" by default.
+	InstanceID string
+	// Timer selects what drives the precise timer: TimerDB ("" means it; PostgreSQL NOTIFY
+	// or a poll carries other instances' deadlines) or TimerRedis (the Redis delay queue at
+	// RedisURL).
+	Timer       string
+	RedisURL    string // required with TimerRedis, e.g. "redis://127.0.0.1:6379/0"
+	RedisPrefix string // key prefix of the delay queue; redisq.DefaultPrefix ("orderly")
+	// DatabaseMaxConns caps this instance's PostgreSQL/MySQL connections; 20.
+	DatabaseMaxConns int
+	// DatabaseLockTimeout and DatabaseIdleInTransactionTimeout bound how long a statement
+	// waits for a row lock (sqlstore.DefaultLockTimeout, 10 s) and how long the database lets
+	// a session sit idle inside a transaction before ending it
+	// (sqlstore.DefaultIdleInTransactionTimeout, 1 s), so that an instance stopped
+	// mid-transaction (SIGSTOP, a frozen VM) cannot block the others. Negative leaves the
+	// server's setting; see sqlstore.Config.
+	DatabaseLockTimeout              time.Duration
+	DatabaseIdleInTransactionTimeout time.Duration
+	// NATSURL, when set, publishes outbox events (order.closed, order.paid, …) to NATS
+	// JetStream (package natspub). Without it and without Events they are logged at debug
+	// level and kept in the outbox table.
+	NATSURL string
+	// TimerPoll caps the timer's sleep: DefaultPolledTimerPoll (200 ms) on MySQL and with
+	// TimerRedis, DefaultTimerPoll (5 s) elsewhere.
+	TimerPoll time.Duration
+
+	// RequestTimeout is the server-side deadline of every HTTP request; past it lock waits
+	// and database calls are cancelled and the request is answered 503 with Retry-After.
+	// 10 s.
+	RequestTimeout time.Duration
+
+	PaymentTimeout    time.Duration // default time to pay; 30 min; at most order.MaxPaymentTimeout (7 days)
+	GracePeriod       time.Duration // close_at = expires_at + this; 0
+	SweepInterval     time.Duration // 15 s
+	DeepCheckInterval time.Duration // 5 min
+	InspectionHold    time.Duration // 1 min
+	CloseBatchSize    int           // orders closed per transaction; 1000
+
+	OutboxBatchSize    int           // outbox messages claimed per transaction; 1000
+	OutboxMaxAttempts  int64         // delivery attempts before a message is dead; 10
+	OutboxPollInterval time.Duration // 250 ms
+	OutboxRetention    time.Duration // how long delivered messages are kept; 7 days
+
+	// Flows is the registry of order flows (orderly.NewFlows); Open builds one
+	// order.Machine over it and gives that to every service that changes an order's state
+	// (order, payment, the closer). nil → orderly.DefaultFlows(). See README.md "Flows".
+	Flows orderly.Flows
+	// Effects are the named effects of flows beyond the built-in ones (order.Effects), by
+	// name, registered by a flow's own package; a name registered twice is refused.
+	Effects map[string]order.Effect
+	// Timed are the other kinds of timed entities (group deadlines, holds) the closer's
+	// timer, sweep and deep check drive besides orders (timeout.Timed).
+	Timed []timeout.Timed
+	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
+	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
+	// Engine.SimGateway).
+	Gateway orderly.Gateway
+	// Events, when set, handles the event topics (order.closed, order.paid,
+	// payment.refunded, …) instead of NATS or the debug log: an embedder's own broker. It
+	// must be idempotent (delivery is at least once). Not together with NATSURL.
+	Events *outbox.Handler
+	// Handlers are added to (and override) the engine's outbox handlers by topic.
+	Handlers map[string]outbox.Handler
+	// Wrap decorates parts of the engine as Open builds them; zero leaves them as built.
+	Wrap Wrap
+	// Now, when set, replaces the database clock (sqlstore.Config.Now): tests and
+	// simulations only.
+	Now func() time.Time
+
+	// Logger receives the engine's logs; slog.Default().
+	Logger *slog.Logger
+}
+
+// Wrap holds decorators Open applies to the parts it builds, for tracing, authorisation or
+// fault injection (the project's mutation tests break the engine through them on purpose).
+// A nil field leaves that part as built.
+type Wrap struct {
+	// Store wraps the store every service, the closer, the relay and the jobs write
+	// through; Engine.Store stays the database itself.
+	Store func(store.Store) store.Store
+	// Orders wraps the order service behind the HTTP API (Handler); Engine.Orders stays
+	// the service itself.
+	Orders func(orderly.OrderService) orderly.OrderService
+	// Payments wraps the payment service behind the HTTP API.
+	Payments func(orderly.PaymentService) orderly.PaymentService
+}
+
+// ConfigError is a Config that Open refuses: which field, and why. Error names fields as
+// "Config.PaymentTimeout"; Describe names them as the caller's flags do.
+type ConfigError struct {
+	// Field is the field at fault, e.g. "PaymentTimeout".
+	Field string
+	// text writes the reason with each field named by name.
+	text func(name func(field string) string) string
+}
+
+// Error implements error: "engine: Config.PaymentTimeout must be at most …".
+func (e *ConfigError) Error() string {
+	return "engine: " + e.Describe(func(f string) string { return "Config." + f })
+}
+
+// Describe returns the reason with every field named by name, e.g. as a command-line flag
+// ("PaymentTimeout" → "--payment-timeout"): "--payment-timeout must be at most 168h0m0s …".
+func (e *ConfigError) Describe(name func(field string) string) string { return e.text(name) }
+
+// configErrorf returns a ConfigError on field whose text is format with the first %s the
+// field's name, then args.
+func configErrorf(field, format string, args ...any) *ConfigError {
+	return &ConfigError{Field: field, text: func(name func(string) string) string {
+		return fmt.Sprintf(format, append([]any{name(field)}, args...)...)
+	}}
+}
+
+// Validate checks what Open can check without opening anything. Errors are *ConfigError:
+// a missing CallbackSecret, an unknown Timer, TimerRedis without RedisURL, Events with
+// NATSURL, a negative duration or count, a PaymentTimeout over order.MaxPaymentTimeout.
+func (c *Config) Validate() error {
+	if len(c.CallbackSecret) == 0 {
+		return configErrorf("CallbackSecret", "%s is required")
+	}
+	switch c.Timer {
+	case "", TimerDB:
+	case TimerRedis:
+		if c.RedisURL == "" {
+			return &ConfigError{Field: "RedisURL", text: func(name func(string) string) string {
+				return fmt.Sprintf("%s redis needs %s", name("Timer"), name("RedisURL"))
+			}}
+		}
+	default:
+		return configErrorf("Timer", "%s must be db or redis, not %q", c.Timer)
+	}
+	if c.Events != nil && c.NATSURL != "" {
+		return &ConfigError{Field: "Events", text: func(name func(string) string) string {
+			return fmt.Sprintf("%s and %s do not go together: events go to one place", name("Events"), name("NATSURL"))
+		}}
+	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{
+		{"PaymentTimeout", c.PaymentTimeout}, {"GracePeriod", c.GracePeriod},
+		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval},
+		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
+		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention},
+		{"RequestTimeout", c.RequestTimeout},
+	} {
+		if d.value < 0 {
+			return configErrorf(d.field, "%s must not be negative, got %s", d.value)
+		}
+	}
+	if c.PaymentTimeout > order.MaxPaymentTimeout {
+		return configErrorf("PaymentTimeout", "%s must be at most %s (7 days, the cap of payment_timeout_seconds), not %s",
+			order.MaxPaymentTimeout, c.PaymentTimeout)
+	}
+	for _, n := range []struct {
+		field string
+		value int64
+	}{
+		{"CloseBatchSize", int64(c.CloseBatchSize)}, {"DatabaseMaxConns", int64(c.DatabaseMaxConns)},
+		{"OutboxBatchSize", int64(c.OutboxBatchSize)}, {"OutboxMaxAttempts", c.OutboxMaxAttempts},
+	} {
+		if n.value < 0 {
+			return configErrorf(n.field, "%s must not be negative, got %d", n.value)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns c with the documented defaults in place of zero values.
+func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
+	c.Timer = cmp.Or(c.Timer, TimerDB)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.PaymentTimeout = cmp.Or(c.PaymentTimeout, DefaultPaymentTimeout)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	c.DeepCheckInterval = cmp.Or(c.DeepCheckInterval, DefaultDeepCheckInterval)
+	c.InspectionHold = cmp.Or(c.InspectionHold, DefaultInspectionHold)
+	c.CloseBatchSize = cmp.Or(c.CloseBatchSize, DefaultCloseBatchSize)
+	c.OutboxBatchSize = cmp.Or(c.OutboxBatchSize, DefaultOutboxBatchSize)
+	c.OutboxMaxAttempts = cmp.Or(c.OutboxMaxAttempts, DefaultOutboxMaxAttempts)
+	c.OutboxPollInterval = cmp.Or(c.OutboxPollInterval, DefaultOutboxPollInterval)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, DefaultOutboxRetention)
+	c.DatabaseMaxConns = cmp.Or(c.DatabaseMaxConns, DefaultDatabaseMaxConns)
+	c.DatabaseLockTimeout = cmp.Or(c.DatabaseLockTimeout, sqlstore.DefaultLockTimeout)
+	c.DatabaseIdleInTransactionTimeout = cmp.Or(c.DatabaseIdleInTransactionTimeout, sqlstore.DefaultIdleInTransactionTimeout)
+	if c.Flows == nil {
+		c.Flows = orderly.DefaultFlows()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.InstanceID == "" {
+		host, _ := hostname()
+		c.InstanceID = fmt.Sprintf("%s:%d", cmp.Or(host, "orderly"), pid)
+	}
+	return c
+}

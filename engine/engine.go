@@ -1,0 +1,451 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/job"
+	"github.com/orderlyhq/orderly/natspub"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/redisq"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/telemetry"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+// timerChannel is the PostgreSQL NOTIFY channel of earlier deadlines; the payload is the
+// close_at in unix milliseconds.
+const timerChannel = "orderly_timer"
+
+// Engine is one orderly instance: the store, the flow registry, the order and payment
+// services, the close path (timer, sweep, deep check), the outbox relay and the HTTP API,
+// wired together. Open builds it, Start runs it, Close stops it. Its methods are safe for
+// concurrent use.
+type Engine struct {
+	cfg      Config // with the defaults applied
+	db       *sqlstore.DB
+	sim      *payment.SimGateway // nil when Config.Gateway was given
+	machine  *order.Machine
+	orders   *order.Service
+	payments *payment.Service
+	closer   *timeout.Closer
+	relay    *outbox.Relay
+	jobs     []*job.Runner
+	metrics  *telemetry.Metrics
+	handler  http.Handler
+
+	queue     *redisq.Queue      // with TimerRedis
+	redis     *dependency        // watches queue; nil without TimerRedis
+	watching  chan struct{}      // closed when the watch of redis ended; nil without one
+	publisher *natspub.Publisher // with NATSURL
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	cancel    context.CancelFunc // ends the workers' context
+	listening chan struct{}      // closed when the LISTEN loop ended; nil without one
+	listener  net.Listener       // nil without Config.Addr
+	http      *http.Server
+	served    chan error // Serve's result
+}
+
+// Open validates cfg (errors are *ConfigError, see Config.Validate), builds the one
+// order.Machine of Config.Flows and Config.Effects (a flow naming an effect nobody
+// registered is refused here: "engine: flows: …"), opens the database
+// (applying pending migrations), connects to Redis and NATS when configured, and builds the
+// services, the closer, the relay, the jobs and the HTTP handler. Nothing runs until
+// Start. On error everything opened so far is closed. Errors: a *ConfigError; those of
+// sqlstore.Open as they are (they name the database: "database file …", "unsupported
+// database URL …", EINVALID); the others wrapped with what failed ("engine: connect to
+// Redis: …").
+func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults(os.Hostname, os.Getpid())
+	e := &Engine{cfg: cfg, metrics: telemetry.NewMetrics()}
+	defer func() {
+		if err != nil {
+			_ = e.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
+		LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
+		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
+	}
+	var st store.Store = e.db
+	if cfg.Wrap.Store != nil {
+		st = cfg.Wrap.Store(st)
+	}
+	gateway := cfg.Gateway
+	if gateway == nil {
+		e.sim = payment.NewSimGateway()
+		gateway = e.sim
+	}
+	log := cfg.Logger
+	wakeRelay := func() { e.relay.Notify() } // set below, before anything can call it
+
+	// One machine over one flow registry, shared by every service that changes an order's
+	// state (README.md "Flows").
+	if e.machine, err = order.NewMachine(cfg.Flows, cfg.Effects); err != nil {
+		return nil, fmt.Errorf("engine: flows: %w", err)
+	}
+	if e.payments, err = payment.NewService(payment.Config{
+		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: payment service: %w", err)
+	}
+	if e.orders, err = order.NewService(order.Config{
+		Store: st, Machine: e.machine, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
+		OnCreated: func(ctx context.Context, id string, closeAt time.Time) {
+			e.closer.Created(ctx, id, closeAt)
+			e.metrics.OrdersCreated.Inc()
+		},
+		WakeRelay: wakeRelay, Payments: e.payments, Logger: log,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: order service: %w", err)
+	}
+
+	handlers := order.ReleaseHandlers()
+	handlers[orderly.TopicPaymentRefund] = e.payments.RefundHandler()
+	handlers[orderly.TopicRefundExecute] = e.payments.RefundExecuteHandler()
+	for topic, h := range cfg.Handlers {
+		handlers[topic] = h
+	}
+	events := cmp.Or(cfg.Events, eventLog(log))
+	if cfg.NATSURL != "" {
+		if e.publisher, err = natspub.New(ctx, natspub.Config{URL: cfg.NATSURL, Logger: log}); err != nil {
+			return nil, fmt.Errorf("engine: connect to NATS: %w", err)
+		}
+		h := e.publisher.Handler()
+		events = &h
+	}
+	if e.relay, err = outbox.NewRelay(outbox.Config{
+		Store: st, Handlers: handlers, Default: events, MaxAttempts: cfg.OutboxMaxAttempts, BatchSize: cfg.OutboxBatchSize,
+		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: log, Metrics: e.metrics,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: outbox relay: %w", err)
+	}
+
+	tcfg := timeout.Config{
+		Store: st, Machine: e.machine, Timed: cfg.Timed, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
+		WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
+	}
+	if e.db.Dialect() == "mysql" {
+		// No cross-instance wake-up: other instances' earlier deadlines are seen by polling.
+		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, DefaultPolledTimerPoll)
+	}
+	if e.db.Notifies() {
+		tcfg.Notify = func(ctx context.Context, closeAt time.Time) {
+			if err := e.db.Notify(ctx, timerChannel, strconv.FormatInt(closeAt.UnixMilli(), 10)); err != nil {
+				log.Warn("notify other instances of an earlier deadline", "error", err)
+			}
+		}
+	}
+	if cfg.Timer == TimerRedis {
+		// Lazy: an instance starts and serves while Redis is down (a restart, a failover).
+		// The database is the source of truth: the timer keeps watching its earliest
+		// deadline and the sweep runs, so orders close on time without the queue; the
+		// instance uses the queue again as soon as it answers (e.redis says when).
+		if e.queue, err = redisq.New(ctx, redisq.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Lazy: true}); err != nil {
+			return nil, fmt.Errorf("engine: connect to Redis: %w", err)
+		}
+		e.redis = &dependency{name: "redis delay queue", ping: e.queue.Ping, logger: log,
+			gauge:  e.metrics.DependencyUp.WithLabelValues("redis"),
+			effect: "the database timer and the sweep close orders until it answers"}
+		e.redis.check(ctx, true)
+		tcfg.DelayQueue = optionalQueue{DelayQueue: e.queue, dep: e.redis}
+		// Other instances' earlier deadlines reach this one only through the queue: poll it.
+		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, DefaultPolledTimerPoll)
+	}
+	if e.closer, err = timeout.NewCloser(tcfg); err != nil {
+		return nil, fmt.Errorf("engine: closer: %w", err)
+	}
+
+	for _, j := range []struct {
+		name     string
+		interval time.Duration
+		run      job.Func
+	}{
+		{"sweep", cfg.SweepInterval, e.closer.Sweep},
+		{"deep_check", cfg.DeepCheckInterval, e.closer.DeepCheck},
+		{"outbox_retention", retentionInterval, e.relay.Retention},
+	} {
+		r, err := job.New(job.Config{Store: st, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("engine: job %s: %w", j.name, err)
+		}
+		e.jobs = append(e.jobs, r)
+	}
+
+	var orders orderly.OrderService = e.orders
+	if cfg.Wrap.Orders != nil {
+		orders = cfg.Wrap.Orders(orders)
+	}
+	var payments orderly.PaymentService = e.payments
+	if cfg.Wrap.Payments != nil {
+		payments = cfg.Wrap.Payments(payments)
+	}
+	e.handler = httpapi.New(httpapi.Config{
+		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, CallbackSecret: cfg.CallbackSecret,
+		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
+		Ready: func(ctx context.Context) error {
+			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
+		},
+		Degraded: e.degraded,
+	}).Handler()
+	return e, nil
+}
+
+// Start runs the background workers — the outbox relay, the precise timer, the sweep, the
+// deep check, the outbox retention job and, on PostgreSQL, the listener of other
+// instances' deadlines — and, when Config.Addr is set, serves the HTTP API on it. The
+// workers run until Close, whatever becomes of ctx (it only carries values and bounds the
+// listen). Errors: Start called twice or after Close, the address cannot be listened on;
+// on error nothing is left running and Close is still due.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return errors.New("engine: start: the engine is closed")
+	case e.started:
+		return errors.New("engine: start: already started")
+	}
+	if e.cfg.Addr != "" {
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", e.cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("engine: listen on %s: %w", e.cfg.Addr, err)
+		}
+		e.listener = l
+	}
+	e.started = true
+	workers, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	if err := e.startWorkers(workers); err != nil {
+		e.stopWorkers()
+		if e.listener != nil {
+			_ = e.listener.Close()
+			e.listener = nil
+		}
+		return err
+	}
+	if e.listener != nil {
+		e.http = &http.Server{
+			Handler:           e.handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			// The answer after the request deadline must still go out.
+			WriteTimeout: max(30*time.Second, e.cfg.RequestTimeout+10*time.Second),
+			IdleTimeout:  2 * time.Minute,
+		}
+		e.served = make(chan error, 1)
+		go func() { e.served <- e.http.Serve(e.listener) }()
+	}
+	return nil
+}
+
+// startWorkers starts the relay, the closer's timer, the jobs and the LISTEN loop on ctx.
+func (e *Engine) startWorkers(ctx context.Context) error {
+	if err := e.relay.Start(ctx); err != nil {
+		return fmt.Errorf("engine: start relay: %w", err)
+	}
+	if err := e.closer.Start(ctx); err != nil {
+		return fmt.Errorf("engine: start timer: %w", err)
+	}
+	for _, r := range e.jobs {
+		if err := r.Start(ctx); err != nil {
+			return fmt.Errorf("engine: start job: %w", err)
+		}
+	}
+	if e.redis != nil {
+		e.watching = make(chan struct{})
+		go e.redis.watch(ctx, e.watching)
+	}
+	if e.db.Notifies() {
+		e.listening = make(chan struct{})
+		closer, log := e.closer, e.cfg.Logger
+		go func() {
+			defer close(e.listening)
+			_ = e.db.Listen(ctx, timerChannel, func(payload string) {
+				if ms, err := strconv.ParseInt(payload, 10, 64); err == nil {
+					closer.Arm(time.UnixMilli(ms).UTC())
+				} else {
+					closer.Arm(time.Time{}) // (re)connected: re-read the earliest deadline
+				}
+			}, func(err error) { log.Warn("listen for timer notifications", "error", err) })
+		}()
+	}
+	return nil
+}
+
+// stopWorkers stops what startWorkers started, in dependency order: the jobs and the timer
+// (which write outbox messages), then the relay, then the LISTEN loop. e.mu is held.
+func (e *Engine) stopWorkers() {
+	for _, r := range e.jobs {
+		r.Stop()
+	}
+	if e.closer != nil {
+		e.closer.Stop()
+	}
+	if e.relay != nil {
+		e.relay.Stop()
+	}
+	if e.cancel != nil {
+		e.cancel()
+	}
+	if e.listening != nil {
+		<-e.listening
+	}
+	if e.watching != nil {
+		<-e.watching
+	}
+}
+
+// degraded returns the optional dependencies that are down, for GET /readyz.
+func (e *Engine) degraded() []string {
+	if e.redis != nil && !e.redis.up.Load() {
+		return []string{"redis"}
+	}
+	return nil
+}
+
+// Close stops the engine in dependency order: the HTTP server stops taking requests and
+// waits for those in flight (bounded by ctx, or by 10 s when ctx has no deadline; past it
+// the connections are cut), then the jobs and the timer stop, then the relay, then the
+// LISTEN loop; then NATS, Redis and the database are closed. It is safe on an engine that
+// was never started or half opened; a second call returns nil. The error joins what
+// failed, each wrapped.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	var errs []error
+	if e.http != nil {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, shutdownTimeout)
+			defer cancel()
+		}
+		if err := e.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("engine: http shutdown: %w", err))
+			_ = e.http.Close() // cut the connections still in flight
+		}
+		if err := <-e.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("engine: http serve: %w", err))
+		}
+	}
+	e.stopWorkers()
+	if e.publisher != nil {
+		e.publisher.Close()
+	}
+	if e.queue != nil {
+		if err := e.queue.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("engine: close Redis: %w", err))
+		}
+	}
+	if e.db != nil {
+		if err := e.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("engine: close store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Handler returns the HTTP API (package httpapi: /v1/…, /healthz, /readyz, /metrics) to
+// mount in an embedder's own server, e.g. under a prefix with http.StripPrefix or chi's
+// Mount. It serves requests from Open on; orders close on time only once Start runs the
+// workers.
+func (e *Engine) Handler() http.Handler { return e.handler }
+
+// Addr returns the address the HTTP API listens on, "127.0.0.1:41234" (the port chosen
+// when Config.Addr asked for port 0); "" before Start or without Config.Addr.
+func (e *Engine) Addr() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.listener == nil {
+		return ""
+	}
+	return e.listener.Addr().String()
+}
+
+// URL returns the base URL of the HTTP API, "http://127.0.0.1:8080" (an unspecified listen
+// address is reached on 127.0.0.1); "" before Start or without Config.Addr.
+func (e *Engine) URL() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.listener == nil {
+		return ""
+	}
+	addr, ok := e.listener.Addr().(*net.TCPAddr)
+	if !ok {
+		return "http://" + e.listener.Addr().String()
+	}
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(addr.Port))
+}
+
+// Orders returns the order service (orderly.OrderService, orderly.CatalogService and
+// orderly.RefundService), unwrapped by Config.Wrap.
+func (e *Engine) Orders() *order.Service { return e.orders }
+
+// Payments returns the payment service (orderly.PaymentService), unwrapped by Config.Wrap.
+func (e *Engine) Payments() *payment.Service { return e.payments }
+
+// Store returns the database (store.Store), unwrapped by Config.Wrap; it stays open until
+// Close.
+func (e *Engine) Store() *sqlstore.DB { return e.db }
+
+// Closer returns the close path (timer, sweep and deep check bodies).
+func (e *Engine) Closer() *timeout.Closer { return e.closer }
+
+// Relay returns the outbox relay.
+func (e *Engine) Relay() *outbox.Relay { return e.relay }
+
+// SimGateway returns the built-in simulated gateway, or nil when Config.Gateway was given.
+func (e *Engine) SimGateway() *payment.SimGateway { return e.sim }
+
+// Metrics returns the engine's Prometheus collectors (served at GET /metrics).
+func (e *Engine) Metrics() *telemetry.Metrics { return e.metrics }
+
+// Flows returns the flow registry every service resolves flows in (Config.Flows, or
+// orderly.DefaultFlows()).
+func (e *Engine) Flows() orderly.Flows { return e.cfg.Flows }
+
+// Machine returns the one order.Machine (flows and effects) every service applies
+// transitions through.
+func (e *Engine) Machine() *order.Machine { return e.machine }
+
+// Config returns the configuration in effect: Open's with the defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// eventLog is the default handler of event topics (order.closed, order.paid, …) while no
+// broker is configured: events are kept in the outbox table and logged at debug level.
+func eventLog(logger *slog.Logger) *outbox.Handler {
+	return &outbox.Handler{Call: func(ctx context.Context, m *orderly.Message) error {
+		logger.DebugContext(ctx, "event", "topic", m.Topic, "key", m.Key, "sequence", m.Sequence, "message_id", m.ID)
+		return nil
+	}}
+}
