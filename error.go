@@ -31,6 +31,14 @@ const (
 	EREFUNDITEMS   = "refund-exceeds-items"    // a refund names more units of a SKU than the order bought and were not yet refunded (409)
 )
 
+// Error codes of group-buy (see GroupService), stable like those above.
+const (
+	EGROUPFULL       = "group-full"        // every seat of the group is taken (409)
+	EGROUPNOTFORMING = "group-not-forming" // the group succeeded or failed already (409)
+	EGROUPEXPIRED    = "group-expired"     // the group's deadline passed on the database clock (409)
+	EALREADYMEMBER   = "already-member"    // the user already holds a seat in the group (409)
+)
+
 // Error is the domain error: a stable Code from the list above and a Message that is safe
 // to show to the caller. Adapters translate driver errors into *Error or wrap them as
 // internal errors.

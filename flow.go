@@ -44,6 +44,14 @@ type FlowTransition struct {
 // sequence.
 const EffectPublish = "publish:"
 
+// EffectLock is the prefix of an effect that runs before the transition's guarded update,
+// on the candidate orders (not only those that will change): "lock:group" locks the
+// group-buy group of the orders. A flow whose effects change a row shared by several
+// orders (a group) locks it there, so that every transaction takes the shared row before
+// the order rows and two of them can never wait for each other (README.md "Group-buy").
+// A lock effect must change nothing.
+const EffectLock = "lock:"
+
 // Deadline names the deadline of a timed state: which of an order's times decides when
 // its timed event fires.
 type Deadline string
@@ -125,7 +133,7 @@ func (f *Flow) Validate() error {
 		}
 		seen[k] = true
 		for _, e := range t.Effects {
-			if e == "" || e == EffectPublish {
+			if e == "" || e == EffectPublish || e == EffectLock {
 				return Errorf(EINVALID, "flow %s: %s has an empty effect name", f.Name, t)
 			}
 		}
@@ -175,6 +183,10 @@ const (
 	EffectCommitReservations  = "commit_reservations"  // held reservations → committed, units held → sold
 	EffectReleaseCoupon       = "release_coupon"       // the coupon the order froze → available (expired past its expiry)
 	EffectUseCoupon           = "use_coupon"           // the coupon the order froze → used
+	// EffectRefundPayment requests a full refund of what is left of the captured amount,
+	// restocking every unit not refunded yet (a refund row and its refund.execute message),
+	// then takes the flow's refund transition from the new state when there is one.
+	EffectRefundPayment = "refund_payment"
 )
 
 // FlowStandard is the name of the standard e-commerce flow, the default.

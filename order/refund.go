@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/orderlyhq/orderly"
@@ -26,6 +27,19 @@ var _ orderly.RefundService = (*Service)(nil)
 // already requested, so that only the amount of a refund the gateway refused can be
 // requested again.
 var RefundableStates = []orderly.State{orderly.StatePaid, orderly.StateShipped, orderly.StateCompleted, orderly.StateRefunding}
+
+// RefundStates returns the states of flow from which an order may be refunded: those
+// with a refund or partial_refund transition. For the standard flow they are
+// RefundableStates.
+func RefundStates(flow *orderly.Flow) []orderly.State {
+	var states []orderly.State
+	for _, t := range flow.Transitions {
+		if (t.Event == orderly.EventRefund || t.Event == orderly.EventPartialRefund) && !slices.Contains(states, t.From) {
+			states = append(states, t.From)
+		}
+	}
+	return states
+}
 
 // validateRefund checks p's shape (not the order's figures, which the store guards).
 // Errors: EINVALID.
@@ -111,14 +125,15 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 			if err != nil {
 				return err
 			}
-			if !slices.Contains(RefundableStates, cur.State) {
-				return orderly.Errorf(orderly.EILLEGAL, "order %s is %s; only paid, shipped or completed orders are refunded", cur.ID, cur.State)
+			refundable := RefundStates(flow)
+			if !slices.Contains(refundable, cur.State) {
+				return orderly.Errorf(orderly.EILLEGAL, "order %s is %s; flow %s refunds orders only in %v", cur.ID, cur.State, flow.Name, refundable)
 			}
 			paymentID, err := capturedPayment(ctx, tx, cur)
 			if err != nil {
 				return err
 			}
-			ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: cur.ID, Delta: p.Amount, States: RefundableStates})
+			ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: cur.ID, Delta: p.Amount, States: refundable})
 			if err != nil {
 				return err
 			}
@@ -127,8 +142,8 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 				return err
 			}
 			if !ok {
-				if !slices.Contains(RefundableStates, after.State) {
-					return orderly.Errorf(orderly.EILLEGAL, "order %s is %s; only paid, shipped or completed orders are refunded", after.ID, after.State)
+				if !slices.Contains(refundable, after.State) {
+					return orderly.Errorf(orderly.EILLEGAL, "order %s is %s; flow %s refunds orders only in %v", after.ID, after.State, flow.Name, refundable)
 				}
 				return orderly.Errorf(orderly.EREFUNDEXCEEDS, "a refund of %d %s exceeds what is left to refund of order %s: captured %d, refunded or requested %d, left %d",
 					p.Amount, after.Currency, after.ID, after.Amount, after.RefundedAmount, after.Amount-after.RefundedAmount)
@@ -245,6 +260,93 @@ func (s *Service) OrderRefunds(ctx context.Context, orderID string) (refunds []*
 	return refunds, err
 }
 
+// refundPayment is the effect orderly.EffectRefundPayment: for each order that changed, a
+// refund of what is left of its captured amount, restocking every unit not refunded yet
+// (refundRestInTx), then the flow's refund transition from the new state, when it has one
+// (group_failed --refund--> refunding). A repeat finds nothing left and requests nothing.
+func refundPayment(ctx context.Context, tx store.Tx, b *EffectBatch) error {
+	var refunded []string
+	for _, id := range b.IDs {
+		o, err := tx.OrderGet(ctx, id)
+		if err != nil {
+			return err
+		}
+		f, err := refundRestInTx(ctx, tx, o, []orderly.State{b.Transition.To}, b.Params.Cause, b.Params.Now)
+		if err != nil {
+			return err
+		} else if f != nil {
+			refunded = append(refunded, id)
+		}
+	}
+	if len(refunded) == 0 || b.Transition.To == orderly.StateRefunding {
+		return nil
+	}
+	if _, err := b.Flow.Transition(b.Transition.To, orderly.EventRefund); err != nil {
+		return nil //nolint:nilerr // the flow keeps the order in its state while the refund runs
+	}
+	changed, err := b.Machine.Transition(ctx, tx, b.Flow, &store.OrdersTransitionParams{
+		IDs: refunded, From: b.Transition.To, Event: orderly.EventRefund, Now: b.Params.Now,
+		Cause: "full refund: " + b.Params.Cause, Actor: b.Params.Actor, TraceID: b.Params.TraceID,
+	}, nil)
+	if err != nil {
+		return err
+	} else if len(changed) != len(refunded) {
+		return fmt.Errorf("refund transition: %d of %d orders changed", len(changed), len(refunded))
+	}
+	return nil
+}
+
+// refundRestInTx requests, in tx, a refund of what is left of order o's captured amount:
+// the amount is added to refunded_amount (guarded: the order is in one of states and the
+// total stays within the amount), every unit bought and not refunded yet is counted as
+// refunded and restocked, and the refund row (requested) and its refund.execute message are
+// written. It returns nil, nil when nothing is left to refund.
+func refundRestInTx(ctx context.Context, tx store.Tx, o *orderly.Order, states []orderly.State, reason string, now time.Time) (*orderly.Refund, error) {
+	rest := o.Amount - o.RefundedAmount
+	if rest <= 0 {
+		return nil, nil
+	}
+	paymentID, err := capturedPayment(ctx, tx, o)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: o.ID, Delta: rest, States: states}); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, fmt.Errorf("refund %d of order %s: the refunded amount guard refused (state %s, refunded %d of %d)",
+			rest, o.ID, o.State, o.RefundedAmount, o.Amount)
+	}
+	rs, err := tx.ReservationList(ctx, o.ID)
+	if err != nil {
+		return nil, err
+	}
+	items := []orderly.RefundItem{}
+	for _, r := range rs { // by SKU: the lock order of stock rows
+		if r.State == orderly.ReservationCommitted && r.Quantity > r.Refunded {
+			items = append(items, orderly.RefundItem{SKU: r.SKU, Quantity: r.Quantity - r.Refunded})
+		}
+	}
+	if err := refundItems(ctx, tx, o.ID, items, true); err != nil {
+		return nil, err
+	}
+	id, err := NewID()
+	if err != nil {
+		return nil, err
+	}
+	f := &orderly.Refund{
+		ID: id, OrderID: o.ID, PaymentID: paymentID, Amount: rest, Currency: o.Currency,
+		Items: items, Restock: len(items) > 0, Reason: reason, State: orderly.RefundRequested, CreatedAt: now,
+	}
+	if err := tx.RefundInsert(ctx, &store.RefundInsertParams{Refund: f}); err != nil {
+		return nil, err
+	}
+	m, err := outbox.NewMessage(orderly.TopicRefundExecute, o.ID, RefundRef(f), now)
+	if err != nil {
+		return nil, err
+	}
+	return f, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m})
+}
+
 // refundRest refunds what is left of an order's captured amount (the merchant's refund
 // event): a full refund, or the rest after partial ones.
 func (s *Service) refundRest(ctx context.Context, id, actor, traceID string) (*orderly.Order, error) {
@@ -252,7 +354,11 @@ func (s *Service) refundRest(ctx context.Context, id, actor, traceID string) (*o
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(RefundableStates, o.State) {
+	flow, err := s.cfg.Machine.Flow(o.Flow)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(RefundStates(flow), o.State) {
 		return nil, orderly.Errorf(orderly.EILLEGAL, "order %s is %s; only paid, shipped or completed orders are refunded", o.ID, o.State)
 	}
 	rest := o.Amount - o.RefundedAmount

@@ -188,6 +188,54 @@ func requestHash(p *orderly.CreateOrderParams) string {
 
 // CreateOrder implements orderly.OrderService.
 func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams) (*orderly.Order, bool, error) {
+	var (
+		o       *orderly.Order
+		created bool
+		err     error
+	)
+	// Two attempts: a concurrent create with the same idempotency key can win the unique
+	// index between our lookup and our insert; the second attempt then finds its order.
+	for attempt := 0; attempt < 2; attempt++ {
+		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			o, created, err = s.CreateInTx(ctx, tx, p, nil)
+			return err
+		})
+		if p.IdempotencyKey == "" || orderly.ErrorCode(err) != orderly.ECONFLICT {
+			break
+		}
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if created {
+		s.Created(ctx, o)
+	}
+	return o, created, nil
+}
+
+// CreateOptions are the options of CreateInTx; nil means none.
+type CreateOptions struct {
+	// Admit, when set, is called after the idempotency lookup (not on a replay) with the
+	// database's now, before anything is written. Its error refuses the order and is
+	// returned; the time it returns, when not zero, caps the payment deadline: expires_at =
+	// min(now + payment timeout, cap) (a group-buy member pays before its group's deadline).
+	Admit func(now time.Time) (deadlineCap time.Time, err error)
+	// RequestTag is added to the request's idempotency fingerprint: the same key and body
+	// for another group is another request (EIDEMPOTENCY).
+	RequestTag string
+}
+
+// CreateInTx is the body of CreateOrder in the caller's transaction tx, so that a domain
+// package (groupbuy) creates an order together with its own rows, under its own locks. It
+// validates p, looks up the idempotency key (a replay returns the first order and
+// created=false), calls opts.Admit, then writes the order and its creation audit row,
+// reserves stock (in SKU order) and freezes the coupon. Errors as CreateOrder; on error
+// the caller must roll tx back. After tx commits, call Created for an order it created.
+func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.CreateOrderParams, opts *CreateOptions) (*orderly.Order, bool, error) {
+	if opts == nil {
+		opts = &CreateOptions{}
+	}
 	total, err := validate(p)
 	if err != nil {
 		return nil, false, err
@@ -199,103 +247,102 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 	if len(p.IdempotencyKey) > 255 {
 		return nil, false, orderly.Errorf(orderly.EINVALID, "Idempotency-Key is longer than 255 characters")
 	}
-	id, err := NewID()
+	hash := requestHash(p)
+	if opts.RequestTag != "" {
+		sum := sha256.Sum256([]byte(hash + "\x00" + opts.RequestTag))
+		hash = hex.EncodeToString(sum[:])
+	}
+	if p.IdempotencyKey != "" {
+		prev, prevHash, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
+		if err == nil {
+			if prevHash != hash {
+				return nil, false, orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey)
+			}
+			return prev, false, nil
+		} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			return nil, false, err
+		}
+	}
+	now, err := tx.Now(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	hash := requestHash(p)
 	timeout := s.cfg.DefaultPaymentTimeout
 	if p.PaymentTimeoutSeconds > 0 {
 		timeout = time.Duration(p.PaymentTimeoutSeconds) * time.Second
 	}
-
-	var (
-		o       *orderly.Order
-		created bool
-	)
-	// Two attempts: a concurrent create with the same idempotency key can win the unique
-	// index between our lookup and our insert; the second attempt then finds its order.
-	for attempt := 0; attempt < 2; attempt++ {
-		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-			if p.IdempotencyKey != "" {
-				prev, prevHash, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
-				if err == nil {
-					if prevHash != hash {
-						return orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey)
-					}
-					o, created = prev, false
-					return nil
-				} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
-					return err
-				}
-			}
-			now, err := tx.Now(ctx)
-			if err != nil {
-				return err
-			}
-			amount := total
-			if p.CouponID != "" {
-				c, err := tx.CouponGet(ctx, p.CouponID)
-				if orderly.ErrorCode(err) == orderly.ENOTFOUND {
-					return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s does not exist", p.CouponID)
-				} else if err != nil {
-					return err
-				}
-				if c.AmountOff > total {
-					return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s takes %d off an order of %d; it must be less than the total", c.ID, c.AmountOff, total)
-				}
-				amount -= c.AmountOff
-			}
-			if amount < 1 {
-				return errZeroAmount
-			}
-			expiresAt := now.Add(timeout)
-			o = &orderly.Order{
-				ID: id, UserID: p.UserID, Flow: flow.Name, State: flow.Initial, PayStatus: orderly.PayUnpaid,
-				Items: p.Items, Amount: amount, Currency: p.Currency, CouponID: p.CouponID,
-				CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
-			}
-			_, timed := flow.TimedIn(o.State)
-			if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash, NoDeadline: !timed}); err != nil {
-				return err
-			}
-			if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: o.State, Event: orderly.EventCreate,
-				PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: now, TraceID: p.TraceID}); err != nil {
-				return err
-			}
-			// Reserve in SKU order: every transaction that locks several stock rows takes them
-			// in the same order (release and commit do too), so they cannot deadlock.
-			for _, it := range slices.SortedFunc(slices.Values(p.Items), func(a, b orderly.Item) int { return strings.Compare(a.SKU, b.SKU) }) {
-				ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: id, SKU: it.SKU, Quantity: it.Quantity, Now: now})
-				if err != nil {
-					return err
-				} else if !ok {
-					return orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", it.SKU, it.Quantity)
-				}
-			}
-			if p.CouponID != "" {
-				ok, err := tx.CouponFreeze(ctx, &store.CouponFreezeParams{ID: p.CouponID, UserID: p.UserID, OrderID: id, Currency: p.Currency, Now: now})
-				if err != nil {
-					return err
-				} else if !ok {
-					return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s is not available to user %s in %s (used, frozen, expired or someone else's)", p.CouponID, p.UserID, p.Currency)
-				}
-			}
-			created = true
-			return nil
-		})
-		if p.IdempotencyKey == "" || orderly.ErrorCode(err) != orderly.ECONFLICT {
-			break
+	expiresAt := now.Add(timeout)
+	if opts.Admit != nil {
+		deadlineCap, err := opts.Admit(now)
+		if err != nil {
+			return nil, false, err
+		}
+		if !deadlineCap.IsZero() && deadlineCap.Before(expiresAt) {
+			expiresAt = deadlineCap
 		}
 	}
+	id, err := NewID()
 	if err != nil {
 		return nil, false, err
 	}
-	if created {
-		s.cfg.OnCreated(ctx, o.ID, o.CloseAt)
+	amount := total
+	if p.CouponID != "" {
+		c, err := tx.CouponGet(ctx, p.CouponID)
+		if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+			return nil, false, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s does not exist", p.CouponID)
+		} else if err != nil {
+			return nil, false, err
+		}
+		if c.AmountOff > total {
+			return nil, false, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s takes %d off an order of %d; it must be less than the total", c.ID, c.AmountOff, total)
+		}
+		amount -= c.AmountOff
 	}
-	return o, created, nil
+	if amount < 1 {
+		return nil, false, errZeroAmount
+	}
+	o := &orderly.Order{
+		ID: id, UserID: p.UserID, Flow: flow.Name, State: flow.Initial, PayStatus: orderly.PayUnpaid,
+		Items: p.Items, Amount: amount, Currency: p.Currency, CouponID: p.CouponID,
+		CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
+	}
+	_, timed := flow.TimedIn(o.State)
+	if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash, NoDeadline: !timed}); err != nil {
+		return nil, false, err
+	}
+	if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: o.State, Event: orderly.EventCreate,
+		PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: now, TraceID: p.TraceID}); err != nil {
+		return nil, false, err
+	}
+	// Reserve in SKU order: every transaction that locks several stock rows takes them
+	// in the same order (release and commit do too), so they cannot deadlock.
+	for _, it := range slices.SortedFunc(slices.Values(p.Items), func(a, b orderly.Item) int { return strings.Compare(a.SKU, b.SKU) }) {
+		ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: id, SKU: it.SKU, Quantity: it.Quantity, Now: now})
+		if err != nil {
+			return nil, false, err
+		} else if !ok {
+			return nil, false, orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", it.SKU, it.Quantity)
+		}
+	}
+	if p.CouponID != "" {
+		ok, err := tx.CouponFreeze(ctx, &store.CouponFreezeParams{ID: p.CouponID, UserID: p.UserID, OrderID: id, Currency: p.Currency, Now: now})
+		if err != nil {
+			return nil, false, err
+		} else if !ok {
+			return nil, false, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s is not available to user %s in %s (used, frozen, expired or someone else's)", p.CouponID, p.UserID, p.Currency)
+		}
+	}
+	return o, true, nil
 }
+
+// Created tells the timer (Config.OnCreated) about an order that a committed transaction
+// created through CreateInTx.
+func (s *Service) Created(ctx context.Context, o *orderly.Order) {
+	s.cfg.OnCreated(ctx, o.ID, o.CloseAt)
+}
+
+// Machine returns the machine that applies the service's transitions.
+func (s *Service) Machine() *Machine { return s.cfg.Machine }
 
 // Order implements orderly.OrderService.
 func (s *Service) Order(ctx context.Context, id string) (o *orderly.Order, err error) {

@@ -18,7 +18,8 @@ import (
 // leaves the database. An error rolls the transition back.
 type Effect func(ctx context.Context, tx store.Tx, b *EffectBatch) error
 
-// EffectBatch is what an effect is applied to: the orders that one transition changed.
+// EffectBatch is what an effect is applied to: the orders that one transition changed (for
+// a lock effect, orderly.EffectLock: the orders it may change).
 type EffectBatch struct {
 	// Machine is the machine that applies the transition: an effect that moves other orders
 	// (a group's success moves its paid members) does it through Machine.Transition.
@@ -101,6 +102,20 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 	}
 	p.To = row.To
 	_, p.Timed = flow.TimedIn(row.To)
+	// Lock effects first, on the candidates, before the guarded update locks the orders.
+	for _, name := range row.Effects {
+		if !strings.HasPrefix(name, orderly.EffectLock) || len(p.IDs) == 0 {
+			continue
+		}
+		fn := m.effects[name]
+		if fn == nil {
+			return nil, fmt.Errorf("effect %q is not registered", name) // NewMachine refuses such flows
+		}
+		b := &EffectBatch{Machine: m, Flow: flow, Transition: *row, IDs: p.IDs, Coupons: coupons, Params: p}
+		if err := fn(ctx, tx, b); err != nil {
+			return nil, fmt.Errorf("%s of %s (%d orders): %w", name, row, len(p.IDs), err)
+		}
+	}
 	changed, err := tx.OrdersTransition(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("transition %s on %s: %w", p.From, p.Event, err)
@@ -111,7 +126,9 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 	b := &EffectBatch{Machine: m, Flow: flow, Transition: *row, IDs: changed, Coupons: coupons, Params: p}
 	for _, name := range row.Effects {
 		var err error
-		if topic, ok := strings.CutPrefix(name, orderly.EffectPublish); ok {
+		if strings.HasPrefix(name, orderly.EffectLock) {
+			continue // ran before the update
+		} else if topic, ok := strings.CutPrefix(name, orderly.EffectPublish); ok {
 			err = publish(ctx, tx, topic, b)
 		} else if fn := m.effects[name]; fn != nil {
 			err = fn(ctx, tx, b)
@@ -149,6 +166,7 @@ func Effects() map[string]Effect {
 			_, err := tx.CouponsRelease(ctx, refs, b.Params.Now)
 			return err
 		},
+		orderly.EffectRefundPayment: refundPayment,
 		orderly.EffectUseCoupon: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
 			for _, r := range b.couponRefs() {
 				ok, err := tx.CouponUse(ctx, r.CouponID, r.OrderID)

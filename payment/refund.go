@@ -154,7 +154,15 @@ func (s *Service) failRefund(ctx context.Context, ref *orderly.RefundRef, reason
 		if err != nil || !ok {
 			return err
 		}
-		if ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: f.OrderID, Delta: -f.Amount, States: order.RefundableStates}); err != nil {
+		o, err := tx.OrderGet(ctx, f.OrderID)
+		if err != nil {
+			return err
+		}
+		flow, err := s.cfg.Machine.Flow(o.Flow)
+		if err != nil {
+			return err
+		}
+		if ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: f.OrderID, Delta: -f.Amount, States: order.RefundStates(flow)}); err != nil {
 			return err
 		} else if !ok {
 			return fmt.Errorf("give back %d of order %s: refunded amount guard refused", f.Amount, f.OrderID)
