@@ -188,6 +188,7 @@ type Tx interface {
 	JobRunList(ctx context.Context, job string, limit int) ([]*JobRun, error)
 
 	RefundTx
+	GroupTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

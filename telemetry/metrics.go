@@ -19,6 +19,9 @@ type Metrics struct {
 	// CloseLateness observes closed_at − close_at of orders closed for payment timeout, in
 	// seconds (the lateness of I5).
 	CloseLateness prometheus.Histogram
+	// GroupLateness observes failed_at − deadline_at of group-buy groups failed at their
+	// deadline, in seconds (group lateness).
+	GroupLateness prometheus.Histogram
 	// OverdueOrders counts orders the deep check found overdue by more than its tolerance:
 	// each one means the timer and the sweep both missed it.
 	OverdueOrders prometheus.Counter
@@ -61,6 +64,11 @@ func NewMetrics() *Metrics {
 			Help:    "closed_at - close_at of orders closed for payment timeout.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 15, 30, 60, 300},
 		}),
+		GroupLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orderly_group_lateness_seconds",
+			Help:    "failed_at - deadline_at of group-buy groups failed at their deadline.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 15, 30, 60, 300},
+		}),
 		OverdueOrders: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderly_overdue_orders_total", Help: "Open orders the deep check found overdue beyond its tolerance.",
 		}),
@@ -95,7 +103,7 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.OverdueOrders, m.CloserPasses,
+		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
 		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp,
 	)

@@ -1,0 +1,376 @@
+// Package groupbuy runs group-buy (拼团) deals and groups (README.md "Group-buy"): a deal
+// offers a SKU at a group price to groups of min_members to max_members members who join
+// and pay before the group's deadline. Member orders are ordinary orders of Flow
+// (group_buy), created and moved by package order's Service and Machine; this package owns
+// the deals, groups and members, the flow's own effects (Effects) and the group deadlines
+// (Deadlines, a timeout.Timed driven by the closer).
+//
+// Lock order: every transaction that changes a group locks the group row before any of its
+// member orders (joins, leaves, the pay transition through EffectLockGroup, the failure at
+// the deadline through the closer's claim). Giving up a seat changes the member row only.
+// So no two transactions of one group wait for each other in a cycle.
+package groupbuy
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// Limits of deals.
+const (
+	MaxMembers     = 1000               // cap of max_members
+	MaxGroupWindow = 7 * 24 * time.Hour // cap of group_time_limit_seconds
+)
+
+// Config configures a Service.
+type Config struct {
+	Store store.Store
+	// Orders creates and cancels member orders; its Machine must know Flow (package
+	// engine builds one Machine with Effects and gives it to every service).
+	Orders *order.Service
+	// OnDeadline, when set, is called after a group commits with its deadline, so that the
+	// precise timer can re-arm for it (timeout.Closer.Arm).
+	OnDeadline func(at time.Time)
+	// WakeRelay, when set, is called after a commit that wrote outbox messages.
+	WakeRelay func()
+	Logger    *slog.Logger
+}
+
+// Service implements orderly.GroupService.
+type Service struct {
+	cfg  Config
+	flow *orderly.Flow
+}
+
+var _ orderly.GroupService = (*Service)(nil)
+
+// NewService returns a Service; it returns an error when cfg has no Store or Orders, or
+// the orders' machine has no group_buy flow.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Orders == nil {
+		return nil, errors.New("groupbuy: Config.Store and Config.Orders are required")
+	}
+	flow, err := cfg.Orders.Machine().Flow(FlowName)
+	if err != nil {
+		return nil, fmt.Errorf("groupbuy: the order machine has no %s flow: %w", FlowName, err)
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.OnDeadline == nil {
+		cfg.OnDeadline = func(time.Time) {}
+	}
+	if cfg.WakeRelay == nil {
+		cfg.WakeRelay = func() {}
+	}
+	return &Service{cfg: cfg, flow: flow}, nil
+}
+
+// validateDeal checks p and fills in the default member timeout. Errors: EINVALID.
+func validateDeal(p *orderly.CreateDealParams) error {
+	limit := int64(MaxGroupWindow / time.Second)
+	switch {
+	case !order.ValidID(p.SKU):
+		return orderly.Errorf(orderly.EINVALID, "sku must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
+	case p.GroupPrice < 1:
+		return orderly.Errorf(orderly.EINVALID, "group_price must be at least 1 minor unit")
+	case !orderly.ValidCurrency(p.Currency):
+		return orderly.Errorf(orderly.EINVALID, "currency must be the ISO 4217 code of a currency of money, such as USD")
+	case p.MinMembers < 2:
+		return orderly.Errorf(orderly.EINVALID, "min_members must be at least 2")
+	case p.MaxMembers < p.MinMembers || p.MaxMembers > MaxMembers:
+		return orderly.Errorf(orderly.EINVALID, "max_members must be min_members (%d) to %d", p.MinMembers, MaxMembers)
+	case p.GroupTimeLimitSeconds < 1 || p.GroupTimeLimitSeconds > limit:
+		return orderly.Errorf(orderly.EINVALID, "group_time_limit_seconds must be 1 to %d (7 days)", limit)
+	case p.MemberPaymentTimeoutSeconds < 0 || p.MemberPaymentTimeoutSeconds > p.GroupTimeLimitSeconds:
+		return orderly.Errorf(orderly.EINVALID, "member_payment_timeout_seconds must be 1 to group_time_limit_seconds (%d), or absent", p.GroupTimeLimitSeconds)
+	}
+	return nil
+}
+
+// CreateDeal implements orderly.GroupService.
+func (s *Service) CreateDeal(ctx context.Context, p *orderly.CreateDealParams) (*orderly.Deal, error) {
+	if err := validateDeal(p); err != nil {
+		return nil, err
+	}
+	id, err := order.NewID()
+	if err != nil {
+		return nil, err
+	}
+	d := &orderly.Deal{
+		ID: id, SKU: p.SKU, GroupPrice: p.GroupPrice, Currency: p.Currency, MinMembers: p.MinMembers, MaxMembers: p.MaxMembers,
+		GroupTimeLimitSeconds:       p.GroupTimeLimitSeconds,
+		MemberPaymentTimeoutSeconds: cmp.Or(p.MemberPaymentTimeoutSeconds, p.GroupTimeLimitSeconds),
+	}
+	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		if d.CreatedAt, err = tx.Now(ctx); err != nil {
+			return err
+		}
+		return tx.DealInsert(ctx, d)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create deal: %w", err)
+	}
+	return d, nil
+}
+
+// Deal implements orderly.GroupService.
+func (s *Service) Deal(ctx context.Context, id string) (d *orderly.Deal, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		d, err = tx.DealGet(ctx, id)
+		return err
+	})
+	return d, err
+}
+
+// Group implements orderly.GroupService.
+func (s *Service) Group(ctx context.Context, id string) (g *orderly.Group, err error) {
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		g, err = load(ctx, tx, id)
+		return err
+	})
+	return g, err
+}
+
+// load reads a group with its members.
+func load(ctx context.Context, tx store.Tx, id string) (*orderly.Group, error) {
+	g, err := tx.GroupGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	g.Members, err = tx.GroupMembers(ctx, id)
+	return g, err
+}
+
+// validateJoin checks the member part of p. Errors: EINVALID.
+func validateJoin(p *orderly.JoinGroupParams) error {
+	switch {
+	case !order.ValidID(p.UserID):
+		return orderly.Errorf(orderly.EINVALID, "user_id must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
+	case p.Quantity < 0 || p.Quantity > order.MaxQuantity:
+		return orderly.Errorf(orderly.EINVALID, "quantity must be 1–%d (absent means 1)", order.MaxQuantity)
+	}
+	return nil
+}
+
+// memberOrder returns the parameters of p's member order of deal d.
+func memberOrder(d *orderly.Deal, p *orderly.JoinGroupParams) *orderly.CreateOrderParams {
+	return &orderly.CreateOrderParams{
+		UserID: p.UserID, Currency: d.Currency, CouponID: p.CouponID, Flow: FlowName,
+		Items:                 []orderly.Item{{SKU: d.SKU, Quantity: cmp.Or(p.Quantity, 1), UnitPrice: d.GroupPrice}},
+		PaymentTimeoutSeconds: d.MemberPaymentTimeoutSeconds,
+		IdempotencyKey:        p.IdempotencyKey, Actor: cmp.Or(p.Actor, "buyer"), TraceID: p.TraceID,
+	}
+}
+
+// OpenGroup implements orderly.GroupService.
+func (s *Service) OpenGroup(ctx context.Context, p *orderly.JoinGroupParams) (*orderly.Group, *orderly.Order, bool, error) {
+	if err := validateJoin(p); err != nil {
+		return nil, nil, false, err
+	}
+	if !order.ValidID(p.DealID) {
+		return nil, nil, false, orderly.Errorf(orderly.EINVALID, "deal_id must name a deal")
+	}
+	groupID, err := order.NewID()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, string, bool, error) {
+		d, err := tx.DealGet(ctx, p.DealID)
+		if err != nil {
+			return nil, "", false, err
+		}
+		var g *orderly.Group
+		o, created, err := s.cfg.Orders.CreateInTx(ctx, tx, memberOrder(d, p), &order.CreateOptions{
+			RequestTag: "open group of deal " + d.ID,
+			Admit: func(now time.Time) (time.Time, error) {
+				g = &orderly.Group{
+					ID: groupID, DealID: d.ID, State: orderly.GroupForming, LeaderUserID: p.UserID,
+					MinMembers: d.MinMembers, MaxMembers: d.MaxMembers, CreatedAt: now,
+					DeadlineAt: now.Add(time.Duration(d.GroupTimeLimitSeconds) * time.Second),
+				}
+				return g.DeadlineAt, tx.GroupInsert(ctx, g)
+			},
+		})
+		if err != nil || !created {
+			return o, "", created, err
+		}
+		return o, g.ID, true, tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt})
+	})
+}
+
+// JoinGroup implements orderly.GroupService. The group row is locked first: joins of one
+// group run one at a time, so two joins for the last seat see each other and one is
+// refused (EGROUPFULL). The deadline is compared with the database clock, so a join after
+// it is refused (EGROUPEXPIRED) even before the closer failed the group.
+func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*orderly.Group, *orderly.Order, bool, error) {
+	if err := validateJoin(p); err != nil {
+		return nil, nil, false, err
+	}
+	if !order.ValidID(p.GroupID) {
+		return nil, nil, false, orderly.Errorf(orderly.ENOTFOUND, "group %q not found", p.GroupID)
+	}
+	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, string, bool, error) {
+		g, err := tx.GroupLock(ctx, p.GroupID)
+		if err != nil {
+			return nil, "", false, err
+		}
+		d, err := tx.DealGet(ctx, g.DealID)
+		if err != nil {
+			return nil, "", false, err
+		}
+		o, created, err := s.cfg.Orders.CreateInTx(ctx, tx, memberOrder(d, p), &order.CreateOptions{
+			RequestTag: "join group " + g.ID,
+			Admit: func(now time.Time) (time.Time, error) {
+				switch {
+				case g.State != orderly.GroupForming:
+					return time.Time{}, orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
+				case !now.Before(g.DeadlineAt):
+					return time.Time{}, orderly.Errorf(orderly.EGROUPEXPIRED, "the deadline of group %s passed at %s", g.ID, g.DeadlineAt.Format(time.RFC3339Nano))
+				}
+				if _, err := tx.GroupMemberSeat(ctx, g.ID, p.UserID); err == nil {
+					return time.Time{}, orderly.Errorf(orderly.EALREADYMEMBER, "user %s already holds a seat in group %s", p.UserID, g.ID)
+				} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+					return time.Time{}, err
+				}
+				if g.SeatsTaken >= g.MaxMembers {
+					return time.Time{}, orderly.Errorf(orderly.EGROUPFULL, "group %s has all its %d seats taken", g.ID, g.MaxMembers)
+				}
+				return g.DeadlineAt, nil
+			},
+		})
+		if err != nil || !created {
+			return o, "", created, err
+		}
+		err = tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt})
+		if orderly.ErrorCode(err) == orderly.ECONFLICT {
+			err = orderly.Errorf(orderly.EALREADYMEMBER, "user %s already holds a seat in group %s", p.UserID, g.ID)
+		}
+		return o, g.ID, true, err
+	})
+}
+
+// admit runs fn (which creates a member order and returns it, its group id when it created
+// it, and whether it did) in a transaction, twice when a concurrent request with the same
+// idempotency key won the key first, and reads the group back in the same transaction; a
+// replay finds the group through the order's member row.
+func (s *Service) admit(ctx context.Context, p *orderly.JoinGroupParams,
+	fn func(ctx context.Context, tx store.Tx) (*orderly.Order, string, bool, error)) (*orderly.Group, *orderly.Order, bool, error) {
+	var (
+		g       *orderly.Group
+		o       *orderly.Order
+		created bool
+		err     error
+	)
+	for attempt := 0; attempt < 2; attempt++ {
+		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			var groupID string
+			var err error
+			if o, groupID, created, err = fn(ctx, tx); err != nil {
+				return err
+			}
+			if !created {
+				m, err := tx.GroupMemberByOrder(ctx, o.ID)
+				if err != nil {
+					return err
+				}
+				groupID = m.GroupID
+			}
+			g, err = load(ctx, tx, groupID)
+			return err
+		})
+		if p.IdempotencyKey == "" || orderly.ErrorCode(err) != orderly.ECONFLICT {
+			break
+		}
+	}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if created {
+		s.cfg.Orders.Created(ctx, o)
+		s.cfg.OnDeadline(g.DeadlineAt)
+	}
+	return g, o, created, nil
+}
+
+// leaveRounds bounds how often LeaveGroup starts again because the member order was paid
+// while it was being cancelled.
+const leaveRounds = 3
+
+// LeaveGroup implements orderly.GroupService. A paid member leaves in one transaction with
+// the group row locked: its order moves paid --leave--> refunding (the seat is freed and a
+// full refund with restock requested through the outbox) and the group counts one paid
+// member less. An unpaid member's order is cancelled as a buyer cancel (stock and coupon
+// released, the attempt in flight cancelled at the gateway first), which frees the seat.
+func (s *Service) LeaveGroup(ctx context.Context, groupID, userID, actor, traceID string) (*orderly.Group, error) {
+	actor = cmp.Or(actor, "buyer")
+	for round := 1; ; round++ {
+		var unpaid string
+		err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			unpaid = ""
+			g, err := tx.GroupLock(ctx, groupID)
+			if err != nil {
+				return err
+			}
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			switch {
+			case g.State != orderly.GroupForming:
+				return orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
+			case !now.Before(g.DeadlineAt):
+				return orderly.Errorf(orderly.EGROUPNOTFORMING, "the deadline of group %s passed at %s; it is failing", g.ID, g.DeadlineAt.Format(time.RFC3339Nano))
+			}
+			m, err := tx.GroupMemberSeat(ctx, g.ID, userID)
+			if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+				return orderly.Errorf(orderly.ENOTFOUND, "user %s holds no seat in group %s", userID, g.ID)
+			} else if err != nil {
+				return err
+			}
+			switch m.OrderState {
+			case orderly.StatePendingPayment:
+				unpaid = m.OrderID
+				return nil
+			case orderly.StatePaid:
+			default:
+				return orderly.Errorf(orderly.ECONFLICT, "member order %s is %s; retry", m.OrderID, m.OrderState)
+			}
+			changed, err := s.cfg.Orders.Machine().Transition(ctx, tx, s.flow, &store.OrdersTransitionParams{
+				IDs: []string{m.OrderID}, From: orderly.StatePaid, Event: EventLeave, Now: now,
+				Cause: fmt.Sprintf("user %s left group %s", userID, g.ID), Actor: actor, TraceID: traceID,
+			}, nil)
+			if err != nil {
+				return err
+			} else if len(changed) != 1 {
+				return orderly.Errorf(orderly.ECONFLICT, "member order %s changed concurrently; retry", m.OrderID)
+			}
+			if ok, err := tx.GroupAddPaid(ctx, g.ID, -1, []orderly.GroupState{orderly.GroupForming}); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("group %s: no paid member to count out", g.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("leave group %s: %w", groupID, err)
+		}
+		if unpaid == "" {
+			s.cfg.WakeRelay()
+			return s.Group(ctx, groupID)
+		}
+		_, err = s.cfg.Orders.CancelOrder(ctx, unpaid, actor, traceID)
+		if orderly.ErrorCode(err) == orderly.EILLEGAL && round < leaveRounds {
+			continue // paid meanwhile: leave as a paid member
+		} else if err != nil {
+			return nil, fmt.Errorf("leave group %s: %w", groupID, err)
+		}
+		return s.Group(ctx, groupID)
+	}
+}
