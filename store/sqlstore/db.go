@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -81,7 +82,14 @@ type DB struct {
 	// lockTimeout bounds the wait for a gate (0: only the context does).
 	gates       rowGates
 	lockTimeout time.Duration
+	// aborts counts write transactions the database aborted for a deadlock or a
+	// serialization failure (each is run again, up to maxAttempts).
+	aborts atomic.Int64
 }
+
+// Aborts returns how many write transactions the database has aborted for a deadlock or a
+// serialization failure since Open (each was run again). Lock-order tests assert it stays 0.
+func (db *DB) Aborts() int64 { return db.aborts.Load() }
 
 var _ store.Store = (*DB)(nil)
 
@@ -409,7 +417,11 @@ func (db *DB) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 			}
 			continue
 		}
-		if err == nil || !db.d.retry(err) || ctx.Err() != nil {
+		if err == nil || !db.d.retry(err) {
+			break
+		}
+		db.aborts.Add(1)
+		if ctx.Err() != nil {
 			break
 		}
 		attempt++
