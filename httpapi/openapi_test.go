@@ -244,6 +244,14 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"Coupon":              reflect.TypeFor[couponResponse](),
 		"Status":              reflect.TypeFor[statusResponse](),
 		"Problem":             reflect.TypeFor[Problem](),
+		"CreateDealRequest":   reflect.TypeFor[orderly.CreateDealParams](),
+		"Deal":                reflect.TypeFor[dealResponse](),
+		"OpenGroupRequest":    reflect.TypeFor[openGroupRequest](),
+		"JoinGroupRequest":    reflect.TypeFor[joinGroupRequest](),
+		"LeaveGroupRequest":   reflect.TypeFor[leaveGroupRequest](),
+		"GroupMember":         reflect.TypeFor[memberResponse](),
+		"Group":               reflect.TypeFor[groupResponse](),
+		"GroupOrder":          reflect.TypeFor[groupOrderResponse](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

@@ -37,6 +37,8 @@ type Config struct {
 	// Refunds serves the refund routes. nil means Orders when it implements
 	// orderly.RefundService (order.Service does); else they answer 500.
 	Refunds orderly.RefundService
+	// Groups serves the group-buy routes (/v1/deals, /v1/groups). nil answers them 404.
+	Groups orderly.GroupService
 
 	// CallbackSecret is the HMAC key that payment callbacks are signed with (README.md "How it works").
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
@@ -75,6 +77,7 @@ type Server struct {
 	payments  orderly.PaymentService
 	catalog   orderly.CatalogService
 	refunds   orderly.RefundService
+	groups    orderly.GroupService
 	secret    []byte
 	tolerance time.Duration
 	maxBody   int64
@@ -104,6 +107,7 @@ func New(cfg Config) *Server {
 		payments:  cfg.Payments,
 		catalog:   cfg.Catalog,
 		refunds:   cfg.Refunds,
+		groups:    cfg.Groups,
 		secret:    cfg.CallbackSecret,
 		tolerance: cfg.SignatureTolerance,
 		maxBody:   cfg.MaxBodyBytes,
@@ -120,6 +124,9 @@ func New(cfg Config) *Server {
 		} else {
 			s.refunds = noRefunds{}
 		}
+	}
+	if s.groups == nil {
+		s.groups = noGroups{}
 	}
 	if s.tolerance <= 0 {
 		s.tolerance = payment.DefaultSignatureTolerance
@@ -171,6 +178,13 @@ func (s *Server) routes() *chi.Mux {
 
 	r.Post("/v1/coupons", s.createCoupon)
 	r.Get("/v1/coupons/{id}", s.getCoupon)
+
+	r.Post("/v1/deals", s.createDeal)
+	r.Get("/v1/deals/{id}", s.getDeal)
+	r.Post("/v1/groups", s.openGroup)
+	r.Get("/v1/groups/{id}", s.getGroup)
+	r.Post("/v1/groups/{id}/join", s.joinGroup)
+	r.Post("/v1/groups/{id}/leave", s.leaveGroup)
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
