@@ -485,3 +485,60 @@ func checkNoAborts(t *testing.T, e *enginetest.Env) {
 		t.Fatalf("%d transactions were aborted for a deadlock or serialization failure", n)
 	}
 }
+
+// TestLeaveAndSeatFree: an unpaid member who leaves is cancelled and frees the seat; a paid
+// member who leaves is refunded in full (refunding → refunded) and frees the seat, the
+// group counting one paid member less; a member order closed for non-payment frees its
+// seat too, and the seat can be taken again.
+func TestLeaveAndSeatFree(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, dialect string) {
+		ctx := context.Background()
+		e, d := setup(t, dialect, 3, 3)
+		g, _ := open(t, e, d, "u1")
+		unpaid, paid := join(t, e, g, "u2"), join(t, e, g, "u3")
+		p := pay(t, e, paid)
+		got, err := e.Groups.LeaveGroup(ctx, g.ID, "u2", "buyer", "")
+		if err != nil || got.SeatsTaken != 2 || got.PaidMembers != 1 {
+			t.Fatalf("unpaid leaves: %+v, %v", got, err)
+		}
+		if o := e.OrderOf(t, unpaid.ID); o.State != orderly.StateClosed || o.CloseReason != orderly.CloseReasonBuyerCancelled {
+			t.Fatalf("unpaid member after leaving: %s %s", o.State, o.CloseReason)
+		}
+		if got, err = e.Groups.LeaveGroup(ctx, g.ID, "u3", "buyer", ""); err != nil || got.SeatsTaken != 1 || got.PaidMembers != 0 {
+			t.Fatalf("paid leaves: %+v, %v", got, err)
+		}
+		e.Drain(t)
+		if o := e.OrderOf(t, paid.ID); o.State != orderly.StateRefunded {
+			t.Fatalf("paid member after leaving: %s", o.State)
+		}
+		assertRefundedOnce(t, e, p)
+		if _, err := e.Groups.LeaveGroup(ctx, g.ID, "u3", "buyer", ""); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			t.Fatalf("leave twice: %v", err)
+		}
+		// A member order closed for non-payment (a deal whose members have 60 s to pay)
+		// frees its seat while the group keeps forming.
+		short, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",
+			MinMembers: 2, MaxMembers: 2, GroupTimeLimitSeconds: limit, MemberPaymentTimeoutSeconds: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g2, first := open(t, e, short, "v1")
+		e.Clock.Set(first.CloseAt)
+		if res := closeDue(t, e); res.Closed != 1 || res.Fired != 0 {
+			t.Fatalf("payment timeout of a member: %+v", res)
+		}
+		if got := group(t, e, g2.ID); got.SeatsTaken != 0 || got.State != orderly.GroupForming || got.Members[0].LeftAt == nil {
+			t.Fatalf("after the member's timeout: %+v", got)
+		}
+		join(t, e, g2, "v1") // the seat can be taken again
+		e.Clock.Set(g.DeadlineAt)
+		closeDue(t, e)
+		e.Clock.Set(g2.DeadlineAt)
+		closeDue(t, e)
+		e.Drain(t)
+		if s := e.StockOf(t, sku); s.Available != initial || s.Held != 0 || s.Sold != 0 {
+			t.Fatalf("stock: %+v", s)
+		}
+	})
+}

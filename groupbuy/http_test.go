@@ -1,0 +1,92 @@
+package groupbuy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/internal/enginetest"
+)
+
+// post sends a JSON body and returns the status and the decoded answer.
+func post(t *testing.T, url string, body any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b)) //nolint:noctx // a test against a local server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("POST %s: %d, undecodable body: %v", url, resp.StatusCode, err)
+	}
+	return resp.StatusCode, out
+}
+
+// TestLastSeatOverHTTP: through the API, two joins at once for the last seat get one 201
+// and one 409 whose problem type is group-full; the group then shows two seats taken.
+func TestLastSeatOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Serve(t, enginetest.ServerOptions{CallbackSecret: []byte("secret")})
+	req, _ := http.NewRequest(http.MethodPut, s.URL+"/v1/inventory/SKU-H", bytes.NewReader([]byte(`{"available":10}`)))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("set stock: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	code, deal := post(t, s.URL+"/v1/deals", map[string]any{"sku": "SKU-H", "group_price": 990, "currency": "EUR",
+		"min_members": 2, "max_members": 2, "group_time_limit_seconds": 3600})
+	if code != 201 || deal["member_payment_timeout_seconds"] != float64(3600) {
+		t.Fatalf("create deal: %d %v", code, deal)
+	}
+	code, opened := post(t, s.URL+"/v1/groups", map[string]any{"deal_id": deal["id"], "user_id": "leader"})
+	if code != 201 {
+		t.Fatalf("open group: %d %v", code, opened)
+	}
+	g := opened["group"].(map[string]any)
+	if o := opened["order"].(map[string]any); o["flow"] != "group_buy" || o["amount"] != float64(990) || o["expires_at"] != g["deadline_at"] {
+		t.Fatalf("leader's order: %v (group %v)", o, g)
+	}
+	var (
+		wg      sync.WaitGroup
+		barrier = make(chan struct{})
+		codes   = make([]int, 2)
+		bodies  = make([]map[string]any, 2)
+	)
+	for i := range 2 {
+		wg.Go(func() {
+			<-barrier
+			codes[i], bodies[i] = post(t, fmt.Sprintf("%s/v1/groups/%s/join", s.URL, g["id"]), map[string]any{"user_id": fmt.Sprintf("u%d", i)})
+		})
+	}
+	close(barrier)
+	wg.Wait()
+	got := slices.Sorted(slices.Values(codes))
+	if !slices.Equal(got, []int{201, 409}) {
+		t.Fatalf("statuses %v (%v)", codes, bodies)
+	}
+	loser := bodies[slices.Index(codes, 409)]
+	if loser["type"] != httpapi.ProblemTypeBase+"group-full" {
+		t.Fatalf("409 body: %v", loser)
+	}
+	code, again := post(t, fmt.Sprintf("%s/v1/groups/%s/join", s.URL, g["id"]), map[string]any{"user_id": "leader"})
+	if code != 409 || again["type"] != httpapi.ProblemTypeBase+"already-member" {
+		t.Fatalf("leader joins again: %d %v", code, again)
+	}
+	resp, err := http.Get(fmt.Sprintf("%s/v1/groups/%s", s.URL, g["id"])) //nolint:noctx // a test against a local server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var group map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&group); err != nil || group["seats_taken"] != float64(2) || len(group["members"].([]any)) != 2 {
+		t.Fatalf("group: %v %v", group, err)
+	}
+}
