@@ -67,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Payments", testPayments},
 		{"CallbackRefusals", testCallbackRefusals},
 		{"Refunds", testRefunds},
+		{"Groups", testGroups},
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},
