@@ -239,7 +239,10 @@ func testGroupDueSkipsLocked(t *testing.T, open opener) {
 	o := insertMember(t, s, a, "user-1")
 	if s.Dialect() == "sqlite" {
 		var locked []string
-		inTx(t, s, func(tx store.Tx) (err error) { locked, err = tx.GroupsLockByOrders(ctx, []string{o.ID, "not-a-member"}); return err })
+		inTx(t, s, func(tx store.Tx) (err error) {
+			locked, err = tx.GroupsLockByOrders(ctx, []string{o.ID, "not-a-member"})
+			return err
+		})
 		if len(locked) != 1 || locked[0] != a.ID {
 			t.Fatalf("locked %v, want [%s]", locked, a.ID)
 		}
