@@ -376,8 +376,8 @@ func TestPaymentsReachMinTogether(t *testing.T) {
 }
 
 // TestJoinAfterDeadline: with the closer stopped, a join 1 ms after the deadline is
-// refused with EGROUPEXPIRED, and so is a join of a failed group (EGROUPNOTFORMING) once
-// the closer ran and failed it.
+// refused with EGROUPEXPIRED; the group still fails when the closer runs, and a join then
+// is refused the same way.
 func TestJoinAfterDeadline(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, func(t *testing.T, dialect string) {
@@ -405,8 +405,8 @@ func TestJoinAfterDeadline(t *testing.T) {
 			t.Fatalf("leader: %s %s", o.State, o.CloseReason)
 		}
 		_, _, _, err = e.Groups.JoinGroup(ctx, &orderly.JoinGroupParams{GroupID: g.ID, UserID: "u2"})
-		if orderly.ErrorCode(err) != orderly.EGROUPNOTFORMING {
-			t.Fatalf("join a failed group: %v", err)
+		if orderly.ErrorCode(err) != orderly.EGROUPEXPIRED {
+			t.Fatalf("join a group failed at its deadline: %v, want %s", err, orderly.EGROUPEXPIRED)
 		}
 	})
 }

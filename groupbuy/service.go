@@ -228,11 +228,13 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 		o, created, err := s.cfg.Orders.CreateInTx(ctx, tx, memberOrder(d, p), &order.CreateOptions{
 			RequestTag: "join group " + g.ID,
 			Admit: func(now time.Time) (time.Time, error) {
+				// The deadline first: what users observe is the deadline, not whether the
+				// failure at it has run (a failed group answers group-expired either way).
 				switch {
-				case g.State != orderly.GroupForming:
-					return time.Time{}, orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
 				case !now.Before(g.DeadlineAt):
 					return time.Time{}, orderly.Errorf(orderly.EGROUPEXPIRED, "the deadline of group %s passed at %s", g.ID, g.DeadlineAt.Format(time.RFC3339Nano))
+				case g.State != orderly.GroupForming:
+					return time.Time{}, orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
 				}
 				if _, err := tx.GroupMemberSeat(ctx, g.ID, p.UserID); err == nil {
 					return time.Time{}, orderly.Errorf(orderly.EALREADYMEMBER, "user %s already holds a seat in group %s", p.UserID, g.ID)
