@@ -85,6 +85,10 @@ type Flow struct {
 	Transitions []FlowTransition
 	// Timed lists the states that have a deadline; at most one entry per state.
 	Timed []TimedState
+	// Managed says that the flow's orders are created only by the flow's own package,
+	// together with its own rows (group_buy member orders through package groupbuy),
+	// never by OrderService.CreateOrder, which refuses them (EINVALID).
+	Managed bool
 }
 
 // Next returns the state that event moves an order in state from to. It returns an *Error

@@ -68,6 +68,7 @@ var closeEffects = []string{orderly.EffectReleaseReservations, orderly.EffectRel
 var Flow = &orderly.Flow{
 	Name:    FlowName,
 	Initial: orderly.StatePendingPayment,
+	Managed: true, // member orders are made with their group's rows (Service)
 	Transitions: []orderly.FlowTransition{
 		{From: orderly.StatePendingPayment, Event: orderly.EventPay, To: orderly.StatePaid, Effects: []string{
 			EffectLockGroup, orderly.EffectCommitReservations, orderly.EffectUseCoupon,

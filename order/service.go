@@ -188,6 +188,11 @@ func requestHash(p *orderly.CreateOrderParams) string {
 
 // CreateOrder implements orderly.OrderService.
 func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams) (*orderly.Order, bool, error) {
+	if flow, err := s.cfg.Machine.Flow(cmp.Or(p.Flow, orderly.FlowStandard)); err != nil {
+		return nil, false, err
+	} else if flow.Managed {
+		return nil, false, orderly.Errorf(orderly.EINVALID, "orders of flow %s are created by their own routes (group_buy: POST /v1/groups, POST /v1/groups/{id}/join)", flow.Name)
+	}
 	var (
 		o       *orderly.Order
 		created bool

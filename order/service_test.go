@@ -108,7 +108,10 @@ func TestCreateOrderWritesNothingOnError(t *testing.T) {
 		{"control character in sku", params("A\x00", 1), orderly.EINVALID},
 		{"invalid UTF-8 in sku", params("\xff\xfe", 1), orderly.EINVALID},
 		{"newline in user_id", &orderly.CreateOrderParams{UserID: "u1\n", Currency: "USD", Items: params("A", 1).Items}, orderly.EINVALID},
-		{"unknown flow", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Flow: "group_buy", Items: params("A", 1).Items}, orderly.EINVALID},
+		{"unknown flow", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Flow: "ride_hailing", Items: params("A", 1).Items}, orderly.EINVALID},
+		// A group_buy order without its group could never be paid (its pay transition
+		// counts the payment in the group): member orders are made through package groupbuy.
+		{"managed flow", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Flow: "group_buy", Items: params("A", 1).Items}, orderly.EINVALID},
 		{"timeout too long", &orderly.CreateOrderParams{UserID: "u1", Currency: "USD", PaymentTimeoutSeconds: 8 * 24 * 3600, Items: params("A", 1).Items}, orderly.EINVALID},
 	} {
 		if _, _, err := e.Orders.CreateOrder(ctx, tc.p); orderly.ErrorCode(err) != tc.code {
