@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
@@ -106,7 +107,9 @@ type Config struct {
 
 	// Flows is the registry of order flows (orderly.NewFlows); Open builds one
 	// order.Machine over it and gives that to every service that changes an order's state
-	// (order, payment, the closer). nil → orderly.DefaultFlows(). See README.md "Flows".
+	// (order, payment, the closer). nil → DefaultFlows() (standard and group_buy). When it
+	// holds group_buy, Open adds group-buy's effects, its group deadlines to Timed and its
+	// group service (Engine.Groups) behind the API. See README.md "Flows".
 	Flows orderly.Flows
 	// Effects are the named effects of flows beyond the built-in ones (order.Effects), by
 	// name, registered by a flow's own package; a name registered twice is refused.
@@ -246,7 +249,7 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 	c.DatabaseLockTimeout = cmp.Or(c.DatabaseLockTimeout, sqlstore.DefaultLockTimeout)
 	c.DatabaseIdleInTransactionTimeout = cmp.Or(c.DatabaseIdleInTransactionTimeout, sqlstore.DefaultIdleInTransactionTimeout)
 	if c.Flows == nil {
-		c.Flows = orderly.DefaultFlows()
+		c.Flows = DefaultFlows()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -256,4 +259,14 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 		c.InstanceID = fmt.Sprintf("%s:%d", cmp.Or(host, "orderly"), pid)
 	}
 	return c
+}
+
+// DefaultFlows returns the engine's built-in flow registry: orderly.StandardFlow and
+// groupbuy.Flow.
+func DefaultFlows() orderly.Flows {
+	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow)
+	if err != nil {
+		panic(err) // the built-in flows are valid; a test covers it
+	}
+	return flows
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/natspub"
@@ -42,6 +45,7 @@ type Engine struct {
 	db       *sqlstore.DB
 	sim      *payment.SimGateway // nil when Config.Gateway was given
 	machine  *order.Machine
+	groups   *groupbuy.Service // nil when Config.Flows has no group_buy
 	orders   *order.Service
 	payments *payment.Service
 	closer   *timeout.Closer
@@ -103,7 +107,13 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	// One machine over one flow registry, shared by every service that changes an order's
 	// state (README.md "Flows").
-	if e.machine, err = order.NewMachine(cfg.Flows, cfg.Effects); err != nil {
+	effects, timed := cfg.Effects, cfg.Timed
+	_, groupBuy := cfg.Flows[groupbuy.FlowName]
+	if groupBuy {
+		effects = groupbuy.Effects()
+		maps.Copy(effects, cfg.Effects)
+	}
+	if e.machine, err = order.NewMachine(cfg.Flows, effects); err != nil {
 		return nil, fmt.Errorf("engine: flows: %w", err)
 	}
 	if e.payments, err = payment.NewService(payment.Config{
@@ -120,6 +130,20 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		WakeRelay: wakeRelay, Payments: e.payments, Logger: log,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: order service: %w", err)
+	}
+
+	if groupBuy {
+		if e.groups, err = groupbuy.NewService(groupbuy.Config{
+			Store: st, Orders: e.orders, WakeRelay: wakeRelay, Logger: log,
+			OnDeadline: func(at time.Time) { e.closer.Arm(at) },
+		}); err != nil {
+			return nil, fmt.Errorf("engine: group-buy service: %w", err)
+		}
+		deadlines, err := groupbuy.NewDeadlines(e.machine, e.metrics, log)
+		if err != nil {
+			return nil, fmt.Errorf("engine: group deadlines: %w", err)
+		}
+		timed = append(slices.Clone(timed), deadlines)
 	}
 
 	handlers := order.ReleaseHandlers()
@@ -144,7 +168,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 
 	tcfg := timeout.Config{
-		Store: st, Machine: e.machine, Timed: cfg.Timed, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
+		Store: st, Machine: e.machine, Timed: timed, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
 		WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
 	}
 	if e.db.Dialect() == "mysql" {
@@ -202,8 +226,12 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if cfg.Wrap.Payments != nil {
 		payments = cfg.Wrap.Payments(payments)
 	}
+	var groups orderly.GroupService // nil interface (not a nil *Service) without group_buy
+	if e.groups != nil {
+		groups = e.groups
+	}
 	e.handler = httpapi.New(httpapi.Config{
-		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, CallbackSecret: cfg.CallbackSecret,
+		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, CallbackSecret: cfg.CallbackSecret,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
@@ -413,6 +441,9 @@ func (e *Engine) Orders() *order.Service { return e.orders }
 
 // Payments returns the payment service (orderly.PaymentService), unwrapped by Config.Wrap.
 func (e *Engine) Payments() *payment.Service { return e.payments }
+
+// Groups returns the group-buy service; nil when Config.Flows has no group_buy flow.
+func (e *Engine) Groups() *groupbuy.Service { return e.groups }
 
 // Store returns the database (store.Store), unwrapped by Config.Wrap; it stays open until
 // Close.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
@@ -62,6 +63,7 @@ type Env struct {
 	Gateway  *payment.SimGateway
 	Orders   *order.Service
 	Payments *payment.Service
+	Groups   *groupbuy.Service
 	Closer   *timeout.Closer
 	Relay    *outbox.Relay
 	Metrics  *telemetry.Metrics // the engine's
@@ -76,7 +78,9 @@ type Options struct {
 	Dialect        string
 	CloseBatchSize int
 	OutboxBatch    int
-	MaxAttempts    int64
+	// GracePeriod is added to every payment deadline (close_at = expires_at + grace).
+	GracePeriod time.Duration
+	MaxAttempts int64
 	// Handlers are added to (and override) the engine's outbox handlers.
 	Handlers map[string]outbox.Handler
 	// WrapGateway, when set, wraps the simulated gateway that the payment service calls
@@ -107,14 +111,14 @@ func New(t testing.TB, opts Options) *Env {
 		// tests of several packages share the server's connection limit.
 		DatabaseMaxConns: 10,
 		CloseBatchSize:   opts.CloseBatchSize, OutboxBatchSize: opts.OutboxBatch, OutboxMaxAttempts: opts.MaxAttempts,
-		Handlers: opts.Handlers,
+		GracePeriod: opts.GracePeriod, Handlers: opts.Handlers,
 	})
 	if err != nil {
 		t.Fatalf("open engine: %v", err)
 	}
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	return &Env{Clock: clock, Engine: e, Store: e.Store(), Gateway: sim, Orders: e.Orders(), Payments: e.Payments(),
-		Closer: e.Closer(), Relay: e.Relay(), Metrics: e.Metrics()}
+		Groups: e.Groups(), Closer: e.Closer(), Relay: e.Relay(), Metrics: e.Metrics()}
 }
 
 // StockOf returns a SKU's stock.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
@@ -51,6 +52,7 @@ type Server struct {
 	Gateway  *payment.SimGateway // the simulated gateway, also when WrapGateway wraps it
 	Orders   *order.Service
 	Payments *payment.Service
+	Groups   *groupbuy.Service
 	Closer   *timeout.Closer
 }
 
@@ -84,5 +86,5 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 	if opts.NoTimer {
 		e.Closer().Stop() // a dead timer: the sweep still runs, and inspects inline
 	}
-	return &Server{URL: e.URL(), Engine: e, Store: e.Store(), Gateway: sim, Orders: e.Orders(), Payments: e.Payments(), Closer: e.Closer()}
+	return &Server{URL: e.URL(), Engine: e, Store: e.Store(), Gateway: sim, Orders: e.Orders(), Payments: e.Payments(), Groups: e.Groups(), Closer: e.Closer()}
 }
