@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -37,11 +38,9 @@ func (f *fakeServer) createRefund(w http.ResponseWriter, r *http.Request, now ti
 		return
 	}
 	o.RefundedAmount += req.Amount
-	o.PayStatus = orderly.PayPartiallyRefunded
-	if o.RefundedAmount == o.Amount {
-		o.State, o.PayStatus = orderly.StateRefunded, orderly.PayRefunded
+	if !f.opts.confirmRefundsOnRead {
+		f.confirmed(o)
 	}
-	o.Version++
 	if req.Restock {
 		for _, it := range req.Items {
 			s := f.stock[it.SKU]
@@ -61,6 +60,9 @@ func (f *fakeServer) createRefund(w http.ResponseWriter, r *http.Request, now ti
 	}
 	ref := &orderly.Refund{ID: f.id("ref"), OrderID: o.ID, PaymentID: paymentID, Amount: req.Amount, Currency: o.Currency,
 		Items: items, Restock: req.Restock, Reason: req.Reason, State: orderly.RefundSucceeded, CreatedAt: now, CompletedAt: &now}
+	if f.opts.confirmRefundsOnRead {
+		ref.State, ref.CompletedAt = orderly.RefundRequested, nil
+	}
 	f.refunds[o.ID] = append(f.refunds[o.ID], ref)
 	if f.opts.refundTwice {
 		again := *ref
@@ -71,12 +73,37 @@ func (f *fakeServer) createRefund(w http.ResponseWriter, r *http.Request, now ti
 	writeJSON(w, http.StatusCreated, ref)
 }
 
-func (f *fakeServer) listRefunds(w http.ResponseWriter, r *http.Request, _ time.Time) {
-	if f.orders[r.PathValue("id")] == nil {
+// confirmed moves order o as a confirmed refund does: pay_status partially_refunded, or
+// refunded (state refunded) once its refunds reach the amount; with keepPayStatus nothing
+// moves.
+func (f *fakeServer) confirmed(o *orderly.Order) {
+	if f.opts.keepPayStatus {
+		return
+	}
+	o.PayStatus = orderly.PayPartiallyRefunded
+	if o.RefundedAmount == o.Amount {
+		o.State, o.PayStatus = orderly.StateRefunded, orderly.PayRefunded
+	}
+	o.Version++
+}
+
+// listRefunds is the fake's GET /v1/orders/{id}/refunds; with confirmRefundsOnRead it
+// first confirms the order's requested refunds.
+func (f *fakeServer) listRefunds(w http.ResponseWriter, r *http.Request, now time.Time) {
+	o := f.orders[r.PathValue("id")]
+	if o == nil {
 		writeProblem(w, http.StatusNotFound, orderly.ENOTFOUND, "no such order")
 		return
 	}
-	list := f.refunds[r.PathValue("id")]
+	list := f.refunds[o.ID]
+	if slices.ContainsFunc(list, func(ref *orderly.Refund) bool { return ref.State == orderly.RefundRequested }) {
+		for _, ref := range list {
+			if ref.State == orderly.RefundRequested {
+				ref.State, ref.CompletedAt = orderly.RefundSucceeded, &now
+			}
+		}
+		f.confirmed(o)
+	}
 	if list == nil {
 		list = []*orderly.Refund{}
 	}

@@ -35,6 +35,14 @@ type fakeOptions struct {
 	// refundTwice records every refund twice, as a server that lost its idempotency would
 	// (breaks I4).
 	refundTwice bool
+	// confirmRefundsOnRead leaves a new refund requested and the order's pay_status as it
+	// was; the next read of the order's refunds confirms them first (refund succeeded and
+	// pay_status partially_refunded in one step), as a relay that applies the gateway's
+	// confirmation between a reader's GET of the order and its GET of the refunds. A
+	// correct server, slow at the worst moment.
+	confirmRefundsOnRead bool
+	// keepPayStatus confirms refunds without moving the order's pay_status (breaks I4).
+	keepPayStatus bool
 	// onOrder, when set, is called with the number of order requests so far, under the
 	// server's lock.
 	onOrder func(n int)

@@ -79,7 +79,7 @@ func (g *groupFlow) refreshGroup(ctx context.Context, tg *trackedGroup) {
 }
 
 // refreshMember reads a member order, its payments and refunds, and decides whether it
-// settled.
+// settled; as refreshOrder, only when the order read the same after them (see unchanged).
 func (g *groupFlow) refreshMember(ctx context.Context, m *trackedMember) {
 	o, err := g.c.order(ctx, m.order.ID)
 	if err != nil {
@@ -118,6 +118,9 @@ func (g *groupFlow) refreshMember(ctx context.Context, m *trackedMember) {
 		if slices.ContainsFunc(fs, func(f *orderly.Refund) bool { return f.State == orderly.RefundRequested }) {
 			return
 		}
+	}
+	if !g.unchanged(ctx, o) {
+		return
 	}
 	m.settled = true
 }

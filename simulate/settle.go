@@ -57,6 +57,26 @@ func (r *runner) outboxDrained(ctx context.Context) bool {
 	return err == nil && pending == 0
 }
 
+// unchanged reads order o again and reports whether it reads as before: same version,
+// state, pay_status and refunded_amount. A driver reads an order, then its payments and
+// refunds, in separate requests; whatever the server did in between (the relay applying a
+// refund the gateway confirmed: refund succeeded and pay_status partially_refunded in one
+// transaction) shows in the later reads but not in the order read first. Such readings do
+// not fit together, so the order is not taken as settled on them: the next settle pass
+// reads all of them again. A server that leaves the order as it is (pay_status never
+// moved after a confirmed refund) reads the same and is checked as read.
+func (r *runner) unchanged(ctx context.Context, o *orderly.Order) bool {
+	again, err := r.c.order(ctx, o.ID)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.httpProblem("read order %s: %v", o.ID, err)
+		}
+		return false
+	}
+	return again.Version == o.Version && again.State == o.State && again.PayStatus == o.PayStatus &&
+		again.RefundedAmount == o.RefundedAmount
+}
+
 // evaluate has every driver turn what it read into the Result (counts, lateness samples,
 // violations), then adds what the run checks for all flows: lateness percentiles, the
 // gateway's ledger, the created share, and the unexpected answers and refusals.

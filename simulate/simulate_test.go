@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -351,6 +352,60 @@ func TestRunDetectsBrokenServer(t *testing.T) {
 		}
 	}
 	checkResultJSON(t, res)
+}
+
+// TestRunRefundConfirmedWhileReading: a server that confirms a refund (refund succeeded,
+// pay_status partially_refunded) between the run's read of the order and its read of the
+// refunds is correct; the run must not report the order read before as paid/paid after a
+// confirmed refund. A server that confirms refunds without moving pay_status is still
+// reported, whether the confirmation comes at once or while the run reads.
+func TestRunRefundConfirmedWhileReading(t *testing.T) {
+	t.Parallel()
+	const stale = "want pay_status partially_refunded"
+	for _, tc := range []struct {
+		name string
+		opts fakeOptions
+		want bool // a violation containing stale
+	}{
+		{"confirmed while reading", fakeOptions{confirmRefundsOnRead: true}, false},
+		{"pay_status kept", fakeOptions{keepPayStatus: true}, true},
+		{"confirmed while reading, pay_status kept", fakeOptions{confirmRefundsOnRead: true, keepPayStatus: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.opts.grace = 100 * time.Millisecond
+			res, f := runFake(t, tc.opts, Config{Orders: 60, Seed: 7})
+			f.mu.Lock()
+			var requested, succeeded int
+			for _, list := range f.refunds {
+				for _, ref := range list {
+					switch ref.State {
+					case orderly.RefundRequested:
+						requested++
+					case orderly.RefundSucceeded:
+						succeeded++
+					}
+				}
+			}
+			f.mu.Unlock()
+			if res.PartialRefunds == 0 || succeeded != res.PartialRefunds || requested != 0 {
+				t.Fatalf("%d partial refunds acknowledged; the server has %d succeeded, %d requested: want all succeeded",
+					res.PartialRefunds, succeeded, requested)
+			}
+			var got []string
+			for _, v := range res.Violations {
+				if strings.HasPrefix(v, "I4: ") && strings.HasSuffix(v, stale) {
+					got = append(got, v)
+				}
+			}
+			switch {
+			case !tc.want && !res.OK():
+				t.Fatalf("violations against a correct server:\n%s", strings.Join(res.Violations, "\n"))
+			case tc.want && len(got) == 0:
+				t.Fatalf("pay_status never moved, not reported:\n%s", strings.Join(res.Violations, "\n"))
+			}
+		})
+	}
 }
 
 // TestRunDetectsLateCloses: with Config.MaxLateness, orders closed later than the bound

@@ -84,8 +84,10 @@ func (r *standardFlow) refreshOrders(ctx context.Context) bool {
 	return open == 0
 }
 
-// refreshOrder reads one order (and its payments when it has any) and decides whether it
-// settled: not pending, no refund under way, no captured payment left on a closed order.
+// refreshOrder reads one order (and its payments and refunds when it has any) and decides
+// whether it settled: not pending, no refund under way, no captured payment left on a
+// closed order, and the order read the same after its payments and refunds as before them
+// (see unchanged).
 func (r *standardFlow) refreshOrder(ctx context.Context, t *tracked) {
 	o, err := r.c.order(ctx, t.order.ID)
 	if err != nil {
@@ -118,6 +120,11 @@ func (r *standardFlow) refreshOrder(ctx context.Context, t *tracked) {
 		}
 	}
 	if !r.refreshRefunds(ctx, t) {
+		return
+	}
+	// An order read alone is one reading; one read with its payments or refunds must read
+	// the same after them.
+	if (t.finalPayments != nil || t.finalRefunds != nil) && !r.unchanged(ctx, o) {
 		return
 	}
 	t.settled = true
