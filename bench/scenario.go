@@ -237,7 +237,7 @@ func (r *runner) steadyRun(ctx context.Context, db *DB, srv *servers) (*Outcome,
 			// An overloaded server may answer the create after the payment deadline: the
 			// order is then not payable and closes like an unpaid one.
 			var ae *apiError
-			if err := c.pay(ctx, o, i); err != nil && !(errors.As(err, &ae) && ae.code() == "order-not-payable") {
+			if err := c.pay(ctx, o, i); err != nil && (!errors.As(err, &ae) || ae.code() != "order-not-payable") {
 				errs.add(err)
 			}
 		}
