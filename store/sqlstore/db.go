@@ -474,6 +474,15 @@ func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.T
 	// stack intact) and runtime.Goexit (t.Fatal in a test), which would otherwise keep the
 	// only writer connection in an open transaction. After Commit this is a no-op.
 	defer func() { _ = sqlTx.Rollback() }()
+	if opts.ReadOnly && db.d.name == "postgres" {
+		// A read takes no row locks, so the idle-in-transaction timeout, which exists to free
+		// the row locks of a stopped instance, has nothing to protect here, and a long read
+		// (verify, a reconciliation) whose client pauses between statements must not lose
+		// its session for it.
+		if _, err := sqlTx.ExecContext(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+			return fmt.Errorf("begin read: %w", err)
+		}
+	}
 	t := &tx{q: sqlTx, db: db, stmts: stmts, gates: gates}
 	err = fn(t)
 	if t.busy != nil { // whatever fn made of it: the attempt rolls back (gate.go)

@@ -180,3 +180,32 @@ func TestLockTimeoutBoundsWait(t *testing.T) {
 		})
 	}
 }
+
+// TestLongReadKeepsItsSession: the idle-in-transaction timeout ends a write transaction
+// whose client went silent (it may hold row locks), but not a read, which holds none: a
+// read whose client pauses between statements longer than the timeout still reads (a
+// verify pass on a busy machine lost its session to it on PostgreSQL).
+func TestLongReadKeepsItsSession(t *testing.T) {
+	t.Parallel()
+	url := testdb.Fresh(t, testdb.URL(t, "postgres"))
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url, MaxConns: 2, IdleInTransactionTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := t.Context()
+	pause := func(tx store.Tx) error {
+		if _, err := tx.Now(ctx); err != nil {
+			return err
+		}
+		time.Sleep(400 * time.Millisecond)
+		_, err := tx.Now(ctx)
+		return err
+	}
+	if err := db.Read(ctx, pause); err != nil {
+		t.Fatalf("read paused past the idle-in-transaction timeout: %v", err)
+	}
+	if err := db.InTx(ctx, pause); err == nil {
+		t.Fatal("a write transaction paused past the idle-in-transaction timeout went on; want its session ended")
+	}
+}
