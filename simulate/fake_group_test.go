@@ -17,6 +17,10 @@ type groupFaults struct {
 	shipAnywhere bool
 	// failEarly fails groups this long before their deadline.
 	failEarly time.Duration
+	// refuseForming answers the first join of every forming group group-not-forming.
+	refuseForming bool
+	// fullEarly answers group-full with one seat still free.
+	fullEarly bool
 }
 
 // fakeGroups is the group-buy part of a fakeServer; it runs under the server's lock.
@@ -160,12 +164,13 @@ func (gb *fakeGroups) join(w http.ResponseWriter, r *http.Request, now time.Time
 			return
 		}
 	}
+	faults := gb.f.opts.groups
 	switch {
-	case g.State != groupForming:
+	case g.State != groupForming || (faults.refuseForming && len(g.Members) == 1):
 		writeProblem(w, http.StatusConflict, codeGroupNotForming, "group "+g.State)
 	case !now.Before(g.DeadlineAt):
 		writeProblem(w, http.StatusConflict, codeGroupExpired, "deadline passed")
-	case seats >= g.MaxMembers:
+	case seats >= g.MaxMembers || (faults.fullEarly && seats >= g.MaxMembers-1):
 		writeProblem(w, http.StatusConflict, codeGroupFull, "full")
 	default:
 		if s := gb.seat(w, g, req.UserID, now); s != nil {

@@ -48,7 +48,9 @@ type trackedGroup struct {
 	final   *group
 	mu      sync.Mutex // guards members while joins are under way
 	notes   []string
-	settled bool
+	// refusals are the joins refused, judged at rest (judgeRefusal); guarded by mu.
+	refusals []seatRefusal
+	settled  bool
 }
 
 func (g *trackedGroup) note(format string, args ...any) {
@@ -202,8 +204,9 @@ func (g *groupFlow) runGroup(ctx context.Context, pg *plannedGroup) {
 	g.merchant(ctx, tg, deadline)
 }
 
-// takeSeat opens the group (tg nil) or joins it. A refusal is counted and judged against
-// what the plan allows; nil when no seat was taken.
+// takeSeat opens the group (tg nil) or joins it. A refusal is counted and kept with its
+// send and answer times, to be judged at rest against what the server's own state allowed
+// (judgeRefusal); nil when no seat was taken.
 func (g *groupFlow) takeSeat(ctx context.Context, tg *trackedGroup, pm *plannedMember) (*trackedMember, *seat) {
 	g.sent.Add(1)
 	key := fmt.Sprintf("%s-group-%d-seat-%d", g.prefix, pm.group.index, pm.index)
@@ -216,6 +219,7 @@ func (g *groupFlow) takeSeat(ctx context.Context, tg *trackedGroup, pm *plannedM
 	}
 	sentAt := time.Now()
 	s, err := g.c.takeSeat(ctx, groupID, req, key)
+	answeredAt := time.Now()
 	g.answered()
 	if err != nil {
 		var he *httpError
@@ -226,9 +230,14 @@ func (g *groupFlow) takeSeat(ctx context.Context, tg *trackedGroup, pm *plannedM
 			g.mu.Lock()
 			g.refused[he.code()]++
 			g.mu.Unlock()
-			if why := g.unexpectedRefusal(tg, pm, he.code(), sentAt); why != "" {
-				g.wrongRefusal("seat %d of group %d (%s, %s) was refused %s: %s", pm.index, pm.group.index, groupID, pm.behaviour, he.code(), why)
+			if tg == nil {
+				g.wrongRefusal("the leader of group %d (%s) was refused %s: opening a group is refused only for bad input or stock, and the deal's stock exceeds the plan's demand",
+					pm.group.index, pm.behaviour, he.code())
+				break
 			}
+			tg.mu.Lock()
+			tg.refusals = append(tg.refusals, seatRefusal{pm: pm, code: he.code(), sentAt: sentAt, answeredAt: answeredAt})
+			tg.mu.Unlock()
 		default:
 			g.errs.Add(1)
 			g.httpProblem("seat %d of group %d (%s, %s): %v", pm.index, pm.group.index, groupID, pm.behaviour, err)
@@ -247,30 +256,67 @@ func (g *groupFlow) takeSeat(ctx context.Context, tg *trackedGroup, pm *plannedM
 	return &trackedMember{pm: pm, order: o, sentAt: sentAt}, s
 }
 
-// unexpectedRefusal says why a refusal of a seat request is one the plan does not allow,
-// "" when it does: group-full only in a group planned with a seat too many; group-expired
-// only for a join sent at or after the deadline (within the clock margin); group-not-
-// forming only once the group may have succeeded (min_members seats asked before) or
-// failed (the deadline passed). Nothing else: stock is seeded above the plan's demand and
-// every member is a new user.
-func (g *groupFlow) unexpectedRefusal(tg *trackedGroup, pm *plannedMember, code string, sentAt time.Time) string {
-	if tg == nil {
-		return "opening a group is refused only for bad input or stock, and the deal's stock exceeds the plan's demand"
-	}
-	pastDeadline := !sentAt.Before(g.local(tg.opened.DeadlineAt).Add(-g.margin))
-	switch code {
+// seatRefusal is a join the server refused (409), kept until the group is read at rest.
+type seatRefusal struct {
+	pm                 *plannedMember
+	code               string
+	sentAt, answeredAt time.Time // this process's clock
+}
+
+// judgeRefusal says why a refused join is one the server's own state did not allow, ""
+// when it did. The server decided at some moment between sentAt and answeredAt; its state
+// then is read back from the group at rest (gr, its members and their orders, by order id
+// in orders), and every comparison excuses the clock margin in the server's favour:
+//   - group-expired only when answered at or after the group deadline;
+//   - group-not-forming only when the group had succeeded or failed by the answer (its
+//     succeeded_at or failed_at no later than answeredAt): a group still forming then was
+//     refused a seat it had to give (or answer group-full for);
+//   - group-full only in a group planned with a seat too many, and only when the members
+//     holding a seat at the answer (joined by answeredAt, neither left nor closed before
+//     sentAt) were max_members;
+//   - nothing else: stock is seeded above the plan's demand and every member is a new user.
+func (g *groupFlow) judgeRefusal(gr *group, orders map[string]*orderly.Order, r seatRefusal) string {
+	pm, margin := r.pm, g.margin
+	answered := r.answeredAt.Add(margin) // the latest the server can have decided, on its clock converted to ours
+	sent := r.sentAt.Add(-margin)        // the earliest
+	switch r.code {
+	case codeGroupExpired:
+		if answered.Before(g.local(gr.DeadlineAt)) {
+			return fmt.Sprintf("it was answered at %s, before the deadline %s (clock margin %s)",
+				formatTime(r.answeredAt), formatTime(gr.DeadlineAt), margin)
+		}
+	case codeGroupNotForming:
+		var ended *time.Time
+		switch gr.State {
+		case groupSucceeded:
+			ended = gr.SucceededAt
+		case groupFailed:
+			ended = gr.FailedAt
+		}
+		if ended == nil || answered.Before(g.local(*ended)) {
+			since := "is still forming"
+			if ended != nil {
+				since = fmt.Sprintf("was forming until it %s at %s", gr.State, formatTime(*ended))
+			}
+			return fmt.Sprintf("it was answered at %s and the group %s (clock margin %s)", formatTime(r.answeredAt), since, margin)
+		}
 	case codeGroupFull:
 		if !pm.group.oversubscribed {
 			return fmt.Sprintf("the plan asks for %d seats of %d", len(pm.group.members), pm.group.deal.max)
 		}
-	case codeGroupExpired:
-		if !pastDeadline {
-			return fmt.Sprintf("it was sent at %s, before the deadline %s (clock margin %s)",
-				formatTime(sentAt), formatTime(tg.opened.DeadlineAt), g.margin)
+		held := 0
+		for _, m := range gr.Members {
+			if g.local(m.JoinedAt).After(answered) || (m.LeftAt != nil && g.local(*m.LeftAt).Before(sent)) {
+				continue
+			}
+			if o := orders[m.OrderID]; o != nil && o.ClosedAt != nil && g.local(*o.ClosedAt).Before(sent) {
+				continue
+			}
+			held++
 		}
-	case codeGroupNotForming:
-		if !pastDeadline && pm.index < pm.group.deal.min {
-			return fmt.Sprintf("only %d seats were asked before it, below min_members %d, and the deadline had not passed", pm.index, pm.group.deal.min)
+		if held < gr.MaxMembers {
+			return fmt.Sprintf("at most %d members held a seat between %s and %s, max_members %d (clock margin %s)",
+				held, formatTime(r.sentAt), formatTime(r.answeredAt), gr.MaxMembers, margin)
 		}
 	default:
 		return "no plan asks for it"

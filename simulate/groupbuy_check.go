@@ -189,7 +189,8 @@ func (g *groupFlow) Payments() ([]FinalPayment, []string) {
 //     (I4); every order costs the deal's group price;
 //   - per deal SKU: seeded = available + held + sold, held 0 at rest, sold = the orders
 //     kept (I4);
-//   - seat requests refused for a reason the plan does not allow (see takeSeat).
+//   - seat requests refused for a reason the server's own state did not allow (see
+//     judgeRefusal).
 func (g *groupFlow) Check(_ *runner, res *Result) {
 	gres := &GroupResult{Deals: len(g.dealOf), Joins: JoinCounts{Refused: map[string]int{}},
 		DeadlinePayments: DeadlinePayments{WindowMS: float64(deadlineJitter / time.Millisecond),
@@ -306,6 +307,17 @@ func (g *groupFlow) Check(_ *runner, res *Result) {
 		}
 		for _, m := range tg.members {
 			g.checkMember(res, gres, tg, m, kept)
+		}
+		orders := map[string]*orderly.Order{}
+		for _, m := range tg.members {
+			if m.final != nil {
+				orders[m.final.ID] = m.final
+			}
+		}
+		for _, r := range tg.refusals {
+			if why := g.judgeRefusal(gr, orders, r); why != "" {
+				g.wrongRefusal("seat %d of group %d (%s, %s) was refused %s: %s", r.pm.index, r.pm.group.index, gr.ID, r.pm.behaviour, r.code, why)
+			}
 		}
 	}
 	gres.Lateness = newPercentiles(groupLateness)

@@ -132,6 +132,10 @@ func TestGroupBuyDetectsBrokenServer(t *testing.T) {
 			want: []string{"of failed group", "was shipped", "but the group failed"}},
 		{name: "fails groups early", faults: groupFaults{failEarly: 300 * time.Millisecond},
 			want: []string{"before its deadline"}},
+		{name: "refuses a join to a forming group with free seats", faults: groupFaults{refuseForming: true},
+			want: []string{"was refused group-not-forming: it was answered at", "was forming until it failed at"}},
+		{name: "answers group-full with a seat free", faults: groupFaults{fullEarly: true},
+			want: []string{"was refused group-full: the plan asks for", "was refused group-full: at most"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
