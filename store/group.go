@@ -44,6 +44,10 @@ type GroupTx interface {
 	// GroupsDue claims up to Limit forming groups whose wake_at <= Now, earliest first,
 	// locking them where the dialect can (FOR UPDATE SKIP LOCKED).
 	GroupsDue(ctx context.Context, now time.Time, limit int) ([]*DueGroup, error)
+	// GroupList returns up to params.Limit groups with id > params.AfterID, by id (keyset
+	// pagination), each as GroupGet returns it and with its Members as GroupMembers returns
+	// them. It locks nothing; verify reads every group through it.
+	GroupList(ctx context.Context, params *ListParams) ([]*orderly.Group, error)
 	// GroupNextWakeAt returns the earliest wake_at among forming groups; ok=false if none.
 	GroupNextWakeAt(ctx context.Context) (wakeAt time.Time, ok bool, err error)
 	// GroupsOverdueCount counts forming groups whose wake_at is before before.

@@ -27,6 +27,11 @@ var (
 		deadline_at, wake_at, created_at, succeeded_at, failed_at, paid_members, version)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qGroupGet  = sqlText(`SELECT ` + groupColumns + ` FROM deal_groups g WHERE g.id = ?`)
+	qGroupList = sqlText(`SELECT ` + groupColumns + ` FROM deal_groups g WHERE g.id > ? ORDER BY g.id LIMIT ?`)
+	// qGroupListMembers reads the members of a page of groups: those of the ids in
+	// (after, last], the page's range.
+	qGroupListMembers = sqlText(`SELECT ` + memberColumns + ` FROM group_members m JOIN orders o ON o.id = m.order_id
+		WHERE m.group_id > ? AND m.group_id <= ? ORDER BY m.group_id, m.joined_at, m.order_id`)
 	qGroupLock = newQuery(func(d *dialect) string {
 		return `SELECT id FROM deal_groups WHERE id = ?` + d.lockRows
 	})
@@ -91,20 +96,68 @@ func (t *tx) GroupInsert(ctx context.Context, g *orderly.Group) error {
 	return err
 }
 
-// GroupGet implements store.Tx.
-func (t *tx) GroupGet(ctx context.Context, id string) (*orderly.Group, error) {
+// scanGroup scans one row of groupColumns.
+func scanGroup(r rowScanner) (*orderly.Group, error) {
 	var (
 		g                     orderly.Group
 		deadline, created     int64
 		succeededAt, failedAt sql.NullInt64
 	)
-	err := t.queryRow(ctx, qGroupGet, id).Scan(&g.ID, &g.DealID, &g.State, &g.LeaderUserID, &g.MinMembers, &g.MaxMembers,
+	err := r.Scan(&g.ID, &g.DealID, &g.State, &g.LeaderUserID, &g.MinMembers, &g.MaxMembers,
 		&deadline, &created, &succeededAt, &failedAt, &g.PaidMembers, &g.Version, &g.SeatsTaken)
 	if err != nil {
-		return nil, translate(err, "group "+id)
+		return nil, err
 	}
 	g.DeadlineAt, g.CreatedAt, g.SucceededAt, g.FailedAt = fromMS(deadline), fromMS(created), timePtr(succeededAt), timePtr(failedAt)
 	return &g, nil
+}
+
+// GroupGet implements store.Tx.
+func (t *tx) GroupGet(ctx context.Context, id string) (*orderly.Group, error) {
+	g, err := scanGroup(t.queryRow(ctx, qGroupGet, id))
+	return g, translate(err, "group "+id)
+}
+
+// GroupList implements store.Tx: one query for the page of groups, one for their members.
+func (t *tx) GroupList(ctx context.Context, p *store.ListParams) ([]*orderly.Group, error) {
+	rows, err := t.query(ctx, qGroupList, p.AfterID, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	defer rows.Close()
+	var out []*orderly.Group
+	byID := map[string]*orderly.Group{}
+	for rows.Next() {
+		g, err := scanGroup(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list groups: %w", err)
+		}
+		g.Members = []*orderly.GroupMember{}
+		out = append(out, g)
+		byID[g.ID] = g
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	rows.Close()
+	if len(out) == 0 {
+		return out, nil
+	}
+	members, err := t.query(ctx, qGroupListMembers, p.AfterID, out[len(out)-1].ID)
+	if err != nil {
+		return nil, fmt.Errorf("list groups' members: %w", err)
+	}
+	defer members.Close()
+	for members.Next() {
+		m, err := scanMember(members)
+		if err != nil {
+			return nil, fmt.Errorf("list groups' members: %w", err)
+		}
+		if g := byID[m.GroupID]; g != nil {
+			g.Members = append(g.Members, m)
+		}
+	}
+	return out, members.Err()
 }
 
 // GroupLock implements store.Tx.

@@ -14,6 +14,7 @@ func testGroups(t *testing.T, open opener) {
 	t.Run("AddPaid", func(t *testing.T) { testGroupAddPaid(t, open) })
 	t.Run("SetStateAndDue", func(t *testing.T) { testGroupSetStateAndDue(t, open) })
 	t.Run("DueSkipsLocked", func(t *testing.T) { testGroupDueSkipsLocked(t, open) })
+	t.Run("List", func(t *testing.T) { testGroupList(t, open) })
 }
 
 // insertGroup inserts a deal (min 2, max members) and a forming group of it with deadline.
@@ -134,6 +135,60 @@ func testGroupSeats(t *testing.T, open opener) {
 	})
 	if got.SeatsTaken != 2 || seat.OrderID != second.ID || left.LeftAt == nil || !left.LeftAt.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("after free and rejoin: %d seats, seat %+v, left %+v", got.SeatsTaken, seat, left)
+	}
+}
+
+// testGroupList: keyset pages of groups by id, each with its own members only (a member
+// who left included, with left_at), seats counted, an empty page past the last.
+func testGroupList(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	var groups []*orderly.Group
+	for range 3 {
+		groups = append(groups, insertGroup(t, s, 3, t0.Add(time.Hour)))
+	}
+	a1 := insertMember(t, s, groups[0], "user-1")
+	a2 := insertMember(t, s, groups[0], "user-2")
+	c1 := insertMember(t, s, groups[2], "user-1")
+	inTx(t, s, func(tx store.Tx) error {
+		_, err := tx.GroupMembersFree(ctx, []string{a2.ID}, t0.Add(time.Minute))
+		return err
+	})
+	page := func(after string, limit int) []*orderly.Group {
+		return read(t, s, func(tx store.Tx) ([]*orderly.Group, error) {
+			return tx.GroupList(ctx, &store.ListParams{AfterID: after, Limit: limit})
+		})
+	}
+	members := func(g *orderly.Group) []string {
+		var out []string
+		for _, m := range g.Members {
+			left := "seated"
+			if m.LeftAt != nil {
+				left = "left " + m.LeftAt.Sub(t0).String()
+			}
+			out = append(out, m.GroupID+" "+m.OrderID+" "+m.UserID+" "+string(m.OrderState)+" "+left)
+		}
+		return out
+	}
+	first := page("", 2)
+	if len(first) != 2 || first[0].ID != groups[0].ID || first[1].ID != groups[1].ID {
+		t.Fatalf("first page: %+v, want groups %s, %s", first, groups[0].ID, groups[1].ID)
+	}
+	equal(t, "members of the first group", members(first[0]), []string{
+		groups[0].ID + " " + a1.ID + " user-1 pending_payment seated",
+		groups[0].ID + " " + a2.ID + " user-2 pending_payment left 1m0s"})
+	if g := first[0]; g.SeatsTaken != 1 || g.State != orderly.GroupForming || !g.DeadlineAt.Equal(t0.Add(time.Hour)) || g.MaxMembers != 3 || g.Version != 1 {
+		t.Errorf("first group: %+v", g)
+	}
+	if first[1].Members == nil || len(first[1].Members) != 0 || first[1].SeatsTaken != 0 {
+		t.Errorf("second group: members %v, %d seats; want none (an empty list)", first[1].Members, first[1].SeatsTaken)
+	}
+	second := page(first[1].ID, 2)
+	if len(second) != 1 || second[0].ID != groups[2].ID {
+		t.Fatalf("second page: %+v, want group %s", second, groups[2].ID)
+	}
+	equal(t, "members of the third group", members(second[0]), []string{groups[2].ID + " " + c1.ID + " user-1 pending_payment seated"})
+	if rest := page(groups[2].ID, 2); len(rest) != 0 {
+		t.Errorf("page after the last group: %+v", rest)
 	}
 }
 
