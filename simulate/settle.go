@@ -131,7 +131,8 @@ func (r *runner) evaluate() *Result {
 
 // verify runs verify.Check on the Store and adds its findings to res.
 func (r *runner) verify(ctx context.Context, res *Result) error {
-	rep, err := verify.Check(ctx, r.cfg.Store, verify.Options{InitialStock: r.initial, RequireDrained: true, Flows: r.cfg.VerifyFlows})
+	rep, err := verify.Check(ctx, r.cfg.Store, verify.Options{InitialStock: r.initial, RequireDrained: true, Flows: r.cfg.VerifyFlows,
+		Groups: verify.ReadGroups})
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}

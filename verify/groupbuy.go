@@ -40,6 +40,32 @@ type GroupMemberRow struct {
 	LeftAt  *time.Time
 }
 
+// ReadGroups reads every group and its members through store.Tx.GroupList, in keyset
+// pages of pageSize groups; it is the Options.Groups of a check on an orderly database
+// (`orderly verify`, simulate's end-of-run check).
+func ReadGroups(ctx context.Context, tx store.Tx) ([]*GroupRow, error) {
+	var out []*GroupRow
+	after := ""
+	for {
+		page, err := tx.GroupList(ctx, &store.ListParams{AfterID: after, Limit: pageSize})
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range page {
+			row := &GroupRow{ID: g.ID, State: string(g.State), MinMembers: int(g.MinMembers), MaxMembers: int(g.MaxMembers),
+				DeadlineAt: g.DeadlineAt, SucceededAt: g.SucceededAt, FailedAt: g.FailedAt}
+			for _, m := range g.Members {
+				row.Members = append(row.Members, GroupMemberRow{OrderID: m.OrderID, LeftAt: m.LeftAt})
+			}
+			out = append(out, row)
+		}
+		if len(page) < pageSize {
+			return out, nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
 // groupOrder is a member order with its payments and refunds, kept for Finish.
 type groupOrder struct {
 	o        *orderly.Order

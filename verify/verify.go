@@ -46,8 +46,9 @@ type Options struct {
 	// Flows resolves each order's flow for the I6 check. Default orderly.DefaultFlows().
 	Flows orderly.Flows
 	// Groups, when set, reads the group-buy groups (README.md "Group-buy") in the check's
-	// read transaction, for the group_buy checks (groupbuy.go); nil skips the checks that
-	// span a group (Report.Groups stays nil).
+	// read transaction, for the group_buy checks (groupbuy.go): ReadGroups on an orderly
+	// database, a fixture in tests; nil skips the checks that span a group (Report.Groups
+	// stays nil).
 	Groups func(ctx context.Context, tx store.Tx) ([]*GroupRow, error)
 	// MaxViolations caps the number of violation texts kept in the report; the rest are
 	// counted in Report.ViolationsOmitted. Default DefaultMaxViolations (1000).

@@ -408,6 +408,7 @@ func verifyCommand() *cli.Command {
 			defer db.Close()
 			rep, err := verify.Check(ctx, store.Store(db), verify.Options{
 				Tolerance: cmd.Duration("tolerance"), RequireDrained: cmd.Bool("require-drained"),
+				Flows: engine.DefaultFlows(), Groups: verify.ReadGroups,
 			})
 			if err != nil {
 				return err
