@@ -193,6 +193,10 @@ func (r *Result) Summary() string {
 	if v := r.Verify; v != nil {
 		fmt.Fprintf(&b, "  database    %d orders, %d payments, outbox %d delivered / %d pending / %d dead\n",
 			v.Orders, v.Payments, v.OutboxByState["delivered"], v.OutboxByState["pending"], v.OutboxByState["dead"])
+		if v.Groups != nil {
+			fmt.Fprintf(&b, "  database    %d groups succeeded, %d failed, %d forming (group rules checked)\n",
+				v.Groups["succeeded"], v.Groups["failed"], v.Groups["forming"])
+		}
 	}
 	if r.OK() {
 		b.WriteString("  invariants  OK: no violation\n")

@@ -19,6 +19,7 @@ import (
 //	  close reason      buyer_cancelled=2 payment_timeout=10
 //	payments        13  refunded=2 succeeded=11
 //	outbox          33  delivered=33
+//	groups           2  failed=1 succeeded=1   (when the group rules ran)
 //	early closes     0
 //	overdue          0
 func writeVerifyReport(w io.Writer, rep *verify.Report) {
@@ -26,11 +27,12 @@ func writeVerifyReport(w io.Writer, rep *verify.Report) {
 	for _, n := range rep.OutboxByState {
 		outbox += n
 	}
-	rows := []struct {
+	type row struct {
 		name  string
 		total string
 		by    map[string]int64
-	}{
+	}
+	rows := []row{
 		{"orders", fmt.Sprint(rep.Orders), rep.OrdersByState},
 		{"  pay status", "", rep.OrdersByPayStatus},
 		{"  close reason", "", rep.OrdersByCloseReason},
@@ -38,6 +40,13 @@ func writeVerifyReport(w io.Writer, rep *verify.Report) {
 		{"outbox", fmt.Sprint(outbox), rep.OutboxByState},
 		{"early closes", fmt.Sprint(rep.EarlyCloses), nil},
 		{"overdue", fmt.Sprint(rep.Overdue), nil},
+	}
+	if rep.Groups != nil { // the group rules ran (Options.Groups)
+		var groups int64
+		for _, n := range rep.Groups {
+			groups += n
+		}
+		rows = slices.Insert(rows, 5, row{"groups", fmt.Sprint(groups), rep.Groups})
 	}
 	for _, r := range rows {
 		line := fmt.Sprintf("%-14s %3s  %s", r.name, r.total, counts(r.by))
