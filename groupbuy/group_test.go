@@ -2,10 +2,12 @@ package groupbuy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/timeout"
 )
 
@@ -541,4 +544,111 @@ func TestLeaveAndSeatFree(t *testing.T) {
 			t.Fatalf("stock: %+v", s)
 		}
 	})
+}
+
+// TestGroupFailureLocksMembersFirst: two groups of one deal fail in one closer pass while
+// another transaction — standing for a timeout close — holds the unpaid member order of
+// the second group and then needs the deal's stock row. The closer must lock every member
+// order it moves before it touches stock; failing the groups one after the other held the
+// stock row after the first group and then waited for the second's member: a deadlock, one
+// of the two aborted by the database (seen as "deadlock detected" in simulate runs on
+// PostgreSQL). Dialects with row locks only: SQLite has one writer.
+func TestGroupFailureLocksMembersFirst(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			w := &lockWatch{reached: make(chan struct{})}
+			e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+				WrapStore: func(s store.Store) store.Store { w.Store = s; return w }})
+			e.SetStock(t, sku, initial)
+			d, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",
+				MinMembers: 3, MaxMembers: 3, GroupTimeLimitSeconds: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gA, a := open(t, e, d, "user-a")
+			e.Clock.Advance(time.Millisecond) // A's deadline first: A fails first
+			gB, b := open(t, e, d, "user-b")
+			w.order.Store(b.ID)
+			e.Clock.Set(gB.DeadlineAt)
+
+			errRollback := errors.New("rolled back")
+			holding := make(chan struct{})
+			var holdOnce sync.Once
+			other := make(chan error, 1)
+			go func() {
+				other <- e.Store.InTx(ctx, func(tx store.Tx) error {
+					if _, err := tx.OrdersLock(ctx, []string{b.ID}); err != nil {
+						return err
+					}
+					holdOnce.Do(func() { close(holding) }) // once: InTx runs fn again after an abort
+					<-w.reached // the closer is about to lock b: in the old order it held the stock row
+					if _, err := tx.StockSet(ctx, sku, initial); err != nil {
+						return err
+					}
+					return errRollback
+				})
+			}()
+			<-holding
+			res, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep)
+			if oerr := <-other; !errors.Is(oerr, errRollback) {
+				t.Errorf("the transaction holding %s: %v, want it to finish (and roll back)", b.ID, oerr)
+			}
+			if err != nil || res.Fired != 2 {
+				t.Fatalf("close due: %+v, %v; want both groups failed in one pass", res, err)
+			}
+			if n := e.Store.Aborts(); n != 0 {
+				t.Errorf("the database aborted %d transactions for a deadlock, want none", n)
+			}
+			for _, g := range []*orderly.Group{gA, gB} {
+				if got := group(t, e, g.ID); got.State != orderly.GroupFailed {
+					t.Errorf("group %s: %s, want failed", g.ID, got.State)
+				}
+			}
+			for _, o := range []*orderly.Order{a, b} {
+				if got := e.OrderOf(t, o.ID); got.State != orderly.StateClosed || got.CloseReason != groupbuy.CloseReasonGroupFailed {
+					t.Errorf("member order %s: %s %s, want closed group_failed", o.ID, got.State, got.CloseReason)
+				}
+			}
+			if st := e.StockOf(t, sku); st.Available != initial || st.Held != 0 {
+				t.Errorf("stock %+v, want %d available and none held", st, initial)
+			}
+		})
+	}
+}
+
+// lockWatch is a store whose write transactions close reached just before the first
+// statement that locks order (OrdersLock or OrdersTransition naming it).
+type lockWatch struct {
+	store.Store
+	order   atomic.Value // string
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (w *lockWatch) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	return w.Store.InTx(ctx, func(tx store.Tx) error { return fn(&lockWatchTx{Tx: tx, w: w}) })
+}
+
+func (w *lockWatch) touches(ids []string) {
+	if id, _ := w.order.Load().(string); id != "" && slices.Contains(ids, id) {
+		w.once.Do(func() { close(w.reached) })
+	}
+}
+
+type lockWatchTx struct {
+	store.Tx
+	w *lockWatch
+}
+
+func (t *lockWatchTx) OrdersLock(ctx context.Context, ids []string) ([]string, error) {
+	t.w.touches(ids)
+	return t.Tx.OrdersLock(ctx, ids)
+}
+
+func (t *lockWatchTx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionParams) ([]string, error) {
+	t.w.touches(p.IDs)
+	return t.Tx.OrdersTransition(ctx, p)
 }

@@ -50,79 +50,113 @@ func (d *Deadlines) OverdueCount(ctx context.Context, tx store.Tx, before time.T
 }
 
 // FireDue implements timeout.Timed: it claims up to limit forming groups past their
-// deadline (SKIP LOCKED) and fails each in tx (Fail).
+// deadline (SKIP LOCKED) and fails them all in tx.
+//
+// Lock order (README.md "Group-buy"): the claim holds the group rows; every member order
+// that will move is locked next, all groups' at once and in id order (OrdersLock); only
+// then does any transition release or restock a SKU. Failing the groups one after the
+// other instead would hold the deal's stock row after the first group and then wait for
+// the member orders of the next, which a timeout close of those orders (holding them and
+// waiting for that stock row) never gives up: a deadlock, broken by the database after
+// its detection delay, and the whole batch retried.
 func (d *Deadlines) FireDue(ctx context.Context, tx store.Tx, now time.Time, limit int, trigger string) (claimed, fired int, err error) {
 	due, err := tx.GroupsDue(ctx, now, limit)
 	if err != nil {
 		return 0, 0, err
 	}
+	var (
+		failing []*failingGroup
+		moving  []string
+	)
 	for _, g := range due {
-		ok, err := d.fail(ctx, tx, g.ID, now, trigger)
+		fg, err := d.prepare(ctx, tx, g, now)
 		if err != nil {
+			return len(due), 0, err
+		}
+		if fg != nil {
+			failing = append(failing, fg)
+			moving = append(append(moving, fg.unpaid...), fg.paid...)
+		}
+	}
+	if _, err := tx.OrdersLock(ctx, moving); err != nil {
+		return len(due), 0, err
+	}
+	for _, fg := range failing {
+		if err := d.fail(ctx, tx, fg, now, trigger); err != nil {
 			return len(due), fired, err
 		}
-		if ok {
-			fired++
-			d.metrics.GroupLateness.Observe(now.Sub(g.DeadlineAt).Seconds())
-		}
+		fired++
+		d.metrics.GroupLateness.Observe(now.Sub(fg.deadlineAt).Seconds())
 	}
 	return len(due), fired, nil
 }
 
-// fail fails forming group id, locked by the caller: the group becomes failed (failed_at
-// = now), its unpaid member orders close (group_failed: stock and coupon released), then
-// its paid members move to group_failed, which requests their full refund (restocking)
-// and moves them on to refunding; all in tx, through the machine. Unpaid members go first:
-// their closes take no stock row before every unpaid order row is held, so a timeout
-// close of one of them, which holds its order row and then waits for stock, never waits
-// for this transaction while it waits for that order.
-func (d *Deadlines) fail(ctx context.Context, tx store.Tx, id string, now time.Time, trigger string) (bool, error) {
-	ok, err := tx.GroupSetState(ctx, &store.GroupSetStateParams{ID: id, From: orderly.GroupForming, To: orderly.GroupFailed, At: now})
+// failingGroup is a group moved to failed in this transaction and the member orders its
+// failure moves.
+type failingGroup struct {
+	id         string
+	deadlineAt time.Time
+	unpaid     []string          // pending_payment member orders: closed (group_failed)
+	paid       []string          // paid member orders: group_failed, refunded
+	coupons    map[string]string // coupon ids of the unpaid orders, by order id
+}
+
+// prepare moves forming group g, claimed by the caller, to failed (failed_at = now) and
+// reads the member orders its failure moves; nil when the group was not forming.
+func (d *Deadlines) prepare(ctx context.Context, tx store.Tx, g *store.DueGroup, now time.Time) (*failingGroup, error) {
+	ok, err := tx.GroupSetState(ctx, &store.GroupSetStateParams{ID: g.ID, From: orderly.GroupForming, To: orderly.GroupFailed, At: now})
 	if err != nil || !ok {
-		return false, err
+		return nil, err
 	}
-	members, err := tx.GroupMembers(ctx, id)
+	members, err := tx.GroupMembers(ctx, g.ID)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	var (
-		unpaid, paid []string
-		coupons      = map[string]string{}
-	)
+	fg := &failingGroup{id: g.ID, deadlineAt: g.DeadlineAt, coupons: map[string]string{}}
 	for _, m := range members {
 		switch m.OrderState {
 		case orderly.StatePendingPayment:
 			o, err := tx.OrderGet(ctx, m.OrderID)
 			if err != nil {
-				return false, err
+				return nil, err
 			}
-			unpaid = append(unpaid, o.ID)
+			fg.unpaid = append(fg.unpaid, o.ID)
 			if o.CouponID != "" {
-				coupons[o.ID] = o.CouponID
+				fg.coupons[o.ID] = o.CouponID
 			}
 		case orderly.StatePaid:
-			paid = append(paid, m.OrderID)
+			fg.paid = append(fg.paid, m.OrderID)
 		}
 	}
-	cause := fmt.Sprintf("group %s failed: deadline %s passed with fewer than its minimum paid members", id, now.Format(time.RFC3339Nano))
-	if len(unpaid) > 0 {
+	return fg, nil
+}
+
+// fail moves the member orders of a failed group, their rows locked by the caller: the
+// unpaid ones close (group_failed: stock and coupon released), the paid ones move to
+// group_failed, which requests their full refund (restocking) and moves them on to
+// refunding; all in tx, through the machine. An unpaid order closed meanwhile (its own
+// payment deadline) is skipped by the transition's guard; a paid one cannot move, as
+// leaving and paying lock the group first.
+func (d *Deadlines) fail(ctx context.Context, tx store.Tx, fg *failingGroup, now time.Time, trigger string) error {
+	cause := fmt.Sprintf("group %s failed: deadline %s passed with fewer than its minimum paid members", fg.id, now.Format(time.RFC3339Nano))
+	if len(fg.unpaid) > 0 {
 		if _, err := d.machine.Transition(ctx, tx, d.flow, &store.OrdersTransitionParams{
-			IDs: unpaid, From: orderly.StatePendingPayment, Event: EventGroupFail, Now: now,
+			IDs: fg.unpaid, From: orderly.StatePendingPayment, Event: EventGroupFail, Now: now,
 			CloseReason: CloseReasonGroupFailed, Cause: cause, Actor: trigger,
-		}, coupons); err != nil {
-			return false, err
+		}, fg.coupons); err != nil {
+			return err
 		}
 	}
-	if len(paid) > 0 {
+	if len(fg.paid) > 0 {
 		changed, err := d.machine.Transition(ctx, tx, d.flow, &store.OrdersTransitionParams{
-			IDs: paid, From: orderly.StatePaid, Event: EventGroupFail, Now: now, Cause: cause, Actor: trigger,
+			IDs: fg.paid, From: orderly.StatePaid, Event: EventGroupFail, Now: now, Cause: cause, Actor: trigger,
 		}, nil)
 		if err != nil {
-			return false, err
-		} else if len(changed) != len(paid) {
-			return false, fmt.Errorf("fail group %s: %d of %d paid member orders changed", id, len(changed), len(paid))
+			return err
+		} else if len(changed) != len(fg.paid) {
+			return fmt.Errorf("fail group %s: %d of %d paid member orders changed", fg.id, len(changed), len(fg.paid))
 		}
 	}
-	d.logger.InfoContext(ctx, "group failed at its deadline", "group_id", id, "unpaid_closed", len(unpaid), "paid_refunded", len(paid), "trigger", trigger)
-	return true, nil
+	d.logger.InfoContext(ctx, "group failed at its deadline", "group_id", fg.id, "unpaid_closed", len(fg.unpaid), "paid_refunded", len(fg.paid), "trigger", trigger)
+	return nil
 }

@@ -62,6 +62,11 @@ type Tx interface {
 	// OrdersDue claims up to Limit orders in a timed state (any flow) whose wake_at <= Now,
 	// oldest wake_at first, locking them where the dialect can (FOR UPDATE SKIP LOCKED).
 	OrdersDue(ctx context.Context, params *OrdersDueParams) ([]*DueOrder, error)
+	// OrdersLock locks the rows of the orders in ids, in id order, until the transaction
+	// ends (where the dialect has row locks; SQLite has one writer), and returns the ids
+	// found. A transaction that will move several orders and then touch their stock locks
+	// them all first (README.md "Group-buy", lock order).
+	OrdersLock(ctx context.Context, ids []string) ([]string, error)
 	// OrdersOpen returns open orders (in a timed state, wake_at set): those in IDs when set, else up to Limit with
 	// id > AfterID, by id (keyset pagination over every open order).
 	OrdersOpen(ctx context.Context, params *OrdersOpenParams) ([]*DueOrder, error)

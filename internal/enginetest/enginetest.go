@@ -86,6 +86,9 @@ type Options struct {
 	// WrapGateway, when set, wraps the simulated gateway that the payment service calls
 	// (to count or fail calls); Env.Gateway stays the simulated one.
 	WrapGateway func(g orderly.Gateway) orderly.Gateway
+	// WrapStore, when set, wraps the store the services and the closer write through
+	// (engine.Wrap.Store); Env.Store stays the database itself.
+	WrapStore func(store.Store) store.Store
 }
 
 // Start is the clock's initial time: a fixed instant with a non-zero millisecond part.
@@ -111,7 +114,7 @@ func New(t testing.TB, opts Options) *Env {
 		// tests of several packages share the server's connection limit.
 		DatabaseMaxConns: 10,
 		CloseBatchSize:   opts.CloseBatchSize, OutboxBatchSize: opts.OutboxBatch, OutboxMaxAttempts: opts.MaxAttempts,
-		GracePeriod: opts.GracePeriod, Handlers: opts.Handlers,
+		GracePeriod: opts.GracePeriod, Handlers: opts.Handlers, Wrap: engine.Wrap{Store: opts.WrapStore},
 	})
 	if err != nil {
 		t.Fatalf("open engine: %v", err)

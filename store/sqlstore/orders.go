@@ -56,6 +56,10 @@ var (
 		return `UPDATE orders SET pay_status = ?, version = version + 1, current_payment_id = COALESCE(?, current_payment_id)
 			WHERE id = ? AND state = ? AND pay_status IN (` + stateIn + `) AND (? = '' OR current_payment_id = ?)`
 	})
+	// qOrdersLockIDs locks orders by id whatever their state (store.Tx.OrdersLock).
+	qOrdersLockIDs = newQuery(func(d *dialect) string {
+		return d.selectByIDs("orders.id", "orders", "id", d.ids, "1 = 1", ` ORDER BY orders.id`+d.lockRows)
+	})
 	qOrdersDue = newQuery(func(d *dialect) string {
 		return `SELECT ` + dueColumns + ` FROM orders` + d.forceIndex("orders_wake_at") + `
 			WHERE wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
@@ -258,6 +262,19 @@ func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusPa
 
 // OrdersDue implements store.Tx. SQLite has one writer, so a plain SELECT inside the write
 // transaction is a claim; dialects with row locks add FOR UPDATE SKIP LOCKED.
+// OrdersLock implements store.Tx.
+func (t *tx) OrdersLock(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	got, err := t.strings(ctx, qOrdersLockIDs, jsonList(ids))
+	if err != nil {
+		return nil, fmt.Errorf("lock orders: %w", err)
+	}
+	return got, nil
+}
+
+// OrdersDue implements store.Tx.
 func (t *tx) OrdersDue(ctx context.Context, p *store.OrdersDueParams) ([]*store.DueOrder, error) {
 	if p.IDs != nil {
 		if len(p.IDs) == 0 {

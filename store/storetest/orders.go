@@ -102,6 +102,7 @@ func testOrders(t *testing.T, open opener) {
 	t.Run("NextWakeAt", func(t *testing.T) { testOrderNextWakeAt(t, open) })
 	t.Run("OverdueCount", func(t *testing.T) { testOrdersOverdueCount(t, open) })
 	t.Run("List", func(t *testing.T) { testOrderList(t, open) })
+	t.Run("Lock", func(t *testing.T) { testOrdersLock(t, open) })
 }
 
 // utcMS is what the store must return for a time: UTC, truncated to the millisecond.
@@ -520,6 +521,50 @@ func testOrderSetPayStatus(t *testing.T, open opener) {
 			}
 			equal(t, "audit trail after OrderSetPayStatus", gotTrail, wantTrail)
 		})
+	}
+}
+
+// testOrdersLock: OrdersLock returns the ids found in id order, whatever the orders'
+// state; on dialects with row locks a locked order is skipped by another transaction's
+// claim (OrdersDue, SKIP LOCKED), on SQLite the one writer makes the claim wait instead.
+func testOrdersLock(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	now := t0.Add(time.Hour)
+	insertOrder(t, s, &orderOpts{ID: "lock-b", CloseAt: now.Add(-time.Minute)})
+	insertOrder(t, s, &orderOpts{ID: "lock-a", CloseAt: now.Add(-2 * time.Minute)})
+	insertOrder(t, s, closedOpts("lock-c", now.Add(-time.Minute)))
+	lock := func(tx store.Tx) ([]string, error) { return tx.OrdersLock(ctx, []string{"lock-c", "lock-b", "no-such-order", "lock-a"}) }
+	if s.Dialect() == "sqlite" {
+		equal(t, "locked", write(t, s, lock), []string{"lock-a", "lock-b", "lock-c"})
+		equal(t, "locked of none", write(t, s, func(tx store.Tx) ([]string, error) { return tx.OrdersLock(ctx, nil) }), []string(nil))
+		return
+	}
+	holding, release := make(chan []string), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.InTx(ctx, func(tx store.Tx) error {
+			ids, err := lock(tx)
+			if err != nil {
+				return err
+			}
+			holding <- ids
+			<-release
+			return nil
+		})
+	}()
+	locked := <-holding
+	var due []*store.DueOrder
+	err := s.InTx(ctx, func(tx store.Tx) (err error) {
+		due, err = tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: 10})
+		return err
+	})
+	close(release)
+	if err != nil || <-done != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	equal(t, "locked", locked, []string{"lock-a", "lock-b", "lock-c"})
+	if len(due) != 0 {
+		t.Fatalf("claimed %+v while lock-a and lock-b were locked", due)
 	}
 }
 
