@@ -584,7 +584,7 @@ func TestGroupFailureLocksMembersFirst(t *testing.T) {
 						return err
 					}
 					holdOnce.Do(func() { close(holding) }) // once: InTx runs fn again after an abort
-					<-w.reached // the closer is about to lock b: in the old order it held the stock row
+					<-w.reached                            // the closer is about to lock b: in the old order it held the stock row
 					if _, err := tx.StockSet(ctx, sku, initial); err != nil {
 						return err
 					}

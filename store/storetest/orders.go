@@ -533,7 +533,9 @@ func testOrdersLock(t *testing.T, open opener) {
 	insertOrder(t, s, &orderOpts{ID: "lock-b", CloseAt: now.Add(-time.Minute)})
 	insertOrder(t, s, &orderOpts{ID: "lock-a", CloseAt: now.Add(-2 * time.Minute)})
 	insertOrder(t, s, closedOpts("lock-c", now.Add(-time.Minute)))
-	lock := func(tx store.Tx) ([]string, error) { return tx.OrdersLock(ctx, []string{"lock-c", "lock-b", "no-such-order", "lock-a"}) }
+	lock := func(tx store.Tx) ([]string, error) {
+		return tx.OrdersLock(ctx, []string{"lock-c", "lock-b", "no-such-order", "lock-a"})
+	}
 	if s.Dialect() == "sqlite" {
 		equal(t, "locked", write(t, s, lock), []string{"lock-a", "lock-b", "lock-c"})
 		equal(t, "locked of none", write(t, s, func(tx store.Tx) ([]string, error) { return tx.OrdersLock(ctx, nil) }), []string(nil))
