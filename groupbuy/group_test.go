@@ -584,7 +584,8 @@ func TestGroupFailureLocksMembersFirst(t *testing.T) {
 						return err
 					}
 					holdOnce.Do(func() { close(holding) }) // once: InTx runs fn again after an abort
-					<-w.reached                            // the closer is about to lock b: in the old order it held the stock row
+					// The closer is about to lock b: failing group by group, it held the stock row.
+					<-w.reached
 					if _, err := tx.StockSet(ctx, sku, initial); err != nil {
 						return err
 					}
