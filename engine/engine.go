@@ -135,7 +135,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if groupBuy {
 		if e.groups, err = groupbuy.NewService(groupbuy.Config{
 			Store: st, Orders: e.orders, WakeRelay: wakeRelay, Logger: log,
-			OnDeadline: func(at time.Time) { e.closer.Arm(at) },
+			OnDeadline: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
 		}); err != nil {
 			return nil, fmt.Errorf("engine: group-buy service: %w", err)
 		}

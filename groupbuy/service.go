@@ -37,8 +37,9 @@ type Config struct {
 	// engine builds one Machine with Effects and gives it to every service).
 	Orders *order.Service
 	// OnDeadline, when set, is called after a group commits with its deadline, so that the
-	// precise timer can re-arm for it (timeout.Closer.Arm).
-	OnDeadline func(at time.Time)
+	// precise timers of this instance and the others can re-arm for it
+	// (timeout.Closer.Deadline).
+	OnDeadline func(ctx context.Context, at time.Time)
 	// WakeRelay, when set, is called after a commit that wrote outbox messages.
 	WakeRelay func()
 	Logger    *slog.Logger
@@ -64,7 +65,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.OnDeadline == nil {
-		cfg.OnDeadline = func(time.Time) {}
+		cfg.OnDeadline = func(context.Context, time.Time) {}
 	}
 	if cfg.WakeRelay == nil {
 		cfg.WakeRelay = func() {}
@@ -296,7 +297,7 @@ func (s *Service) admit(ctx context.Context, p *orderly.JoinGroupParams,
 	}
 	if created {
 		s.cfg.Orders.Created(ctx, o)
-		s.cfg.OnDeadline(g.DeadlineAt)
+		s.cfg.OnDeadline(ctx, g.DeadlineAt)
 	}
 	return g, o, created, nil
 }

@@ -189,3 +189,26 @@ type inspectorFunc func(ctx context.Context, orderID, paymentID string) (orderly
 func (f inspectorFunc) InspectPayment(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error) {
 	return f(ctx, orderID, paymentID)
 }
+
+// TestDeadlineNotifies: a deadline committed here (an order's close_at or a group's
+// deadline) is told to the other instances (Config.Notify) when it is earlier than the one
+// the timer sleeps until, and only then; a group opened on an instance that then stops
+// must still be failed on time by the others.
+func TestDeadlineNotifies(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	var told []time.Time
+	closer, err := timeout.NewCloser(timeout.Config{Store: e.Store, Notify: func(_ context.Context, at time.Time) { told = append(told, at) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := enginetest.Start.Add(time.Minute)
+	closer.Deadline(t.Context(), at)
+	closer.Deadline(t.Context(), at.Add(time.Second))
+	closer.Deadline(t.Context(), at.Add(-time.Second))
+	closer.Created(t.Context(), "order-1", at.Add(-2*time.Second))
+	want := []time.Time{at, at.Add(-time.Second), at.Add(-2 * time.Second)}
+	if !slices.Equal(told, want) {
+		t.Fatalf("told the other instances %v, want %v", told, want)
+	}
+}

@@ -14,18 +14,27 @@ import (
 // re-arms when the deadline is earlier than the one it sleeps until, and the delay queue,
 // when configured, records it (a failure there is logged: the sweep covers it).
 func (c *Closer) Created(ctx context.Context, id string, closeAt time.Time) {
-	c.armMu.Lock()
-	earliest := c.armed.IsZero() || closeAt.Before(c.armed)
-	c.armMu.Unlock()
-	if earliest && c.cfg.Notify != nil {
-		c.cfg.Notify(ctx, closeAt)
-	}
-	c.Arm(closeAt)
+	c.Deadline(ctx, closeAt)
 	if c.cfg.DelayQueue != nil {
 		if err := c.cfg.DelayQueue.Add(ctx, []DelayItem{{OrderID: id, CloseAt: closeAt}}); err != nil {
 			c.cfg.Logger.Warn("delay queue add failed; the sweep will close the order", "order_id", id, "error", err)
 		}
 	}
+}
+
+// Deadline tells the closer that something timed with this deadline was committed (an
+// order, or another of Config.Timed: a group-buy group): when it is earlier than the one
+// the timer sleeps until, the other instances are told (Config.Notify), so that a deadline
+// committed here is kept on time by them too when this instance stops; then the timer
+// re-arms (Arm).
+func (c *Closer) Deadline(ctx context.Context, at time.Time) {
+	c.armMu.Lock()
+	earliest := c.armed.IsZero() || at.Before(c.armed)
+	c.armMu.Unlock()
+	if earliest && c.cfg.Notify != nil {
+		c.cfg.Notify(ctx, at)
+	}
+	c.Arm(at)
 }
 
 // Arm tells the timer that an order with this close_at was committed; when it is earlier
