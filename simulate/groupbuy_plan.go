@@ -32,6 +32,7 @@ var memberWeights = [numMembers]int{40, 8, 12, 6, 12, 7, 8, 7}
 // Shape of the group-buy traffic.
 const (
 	groupsPerDeal   = 25
+	seatsPerGroup   = 3 // about, for the number of deals
 	groupStockExtra = 10
 	// deadlineJitter is how far from the group deadline a deadline payer's callback lands.
 	deadlineJitter = 30 * time.Millisecond
@@ -107,11 +108,14 @@ func newGroupPlan(seed int64, prefix string, seats int, limit time.Duration) *gr
 		p.deals = append(p.deals, d)
 		return d
 	}
-	var d *plannedDeal
+	// About groupsPerDeal groups a deal (of about seatsPerGroup seats), the groups dealt
+	// round-robin: every deal takes seats all along the run, as the standard flow's orders
+	// spread over its SKUs, rather than one deal's stock row taking all the traffic at a time.
+	for range max(1, seats/(groupsPerDeal*seatsPerGroup)) {
+		newDeal()
+	}
 	for p.members < seats {
-		if len(p.groups)%groupsPerDeal == 0 {
-			d = newDeal()
-		}
+		d := p.deals[len(p.groups)%len(p.deals)]
 		g := &plannedGroup{index: len(p.groups), deal: d}
 		n := d.min + rng.IntN(d.max-d.min+1)
 		switch x := rng.Float64(); {
