@@ -477,8 +477,9 @@ func (g *groupFlow) payLate(ctx context.Context, m *trackedMember, p *orderly.Pa
 	m.lateSent = true
 }
 
-// leave asks to leave the group at the given time. 409 group-not-forming is accepted once
-// the group may have ended (it succeeded, or its deadline passed).
+// leave asks to leave the group at the given time. 409 group-not-forming is accepted (the
+// group ended first), so are 409 illegal-transition and 404 not-found once the member
+// order's payment deadline passed, and 404 after a try whose answer was lost.
 func (g *groupFlow) leave(ctx context.Context, tg *trackedGroup, m *trackedMember, at time.Time) {
 	if sleepUntil(ctx, at) != nil {
 		return
@@ -494,6 +495,11 @@ func (g *groupFlow) leave(ctx context.Context, tg *trackedGroup, m *trackedMembe
 		// The group succeeded or failed first: the member stays (checked at rest).
 	case errors.As(err, &he) && he.code() == orderly.EILLEGAL:
 		// The unpaid order closed first (payment deadline).
+	case errors.As(err, &he) && he.code() == orderly.ENOTFOUND &&
+		(he.Tries > 1 || !time.Now().Before(g.local(m.order.ExpiresAt).Add(-g.margin))):
+		// Not a member any more: an earlier try whose answer was lost left the group (a
+		// leave has no idempotency key), or the unpaid order closed at its payment deadline
+		// and gave up its seat; the checks judge the order at rest.
 	default:
 		tg.note("HTTP: member %s (%s) leaving group %s: %v", m.pm.user, m.pm.behaviour, tg.opened.ID, err)
 	}
