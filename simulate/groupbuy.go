@@ -35,6 +35,8 @@ type groupFlow struct {
 
 	mu      sync.Mutex
 	refused map[string]int // seat requests refused, by problem code
+	// seatLatency is how long each seat request took to be answered, in ms.
+	seatLatency []float64
 
 	finalStock map[string]*orderly.Stock // filled by Settle
 }
@@ -221,6 +223,11 @@ func (g *groupFlow) takeSeat(ctx context.Context, tg *trackedGroup, pm *plannedM
 	s, err := g.c.takeSeat(ctx, groupID, req, key)
 	answeredAt := time.Now()
 	g.answered()
+	if ctx.Err() == nil {
+		g.mu.Lock()
+		g.seatLatency = append(g.seatLatency, float64(answeredAt.Sub(sentAt))/float64(time.Millisecond))
+		g.mu.Unlock()
+	}
 	if err != nil {
 		var he *httpError
 		switch {

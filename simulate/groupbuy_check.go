@@ -210,6 +210,7 @@ func (g *groupFlow) Check(_ *runner, res *Result) {
 			res.CouponUnavailable += n
 		}
 	}
+	gres.Joins.LatencyMS = newPercentiles(g.seatLatency)
 	g.mu.Unlock()
 	gres.Joins.Sent, gres.Joins.Created, gres.Joins.Errors = int(g.sent.Load()), int(g.created.Load()), int(g.errs.Load())
 	res.Sent += gres.Joins.Sent

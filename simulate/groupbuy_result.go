@@ -52,6 +52,9 @@ type JoinCounts struct {
 	Created int            `json:"created"`
 	Refused map[string]int `json:"refused"`
 	Errors  int            `json:"errors"`
+	// LatencyMS is the time from asking for a seat to its answer (created or refused), in
+	// ms: the wait for one of Config.Concurrency request slots, retries and the server.
+	LatencyMS Percentiles `json:"latency_ms"`
 }
 
 // DeadlinePayments counts the success callbacks aimed at a group's deadline.
@@ -72,8 +75,9 @@ func (g *GroupResult) summary() string {
 	for _, code := range sortedCodes(g.Joins.Refused) {
 		refused = append(refused, fmt.Sprintf("%d %s", g.Joins.Refused[code], code))
 	}
-	fmt.Fprintf(&b, "  seats       %d asked, %d taken, refused: %s; %d errors\n",
-		g.Joins.Sent, g.Joins.Created, strings.Join(refused, ", "), g.Joins.Errors)
+	fmt.Fprintf(&b, "  seats       %d asked, %d taken, refused: %s; %d errors; answered in p50 %s, p99 %s, max %s\n",
+		g.Joins.Sent, g.Joins.Created, strings.Join(refused, ", "), g.Joins.Errors,
+		ms(g.Joins.LatencyMS.P50), ms(g.Joins.LatencyMS.P99), ms(g.Joins.LatencyMS.Max))
 	fmt.Fprintf(&b, "  group late  p50 %s, p90 %s, p99 %s, max %s (failed_at − deadline_at); %d payments within %s of a group deadline (%d before, %d after)\n",
 		ms(g.Lateness.P50), ms(g.Lateness.P90), ms(g.Lateness.P99), ms(g.Lateness.Max),
 		g.DeadlinePayments.Before+g.DeadlinePayments.After, ms(g.DeadlinePayments.WindowMS), g.DeadlinePayments.Before, g.DeadlinePayments.After)

@@ -107,8 +107,8 @@ func TestGroupBuyAgainstFake(t *testing.T) {
 			if g.Joins.Refused[codeGroupFull] == 0 || g.Joins.Refused[codeGroupExpired]+g.Joins.Refused[codeGroupNotForming] == 0 {
 				t.Errorf("refused seats %v: want group-full (races for the last seat) and expired or not-forming (late joins)", g.Joins.Refused)
 			}
-			if g.Lateness.Max <= 0 || g.EarlyFailures != 0 {
-				t.Errorf("group lateness %+v, early failures %d", g.Lateness, g.EarlyFailures)
+			if g.Lateness.Max <= 0 || g.EarlyFailures != 0 || g.Joins.LatencyMS.Max <= 0 || g.Joins.LatencyMS.P50 > g.Joins.LatencyMS.Max {
+				t.Errorf("group lateness %+v, early failures %d, seat latency %+v", g.Lateness, g.EarlyFailures, g.Joins.LatencyMS)
 			}
 			if res.Sent != res.Created+res.Errors+sum(res.Rejected) {
 				t.Errorf("sent %d != created %d + errors %d + rejected %v", res.Sent, res.Created, res.Errors, res.Rejected)
