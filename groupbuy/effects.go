@@ -3,6 +3,7 @@ package groupbuy
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/order"
@@ -29,8 +30,12 @@ func Effects() map[string]order.Effect {
 // (EffectLockGroup), so the payments of one group are counted one at a time: exactly one
 // of them sees the count reach min_members, and the failure at the deadline, which locks
 // the group first too, sees either no success or the whole of it.
+//
+// The success is decided, and dated, on the database clock read with the group row held,
+// not at the transition's Now (read before this transaction waited for the group): a
+// leave or a failure that took the group first is then always dated before the success
+// it preceded, never after it.
 func memberPaid(ctx context.Context, tx store.Tx, b *order.EffectBatch) error {
-	now := b.Params.Now
 	for _, id := range b.IDs {
 		m, err := tx.GroupMemberByOrder(ctx, id)
 		if err != nil {
@@ -39,6 +44,13 @@ func memberPaid(ctx context.Context, tx store.Tx, b *order.EffectBatch) error {
 		g, err := tx.GroupLock(ctx, m.GroupID)
 		if err != nil {
 			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		if now.Before(b.Params.Now) {
+			now = b.Params.Now // never before the payment it counts
 		}
 		if ok, err := tx.GroupAddPaid(ctx, g.ID, 1, []orderly.GroupState{g.State}); err != nil {
 			return err
@@ -50,17 +62,17 @@ func memberPaid(ctx context.Context, tx store.Tx, b *order.EffectBatch) error {
 			if g.PaidMembers+1 < g.MinMembers || !now.Before(g.DeadlineAt) {
 				continue // not yet; or the deadline passed and the group is about to fail
 			}
-			if err := succeed(ctx, tx, b, g); err != nil {
+			if err := succeed(ctx, tx, b, g, now); err != nil {
 				return err
 			}
 		case orderly.GroupSucceeded:
-			if err := move(ctx, tx, b, []string{id}, EventGroupSucceed, "group "+g.ID+" succeeded before this payment"); err != nil {
+			if err := move(ctx, tx, b, now, []string{id}, EventGroupSucceed, "group "+g.ID+" succeeded before this payment"); err != nil {
 				return err
 			}
 		case orderly.GroupFailed:
 			// The failure closes every unpaid member under the group lock that this payment
 			// took first, so this order could not still be pending; refund it all the same.
-			if err := move(ctx, tx, b, []string{id}, EventGroupFail, "group "+g.ID+" failed before this payment"); err != nil {
+			if err := move(ctx, tx, b, now, []string{id}, EventGroupFail, "group "+g.ID+" failed before this payment"); err != nil {
 				return err
 			}
 		}
@@ -68,10 +80,9 @@ func memberPaid(ctx context.Context, tx store.Tx, b *order.EffectBatch) error {
 	return nil
 }
 
-// succeed moves forming group g (locked) to succeeded and all its paid members to
+// succeed moves forming group g (locked) to succeeded at now and all its paid members to
 // group_succeeded, in tx.
-func succeed(ctx context.Context, tx store.Tx, b *order.EffectBatch, g *orderly.Group) error {
-	now := b.Params.Now
+func succeed(ctx context.Context, tx store.Tx, b *order.EffectBatch, g *orderly.Group, now time.Time) error {
 	if ok, err := tx.GroupSetState(ctx, &store.GroupSetStateParams{ID: g.ID, From: orderly.GroupForming, To: orderly.GroupSucceeded, At: now}); err != nil {
 		return err
 	} else if !ok {
@@ -90,13 +101,14 @@ func succeed(ctx context.Context, tx store.Tx, b *order.EffectBatch, g *orderly.
 	if int64(len(paid)) != g.PaidMembers+1 {
 		return fmt.Errorf("group %s counts %d paid members, %d member orders are paid", g.ID, g.PaidMembers+1, len(paid))
 	}
-	return move(ctx, tx, b, paid, EventGroupSucceed, fmt.Sprintf("group %s reached %d paid members of %d before its deadline", g.ID, len(paid), g.MinMembers))
+	return move(ctx, tx, b, now, paid, EventGroupSucceed, fmt.Sprintf("group %s reached %d paid members of %d before its deadline", g.ID, len(paid), g.MinMembers))
 }
 
-// move fires event on the paid member orders ids through the machine; each must change.
-func move(ctx context.Context, tx store.Tx, b *order.EffectBatch, ids []string, event orderly.Event, cause string) error {
+// move fires event on the paid member orders ids at now through the machine; each must
+// change.
+func move(ctx context.Context, tx store.Tx, b *order.EffectBatch, now time.Time, ids []string, event orderly.Event, cause string) error {
 	changed, err := b.Machine.Transition(ctx, tx, b.Flow, &store.OrdersTransitionParams{
-		IDs: ids, From: orderly.StatePaid, Event: event, Now: b.Params.Now,
+		IDs: ids, From: orderly.StatePaid, Event: event, Now: now,
 		Cause: cause, Actor: b.Params.Actor, TraceID: b.Params.TraceID,
 	}, nil)
 	if err != nil {

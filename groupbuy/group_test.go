@@ -653,3 +653,90 @@ func (t *lockWatchTx) OrdersTransition(ctx context.Context, p *store.OrdersTrans
 	t.w.touches(p.IDs)
 	return t.Tx.OrdersTransition(ctx, p)
 }
+
+// TestSuccessDatedUnderGroupLock: min 3. A and X paid; P's payment callback starts and
+// waits for the group row; meanwhile X leaves (refunded) and B pays; then P's payment
+// takes the group and succeeds it. The success is dated when the group row was held, after
+// X's leave, not when P's transaction began: a succeeded group never shows a member who
+// left after its success and was refunded (verify's group rule). Dialects with row locks
+// only: on SQLite the waiting payment would hold the one writer.
+func TestSuccessDatedUnderGroupLock(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			h := &groupHold{arrived: make(chan struct{}), release: make(chan struct{})}
+			e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+				WrapStore: func(s store.Store) store.Store { h.Store = s; return h }})
+			e.SetStock(t, sku, initial)
+			d, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",
+				MinMembers: 3, MaxMembers: 4, GroupTimeLimitSeconds: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, a := open(t, e, d, "user-a")
+			x, b, p := join(t, e, g, "user-x"), join(t, e, g, "user-b"), join(t, e, g, "user-p")
+			pay(t, e, a)
+			pay(t, e, x)
+			_, cb := startPay(t, e, p)
+			h.order.Store(p.ID)
+			paid := make(chan error, 1)
+			go func() { _, err := e.Payments.HandleCallback(ctx, cb); paid <- err }()
+			<-h.arrived // P's transaction began (its Now read) and is about to lock the group
+			e.Clock.Advance(time.Second)
+			if _, err := e.Groups.LeaveGroup(ctx, g.ID, "user-x", "", ""); err != nil {
+				t.Fatalf("X leaves: %v", err)
+			}
+			e.Clock.Advance(time.Second)
+			pay(t, e, b)
+			close(h.release)
+			if err := <-paid; err != nil {
+				t.Fatalf("P's callback: %v", err)
+			}
+			got := group(t, e, g.ID)
+			if got.State != orderly.GroupSucceeded || got.SucceededAt == nil {
+				t.Fatalf("group: %s, succeeded at %v; want succeeded", got.State, got.SucceededAt)
+			}
+			for _, m := range got.Members {
+				if m.UserID == "user-x" && (m.LeftAt == nil || m.LeftAt.After(*got.SucceededAt)) {
+					t.Errorf("X left at %v, the group succeeded at %s: a refunded member left after the success", m.LeftAt, got.SucceededAt)
+				}
+			}
+			if want := enginetest.Start.Add(2 * time.Second); !got.SucceededAt.Equal(want) {
+				t.Errorf("succeeded at %s, want %s (the clock when P's payment held the group)", got.SucceededAt, want)
+			}
+			for _, o := range []*orderly.Order{a, b, p} {
+				if s := e.OrderOf(t, o.ID).State; s != groupbuy.StateGroupSucceeded {
+					t.Errorf("member order %s: %s, want group_succeeded", o.ID, s)
+				}
+			}
+		})
+	}
+}
+
+// groupHold is a store whose write transactions stop just before they lock the group of
+// order (GroupsLockByOrders naming it): arrived is closed, and they go on once release is.
+type groupHold struct {
+	store.Store
+	order            atomic.Value // string
+	arrived, release chan struct{}
+	once             sync.Once
+}
+
+func (h *groupHold) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	return h.Store.InTx(ctx, func(tx store.Tx) error { return fn(&groupHoldTx{Tx: tx, h: h}) })
+}
+
+type groupHoldTx struct {
+	store.Tx
+	h *groupHold
+}
+
+func (t *groupHoldTx) GroupsLockByOrders(ctx context.Context, ids []string) ([]string, error) {
+	if id, _ := t.h.order.Load().(string); id != "" && slices.Contains(ids, id) {
+		t.h.once.Do(func() { close(t.h.arrived) })
+		<-t.h.release
+	}
+	return t.Tx.GroupsLockByOrders(ctx, ids)
+}
