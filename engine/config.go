@@ -60,6 +60,9 @@ type Config struct {
 	// DatabaseURL names the database (sqlstore.Config.URL): a SQLite file path ("" means
 	// ./orderly.db), postgres://… or mysql://… for many instances.
 	DatabaseURL string
+	// AdminToken is the bearer token of the operator routes (/v1/admin/…); empty turns
+	// them off, and Open logs that it did.
+	AdminToken string
 	// CallbackSecret is the HMAC secret of payment callbacks (package payment). Required.
 	CallbackSecret []byte
 	// InstanceID names this instance in leases, job runs and logs; "host:pid" by default.

@@ -40,6 +40,10 @@ type Config struct {
 	// Groups serves the group-buy routes (/v1/deals, /v1/groups). nil answers them 404.
 	Groups orderly.GroupService
 
+	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
+	// those routes off (they answer 404).
+	AdminToken string
+
 	// CallbackSecret is the HMAC key that payment callbacks are signed with (README.md "How it works").
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
 	CallbackSecret []byte
@@ -73,20 +77,21 @@ type Config struct {
 
 // Server is the HTTP adapter. It is safe for concurrent use.
 type Server struct {
-	orders    orderly.OrderService
-	payments  orderly.PaymentService
-	catalog   orderly.CatalogService
-	refunds   orderly.RefundService
-	groups    orderly.GroupService
-	secret    []byte
-	tolerance time.Duration
-	maxBody   int64
-	timeout   time.Duration
-	now       func() time.Time
-	logger    *slog.Logger
-	ready     func(ctx context.Context) error
-	degraded  func() []string
-	metrics   http.Handler
+	orders     orderly.OrderService
+	payments   orderly.PaymentService
+	catalog    orderly.CatalogService
+	refunds    orderly.RefundService
+	groups     orderly.GroupService
+	secret     []byte
+	adminToken []byte
+	tolerance  time.Duration
+	maxBody    int64
+	timeout    time.Duration
+	now        func() time.Time
+	logger     *slog.Logger
+	ready      func(ctx context.Context) error
+	degraded   func() []string
+	metrics    http.Handler
 
 	router *chi.Mux
 }
@@ -103,20 +108,21 @@ func New(cfg Config) *Server {
 		panic("httpapi: Config.Catalog is nil")
 	}
 	s := &Server{
-		orders:    cfg.Orders,
-		payments:  cfg.Payments,
-		catalog:   cfg.Catalog,
-		refunds:   cfg.Refunds,
-		groups:    cfg.Groups,
-		secret:    cfg.CallbackSecret,
-		tolerance: cfg.SignatureTolerance,
-		maxBody:   cfg.MaxBodyBytes,
-		timeout:   cfg.RequestTimeout,
-		now:       cfg.Now,
-		logger:    cfg.Logger,
-		ready:     cfg.Ready,
-		degraded:  cfg.Degraded,
-		metrics:   cfg.Metrics,
+		orders:     cfg.Orders,
+		payments:   cfg.Payments,
+		catalog:    cfg.Catalog,
+		refunds:    cfg.Refunds,
+		groups:     cfg.Groups,
+		secret:     cfg.CallbackSecret,
+		adminToken: []byte(cfg.AdminToken),
+		tolerance:  cfg.SignatureTolerance,
+		maxBody:    cfg.MaxBodyBytes,
+		timeout:    cfg.RequestTimeout,
+		now:        cfg.Now,
+		logger:     cfg.Logger,
+		ready:      cfg.Ready,
+		degraded:   cfg.Degraded,
+		metrics:    cfg.Metrics,
 	}
 	if s.refunds == nil {
 		if rs, ok := cfg.Orders.(orderly.RefundService); ok {
@@ -185,6 +191,8 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/groups/{id}", s.getGroup)
 	r.Post("/v1/groups/{id}/join", s.joinGroup)
 	r.Post("/v1/groups/{id}/leave", s.leaveGroup)
+
+	r.Route("/v1/admin", s.adminRoutes)
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)

@@ -208,6 +208,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "redis-url", Usage: "Redis for --timer redis, e.g. redis://127.0.0.1:6379/0", Sources: env("redis-url")},
 		&cli.StringFlag{Name: "nats-url", Usage: "NATS JetStream to publish outbox events to, e.g. nats://127.0.0.1:4222", Sources: env("nats-url")},
 		&cli.DurationFlag{Name: "timer-poll", Usage: "cap of the timer's sleep (0: 200ms on MySQL and with --timer redis, 5s elsewhere)", Sources: env("timer-poll")},
+		&cli.StringFlag{Name: "admin-token", Usage: "bearer token of the operator routes (/v1/admin/…); empty turns them off", Sources: env("admin-token")},
 		&cli.StringFlag{Name: "callback-secret", Usage: "HMAC secret of payment callbacks; generated and printed once when empty", Sources: env("callback-secret")},
 		&cli.DurationFlag{Name: "request-timeout", Value: engine.DefaultRequestTimeout, Usage: "server-side deadline of every HTTP request; past it the request is answered 503 with Retry-After", Sources: env("request-timeout")},
 		&cli.DurationFlag{Name: "payment-timeout", Value: engine.DefaultPaymentTimeout, Usage: "default time a buyer has to pay (at most 168h)", Sources: env("payment-timeout")},
@@ -249,6 +250,7 @@ func defaultOf(cmd *cli.Command, name string) string {
 func engineConfig(cmd *cli.Command, logger *slog.Logger) engine.Config {
 	return engine.Config{
 		Addr: cmd.String("addr"), DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte(cmd.String("callback-secret")),
+		AdminToken:     cmd.String("admin-token"),
 		RequestTimeout: cmd.Duration("request-timeout"), PaymentTimeout: cmd.Duration("payment-timeout"), GracePeriod: cmd.Duration("grace-period"),
 		SweepInterval: cmd.Duration("sweep-interval"), DeepCheckInterval: cmd.Duration("deep-check-interval"),
 		InspectionHold: cmd.Duration("inspection-hold"), CloseBatchSize: cmd.Int("close-batch-size"),
@@ -264,7 +266,7 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) engine.Config {
 
 // flagOf names the serve flag of each engine.Config field that has one.
 var flagOf = map[string]string{
-	"Addr": "addr", "DatabaseURL": "database-url", "CallbackSecret": "callback-secret", "InstanceID": "instance-id",
+	"Addr": "addr", "DatabaseURL": "database-url", "CallbackSecret": "callback-secret", "AdminToken": "admin-token", "InstanceID": "instance-id",
 	"Timer": "timer", "RedisURL": "redis-url", "RedisPrefix": "redis-prefix", "DatabaseMaxConns": "database-max-conns",
 	"DatabaseLockTimeout": "database-lock-timeout", "DatabaseIdleInTransactionTimeout": "database-idle-in-transaction-timeout",
 	"NATSURL": "nats-url", "TimerPoll": "timer-poll", "RequestTimeout": "request-timeout", "PaymentTimeout": "payment-timeout",
@@ -360,6 +362,9 @@ func serveCommand() *cli.Command {
 				attrs = append(attrs, "nats", redact.URL(cfg.NATSURL))
 			}
 			logger.Info("orderly serving", attrs...)
+			if cfg.AdminToken == "" {
+				logger.Info("admin routes are off (/v1/admin/… answer 404): set --admin-token or ORDERLY_ADMIN_TOKEN to turn them on")
+			}
 			<-ctx.Done()
 			logger.Info("shutting down")
 			return s.Close(context.WithoutCancel(ctx))
