@@ -35,7 +35,7 @@ type bundle struct {
 	a   *alipay.Adapter
 }
 
-func setup(t *testing.T, mutate ...func(*alipay.Config)) *bundle {
+func setup(t testing.TB, mutate ...func(*alipay.Config)) *bundle {
 	t.Helper()
 	srv := alipaytest.NewServer()
 	t.Cleanup(srv.Close)
