@@ -131,7 +131,7 @@ func TestRefund(t *testing.T) {
 		status   string
 	}{
 		{"r1", 300, "", 300, alipay.TradeSuccess},
-		{"r1", 300, "", 300, alipay.TradeSuccess},              // replay: no money moves
+		{"r1", 300, "", 300, alipay.TradeSuccess},               // replay: no money moves
 		{"r1", 400, orderly.EINVALID, 300, alipay.TradeSuccess}, // same key, other amount: refused
 		{"r2", 800, orderly.EINVALID, 300, alipay.TradeSuccess}, // beyond the rest
 		{"r2", 700, "", 1000, alipay.TradeClosed},
