@@ -106,7 +106,7 @@ func (s *Server) Config() wechatpay.Config {
 	return wechatpay.Config{
 		MchID: MchID, AppID: AppID, MerchantKey: MerchantKey(), MerchantSerial: MerchantSerial, APIv3Key: APIv3Key,
 		PlatformKeys: map[string]*rsa.PublicKey{serial: key, PublicKeyID: &s.pubKey.PublicKey},
-		BaseURL:      s.URL, HTTPClient: s.srv.Client(), Now: s.Now,
+		BaseURL:      s.URL, HTTPClient: s.srv.Client(), Now: func() time.Time { return s.Now() },
 	}
 }
 
