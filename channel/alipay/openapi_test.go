@@ -159,7 +159,9 @@ func TestRefund(t *testing.T) {
 func TestResponseSignature(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *alipay.Config) { c.AlipayPublicKey = &alipaytest.MerchantKey().PublicKey })
-	b.srv.Pay(paymentID, 100)
+	if _, err := b.srv.Pay(paymentID, 100); err != nil {
+		t.Fatal(err)
+	}
 	got, err := b.a.Query(t.Context(), paymentID)
 	if err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
 		t.Fatalf("query with a forged answer: %+v, %v; want a transient error", got, err)

@@ -166,7 +166,9 @@ func TestAnswerVerified(t *testing.T) {
 	forged := setup(t, func(_ *wechatpaytest.Server, c *wechatpay.Config) {
 		c.PlatformKeys = map[string]*rsa.PublicKey{wechatpaytest.PlatformSerial: &wechatpaytest.MerchantKey().PublicKey}
 	})
-	forged.srv.Pay(paymentID, 100)
+	if _, err := forged.srv.Pay(paymentID, 100); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := forged.a.Query(t.Context(), paymentID); err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
 		t.Fatalf("query with an answer signed by an untrusted key: %+v, %v; want a transient error", got, err)
 	}

@@ -185,10 +185,14 @@ func validRefundNo(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || strings.IndexByte("_-|*@", c) >= 0) {
+		if !refundNoByte(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// refundNoByte reports whether out_refund_no may hold c: letters, digits and _-|*@.
+func refundNoByte(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || strings.IndexByte("_-|*@", c) >= 0
 }
