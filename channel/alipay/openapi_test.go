@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/alipay"
 	"github.com/orderlyhq/orderly/channel/alipay/alipaytest"
 )
@@ -170,5 +171,32 @@ func TestResponseSignature(t *testing.T) {
 	b2 := setup(t, func(c *alipay.Config) { c.PrivateKey = alipaytest.AlipayKey() })
 	if _, err := b2.a.Query(t.Context(), paymentID); err == nil {
 		t.Fatal("a request signed with another key was answered")
+	}
+}
+
+// The imitation's plays for simulations: a trade closed by Alipay reads failed, and money
+// that arrives after a close reads paid.
+func TestImitationPlays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.srv.CloseTrade(paymentID, 500); err != nil {
+		t.Fatal(err)
+	}
+	n := mustVerify(t, b, must(b.srv.PaymentNotification(paymentID)))
+	if n.Kind != channel.PaymentFailed || n.Amount != 500 {
+		t.Fatalf("closed by Alipay: %+v", n)
+	}
+	if got, err := b.a.Query(t.Context(), paymentID); err != nil || got.Status != orderly.GatewayFailed {
+		t.Fatalf("query of a closed trade: %+v, %v", got, err)
+	}
+	tr, err := b.srv.PayLate(paymentID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.a.Query(t.Context(), paymentID); err != nil || got.Status != orderly.GatewaySucceeded || got.ChannelTxnID != tr.TradeNo || got.Amount != 500 {
+		t.Fatalf("query after a late payment: %+v, %v", got, err)
+	}
+	if _, err := b.srv.PayLate(paymentID, 0); err == nil {
+		t.Fatal("a paid trade was paid again")
 	}
 }

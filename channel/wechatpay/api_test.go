@@ -183,3 +183,23 @@ func TestAnswerVerified(t *testing.T) {
 		t.Fatal("a request signed with another merchant key was answered")
 	}
 }
+
+// Money that arrives after a close (a simulation's late payment) reads paid.
+func TestImitationPayLate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, Amount: 300, Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.a.Cancel(t.Context(), paymentID); err != nil || got.Status != orderly.GatewayFailed {
+		t.Fatalf("cancel: %+v, %v", got, err)
+	}
+	o, err := b.srv.PayLate(paymentID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.a.Query(t.Context(), paymentID)
+	if err != nil || got.Status != orderly.GatewaySucceeded || got.ChannelTxnID != o.TransactionID || got.Amount != 300 {
+		t.Fatalf("query after a late payment: %+v, %v", got, err)
+	}
+}

@@ -142,6 +142,44 @@ func (s *Server) Pay(paymentID string, amount int64) (Trade, error) {
 	return *t, nil
 }
 
+// PayLate plays money that arrives although the trade was closed (the buyer paid in the
+// instant of the close, or a simulation plays a late payment): like Pay, from
+// WAIT_BUYER_PAY or TRADE_CLOSED. Errors: the trade is paid already.
+func (s *Server) PayLate(paymentID string, amount int64) (Trade, error) {
+	s.mu.Lock()
+	t, ok := s.trades[channel.OutTradeNo(paymentID)]
+	if ok && t.Status == alipay.TradeClosed && t.TradeNo == "" {
+		t.Status = alipay.TradeWaitBuyerPay
+	}
+	s.mu.Unlock()
+	return s.Pay(paymentID, amount)
+}
+
+// CloseTrade plays Alipay closing a trade nobody paid (its timeout_express passed):
+// WAIT_BUYER_PAY → TRADE_CLOSED; a trade never precreated is created closed for amount
+// fen. Errors: the trade is paid.
+func (s *Server) CloseTrade(paymentID string, amount int64) (Trade, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	no := channel.OutTradeNo(paymentID)
+	t, ok := s.trades[no]
+	if !ok {
+		t = &Trade{OutTradeNo: no, Status: alipay.TradeWaitBuyerPay, Total: amount, CreatedAt: s.Now(), Refunds: map[string]Refund{}}
+		s.trades[no] = t
+	}
+	switch t.Status {
+	case alipay.TradeWaitBuyerPay:
+		t.Status, t.ClosedAt = alipay.TradeClosed, s.Now()
+	case alipay.TradeClosed:
+		if t.TradeNo != "" {
+			return Trade{}, fmt.Errorf("alipaytest: trade %s was paid (and refunded)", no)
+		}
+	default:
+		return Trade{}, fmt.Errorf("alipaytest: trade %s is %s", no, t.Status)
+	}
+	return *t, nil
+}
+
 // Finish moves a paid trade to TRADE_FINISHED (its refund period ended). Errors: the
 // trade is not TRADE_SUCCESS or not TRADE_CLOSED after a refund.
 func (s *Server) Finish(paymentID string) error {
