@@ -174,3 +174,48 @@ func wantOrder(t *testing.T, e *enginetest.Env, id string, state orderly.State, 
 		t.Fatalf("order %s refunded %d, want %s %d", o.State, o.RefundedAmount, state, refunded)
 	}
 }
+
+// The imitation's Webhook (what `orderly simulate` asks a provider for) gives the same
+// notification for the same outcome, signed so that the adapter verifies it, and the
+// payment service applies it once; a failed outcome closes the trade and fails the attempt.
+func TestEngineWebhookPlays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e, o, p := engineWith(t, b)
+	_, failedP := startPayment(t, e, b)
+	ctx := context.Background()
+	path, body, _, err := b.srv.Webhook(p.ID, orderly.CallbackSucceeded)
+	if err != nil || path != "/v1/channels/alipay/webhook" {
+		t.Fatalf("webhook: %s, %v", path, err)
+	}
+	_, again, _, err := b.srv.Webhook(p.ID, orderly.CallbackSucceeded)
+	if err != nil || string(again) != string(body) {
+		t.Fatalf("second webhook of the same outcome differs (%v)", err)
+	}
+	for i, want := range []bool{true, false} {
+		n, err := b.a.Verify(nil, body, clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Payments.HandleCallback(ctx, callbackOf(t, e, n))
+		if err != nil || res.Applied != want {
+			t.Fatalf("delivery %d: %+v, %v; want applied %v", i, res, err, want)
+		}
+	}
+	wantOrder(t, e, o.ID, orderly.StatePaid, 0)
+
+	_, body, _, err = b.srv.Webhook(failedP.ID, orderly.CallbackFailed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.a.Verify(nil, body, clock)
+	if err != nil || n.Kind != channel.PaymentFailed {
+		t.Fatalf("failed outcome: %+v, %v", n, err)
+	}
+	if res, err := e.Payments.HandleCallback(ctx, callbackOf(t, e, n)); err != nil || !res.Applied {
+		t.Fatalf("failed outcome: %+v, %v", res, err)
+	}
+	if got, _ := e.Payments.Payment(ctx, failedP.ID); got.State != orderly.PaymentFailed {
+		t.Fatalf("attempt after TRADE_CLOSED: %s", got.State)
+	}
+}

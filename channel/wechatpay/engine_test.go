@@ -2,6 +2,7 @@ package wechatpay_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,5 +130,44 @@ func TestEngineInspection(t *testing.T) {
 	}
 	if wo, _ := b.srv.Order(pp.ID); wo.State != "CLOSED" {
 		t.Fatalf("WeChat order of the closed order: %s, want CLOSED", wo.State)
+	}
+}
+
+// The imitation's Webhook (what `orderly simulate` asks a provider for) gives the same
+// signed notification for the same outcome, applied once; a failed outcome is not
+// notified (WeChat Pay notifies successes only) and reads failed on query.
+func TestEngineWebhookPlays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := engineWith(t, b)
+	o, p := startPayment(t, e, b)
+	_, failedP := startPayment(t, e, b)
+	ctx := context.Background()
+	path, body, h, err := b.srv.Webhook(p.ID, orderly.CallbackSucceeded)
+	if err != nil || path != "/v1/channels/wechat/webhook" {
+		t.Fatalf("webhook: %s, %v", path, err)
+	}
+	_, again, h2, err := b.srv.Webhook(p.ID, orderly.CallbackSucceeded)
+	if err != nil || string(again) != string(body) || h2.Get("Wechatpay-Signature") != h.Get("Wechatpay-Signature") {
+		t.Fatalf("second webhook of the same outcome differs (%v)", err)
+	}
+	for i, want := range []bool{true, false} {
+		n, err := b.a.Verify(h, body, clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Payments.HandleCallback(ctx, callbackOf(t, e, n))
+		if err != nil || res.Applied != want {
+			t.Fatalf("delivery %d: %+v, %v; want applied %v", i, res, err, want)
+		}
+	}
+	if got := e.OrderOf(t, o.ID); got.State != orderly.StatePaid {
+		t.Fatalf("order %s, want paid", got.State)
+	}
+	if _, _, _, err := b.srv.Webhook(failedP.ID, orderly.CallbackFailed); !errors.Is(err, wechatpaytest.ErrNotNotified) {
+		t.Fatalf("failed outcome: %v; want ErrNotNotified", err)
+	}
+	if got, err := b.a.Query(ctx, failedP.ID); err != nil || got.Status != orderly.GatewayFailed {
+		t.Fatalf("query after a failed payment: %+v, %v", got, err)
 	}
 }

@@ -59,7 +59,8 @@ type Server struct {
 	trades      map[string]*Trade // by out_trade_no
 	calls       []Call
 	seq         int64
-	unavailable map[string]int // method → answers of 20000 still to give
+	unavailable map[string]int    // method → answers of 20000 still to give
+	webhooks    map[string][]byte // "<payment id>/<status>" → the notification (Webhook)
 	// Now is the imitation's clock (notification times, trade times); default time.Now.
 	Now func() time.Time
 }

@@ -70,7 +70,8 @@ type Server struct {
 	orders      map[string]*Order // by out_trade_no
 	calls       []Call
 	seq         int64
-	unavailable map[string]int // call → 500 SYSTEM_ERROR answers still to give
+	unavailable map[string]int     // call → 500 SYSTEM_ERROR answers still to give
+	webhooks    map[string]webhook // "<payment id>/<status>" → the notification (Webhook)
 }
 
 // NewServer starts an imitation WeChat Pay on a local port. Close it when done.
@@ -166,11 +167,11 @@ func (s *Server) Pay(paymentID string, payerTotal int64) (Order, error) {
 }
 
 // PayLate plays money that arrives although the order was closed (the buyer paid in the
-// instant of the close, or a simulation plays a late payment): like Pay, from NOTPAY or
-// CLOSED. Errors: the order is paid already.
+// instant of the close, or a simulation plays a late payment): like Pay, from NOTPAY,
+// CLOSED or PAYERROR. Errors: the order is paid already.
 func (s *Server) PayLate(paymentID string, payerTotal int64) (Order, error) {
 	s.mu.Lock()
-	if o, ok := s.orders[channel.OutTradeNo(paymentID)]; ok && o.State == "CLOSED" {
+	if o, ok := s.orders[channel.OutTradeNo(paymentID)]; ok && (o.State == "CLOSED" || o.State == "PAYERROR") {
 		o.State = "NOTPAY"
 	}
 	s.mu.Unlock()
