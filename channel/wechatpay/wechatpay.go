@@ -11,7 +11,7 @@
 // ChannelTxnID, the notification id its EventID, and a refund's out_refund_no orderly's
 // refund idempotency key (OutRefundNo). Amounts are integers in minor units already (fen
 // for CNY). Sources: WeChat Pay API v3 documentation, "签名生成", "签名验证", "证书和回调报文
-// 解密", "微信支付公钥", and the wechatpay-go SDK (core/auth/verifiers, core/notify).
+// 解密", "微信支付公钥", and the verifier and notify handler of the wechatpay-go SDK.
 package wechatpay
 
 import (
