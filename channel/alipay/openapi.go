@@ -2,6 +2,7 @@ package alipay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -263,20 +264,21 @@ func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.Gatewa
 	return &orderly.GatewayPayment{Status: orderly.GatewayFailed}, nil
 }
 
-// Refund implements orderly.Gateway with alipay.trade.refund: out_trade_no of r.PaymentID,
+// Refund implements orderly.Gateway (r.Currency empty means Config.Currency) with alipay.trade.refund: out_trade_no of r.PaymentID,
 // refund_amount r.Amount in yuan, out_request_no r.IdempotencyKey (at most 64 characters).
 // Alipay refunds once per out_request_no: asked again it answers success with fund_change
 // "N" and moves no money. Errors: *orderly.Error EINVALID for another currency than
 // Config.Currency or a business refusal (amount beyond what is refundable, trade not
 // refundable: retrying will not help); ACQ.SYSTEM_ERROR and transport errors are transient.
 func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
-	if r.Currency != a.cfg.Currency {
+	currency := cmp.Or(r.Currency, a.cfg.Currency) // the engine's refunds may leave it to the channel
+	if currency != a.cfg.Currency {
 		return orderly.Errorf(orderly.EINVALID, "alipay: refund in %s, channel takes %s", r.Currency, a.cfg.Currency)
 	}
 	if len(r.IdempotencyKey) > 64 {
 		return orderly.Errorf(orderly.EINVALID, "alipay: out_request_no %q is longer than 64 characters", r.IdempotencyKey)
 	}
-	amount, err := channel.FormatDecimal(r.Amount, r.Currency)
+	amount, err := channel.FormatDecimal(r.Amount, currency)
 	if err != nil {
 		return err
 	}

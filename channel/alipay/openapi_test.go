@@ -153,6 +153,15 @@ func TestRefund(t *testing.T) {
 	if err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r9", PaymentID: paymentID, Amount: 1, Currency: "JPY"}); orderly.ErrorCode(err) != orderly.EINVALID {
 		t.Fatalf("refund in JPY: %v", err)
 	}
+	// A refund that names no currency is in the channel's.
+	b2 := setup(t)
+	b2.paid(t, 100)
+	if err := b2.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r1", PaymentID: paymentID, Amount: 40}); err != nil {
+		t.Fatalf("refund without currency: %v", err)
+	}
+	if tr, _ := b2.srv.Trade(paymentID); tr.Refunded != 40 {
+		t.Fatalf("refunded %d after a refund of 40 without currency", tr.Refunded)
+	}
 }
 
 // A response signed with another key than the Alipay public key the adapter trusts is

@@ -2,6 +2,7 @@ package wechatpay
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -232,7 +233,7 @@ func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.Gatewa
 	return &orderly.GatewayPayment{Status: orderly.GatewayFailed}, nil
 }
 
-// Refund implements orderly.Gateway with POST /v3/refund/domestic/refunds: out_trade_no of
+// Refund implements orderly.Gateway (r.Currency empty means Config.Currency) with POST /v3/refund/domestic/refunds: out_trade_no of
 // r.PaymentID, out_refund_no OutRefundNo(r.IdempotencyKey), amount {refund: r.Amount,
 // total, currency}. The order's total, which the API requires, is read first with a query.
 // WeChat Pay refunds once per out_refund_no: asked again it answers the same refund and
@@ -240,7 +241,8 @@ func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.Gatewa
 // *orderly.Error EINVALID for another currency than Config.Currency, an order that is not
 // paid, or a 4xx refusal (NOT_ENOUGH, amount beyond the rest, …); others are transient.
 func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
-	if r.Currency != a.cfg.Currency {
+	currency := cmp.Or(r.Currency, a.cfg.Currency) // the engine's refunds may leave it to the channel
+	if currency != a.cfg.Currency {
 		return orderly.Errorf(orderly.EINVALID, "wechatpay: refund in %s, channel takes %s", r.Currency, a.cfg.Currency)
 	}
 	t, err := a.query(ctx, r.PaymentID)
@@ -253,7 +255,7 @@ func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	in := map[string]any{
 		"out_trade_no":  channel.OutTradeNo(r.PaymentID),
 		"out_refund_no": OutRefundNo(r.IdempotencyKey),
-		"amount":        map[string]any{"refund": r.Amount, "total": *t.Amount.Total, "currency": r.Currency},
+		"amount":        map[string]any{"refund": r.Amount, "total": *t.Amount.Total, "currency": currency},
 	}
 	if a.cfg.NotifyURL != "" {
 		in["notify_url"] = a.cfg.NotifyURL

@@ -158,6 +158,15 @@ func TestRefund(t *testing.T) {
 	if err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r5", PaymentID: paymentID, Amount: 1, Currency: "USD"}); orderly.ErrorCode(err) != orderly.EINVALID {
 		t.Fatalf("refund in USD: %v", err)
 	}
+	// A refund that names no currency is in the channel's.
+	b2 := setup(t)
+	b2.paid(t, 100, 0)
+	if err := b2.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r1", PaymentID: paymentID, Amount: 40}); err != nil {
+		t.Fatalf("refund without currency: %v", err)
+	}
+	if o, _ := b2.srv.Order(paymentID); o.Refunded != 40 {
+		t.Fatalf("refunded %d after a refund of 40 without currency", o.Refunded)
+	}
 }
 
 // Answers are believed only when signed by a trusted key within the window.
