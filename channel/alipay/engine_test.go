@@ -219,3 +219,33 @@ func TestEngineWebhookPlays(t *testing.T) {
 		t.Fatalf("attempt after TRADE_CLOSED: %s", got.State)
 	}
 }
+
+// Webhook asked in parallel for one outcome plays it once and gives every caller the same
+// notification (simulate sends 5 identical callbacks at once).
+func TestWebhookParallel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const id = "019a7f3c-5e2b-7c11-9d3e-000000000001"
+	if err := b.a.Create(t.Context(), &orderly.Payment{ID: id, Amount: 100, Currency: "CNY"}); err != nil {
+		t.Fatal(err)
+	}
+	bodies := make([][]byte, 5)
+	var wg sync.WaitGroup
+	for i := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, body, _, err := b.srv.Webhook(id, orderly.CallbackSucceeded)
+			if err != nil {
+				t.Error(err)
+			}
+			bodies[i] = body
+		}()
+	}
+	wg.Wait()
+	for i := range bodies {
+		if string(bodies[i]) != string(bodies[0]) || len(bodies[i]) == 0 {
+			t.Fatalf("caller %d got another notification", i)
+		}
+	}
+}

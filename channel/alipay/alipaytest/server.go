@@ -60,6 +60,7 @@ type Server struct {
 	calls       []Call
 	seq         int64
 	unavailable map[string]int    // method → answers of 20000 still to give
+	webhookMu   sync.Mutex        // held by Webhook while it plays an outcome
 	webhooks    map[string][]byte // "<payment id>/<status>" → the notification (Webhook)
 	// Now is the imitation's clock (notification times, trade times); default time.Now.
 	Now func() time.Time

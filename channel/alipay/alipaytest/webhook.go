@@ -20,6 +20,8 @@ const WebhookPath = "/v1/channels/alipay/webhook"
 // verifies as well.
 func (s *Server) Webhook(paymentID, status string) (path string, body []byte, header http.Header, err error) {
 	key := paymentID + "/" + status
+	s.webhookMu.Lock() // one outcome is played once, also when asked in parallel
+	defer s.webhookMu.Unlock()
 	s.mu.Lock()
 	if s.webhooks == nil {
 		s.webhooks = map[string][]byte{}

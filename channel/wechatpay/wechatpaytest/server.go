@@ -71,6 +71,7 @@ type Server struct {
 	calls       []Call
 	seq         int64
 	unavailable map[string]int     // call → 500 SYSTEM_ERROR answers still to give
+	webhookMu   sync.Mutex         // held by Webhook while it plays an outcome
 	webhooks    map[string]webhook // "<payment id>/<status>" → the notification (Webhook)
 }
 

@@ -32,6 +32,8 @@ type webhook struct {
 // notifies only successes.
 func (s *Server) Webhook(paymentID, status string) (path string, body []byte, header http.Header, err error) {
 	key := paymentID + "/" + status
+	s.webhookMu.Lock() // one outcome is played once, also when asked in parallel
+	defer s.webhookMu.Unlock()
 	s.mu.Lock()
 	if s.webhooks == nil {
 		s.webhooks = map[string]webhook{}
