@@ -1,0 +1,398 @@
+package wechatpaytest
+
+import (
+	"crypto"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/wechatpay"
+)
+
+// Order is the imitation's state of one order. Amounts are in minor units of Currency.
+type Order struct {
+	OutTradeNo    string
+	TransactionID string // set when paid
+	// State is NOTPAY, SUCCESS, REFUND (paid, then refunded) or CLOSED.
+	State       string
+	Total       int64
+	PayerTotal  int64 // what the buyer paid: less than Total after a discount WeChat Pay funded
+	Currency    string
+	NotifyURL   string
+	CodeURL     string
+	SuccessTime time.Time
+	Refunded    int64
+	// Refunds maps an out_refund_no to the refund it made.
+	Refunds map[string]Refund
+}
+
+// Refund is one refund the imitation made.
+type Refund struct {
+	OutRefundNo string
+	RefundID    string
+	Amount      int64
+	At          time.Time
+}
+
+// Call is one API call the imitation received and authenticated.
+type Call struct {
+	Method     string // "native", "query", "close" or "refund"
+	OutTradeNo string
+	// Replay is true for a refund whose out_refund_no an earlier refund used (no money moved).
+	Replay bool
+}
+
+// Server is the imitation WeChat Pay. Its zero value is not usable: call NewServer.
+type Server struct {
+	// URL is the API host (the adapter's Config.BaseURL).
+	URL string
+	// UsePublicKey makes the imitation sign with its WeChat Pay public key (serial
+	// PublicKeyID) instead of its platform certificate; set it before use.
+	UsePublicKey bool
+	// Now is the imitation's clock (signatures, times); default time.Now. Set it before use.
+	Now func() time.Time
+
+	srv         *httptest.Server
+	merchant    *rsa.PublicKey
+	platformKey *rsa.PrivateKey
+	pubKey      *rsa.PrivateKey
+	mu          sync.Mutex
+	orders      map[string]*Order // by out_trade_no
+	calls       []Call
+	seq         int64
+	unavailable map[string]int     // call → 500 SYSTEM_ERROR answers still to give
+	webhookMu   sync.Mutex         // held by Webhook while it plays an outcome
+	webhooks    map[string]webhook // "<payment id>/<status>" → the notification (Webhook)
+}
+
+// NewServer starts an imitation WeChat Pay on a local port. Close it when done.
+func NewServer() *Server {
+	if certSerial() != PlatformSerial {
+		panic("wechatpaytest: committed certificate does not have serial " + PlatformSerial)
+	}
+	s := &Server{
+		Now: time.Now, merchant: &MerchantKey().PublicKey, platformKey: PlatformKey(), pubKey: PublicKeyKey(),
+		orders: map[string]*Order{}, unavailable: map[string]int{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v3/pay/transactions/native", s.auth("native", s.native))
+	mux.HandleFunc("GET /v3/pay/transactions/out-trade-no/{no}", s.auth("query", s.query))
+	mux.HandleFunc("POST /v3/pay/transactions/out-trade-no/{no}/close", s.auth("close", s.closeOrder))
+	mux.HandleFunc("POST /v3/refund/domestic/refunds", s.auth("refund", s.refund))
+	s.srv = httptest.NewServer(mux)
+	s.URL = s.srv.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// Config returns an adapter configuration for this imitation: its ids, the test keys,
+// both its platform certificate and its public key, its URL and clock; the caller may set
+// NotifyURL and the rest.
+func (s *Server) Config() wechatpay.Config {
+	serial, key, err := wechatpay.PlatformCertificate(platformCertPEM)
+	if err != nil {
+		panic(err)
+	}
+	return wechatpay.Config{
+		MchID: MchID, AppID: AppID, MerchantKey: MerchantKey(), MerchantSerial: MerchantSerial, APIv3Key: APIv3Key,
+		PlatformKeys: map[string]*rsa.PublicKey{serial: key, PublicKeyID: &s.pubKey.PublicKey},
+		BaseURL:      s.URL, HTTPClient: s.srv.Client(), Now: func() time.Time { return s.Now() },
+	}
+}
+
+// Order returns a copy of a payment's order and whether it exists.
+func (s *Server) Order(paymentID string) (Order, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[channel.OutTradeNo(paymentID)]
+	if !ok {
+		return Order{}, false
+	}
+	c := *o
+	c.Refunds = make(map[string]Refund, len(o.Refunds))
+	for k, v := range o.Refunds {
+		c.Refunds[k] = v
+	}
+	return c, true
+}
+
+// Calls returns the authenticated API calls received so far, in order.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// FailNext makes the next n calls of kind call ("native", "query", "close", "refund")
+// answer 500 SYSTEM_ERROR, signed.
+func (s *Server) FailNext(call string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unavailable[call] = n
+}
+
+// Pay plays the buyer paying a payment's order: NOTPAY → SUCCESS with a new
+// transaction_id; payerTotal is what the buyer paid (less than the total after a discount
+// WeChat Pay funded; 0 means the total). A payment never ordered is created paid for
+// payerTotal in CNY. Errors: the order is not NOTPAY.
+func (s *Server) Pay(paymentID string, payerTotal int64) (Order, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	no := channel.OutTradeNo(paymentID)
+	o, ok := s.orders[no]
+	if !ok {
+		o = &Order{OutTradeNo: no, State: "NOTPAY", Total: payerTotal, Currency: "CNY", Refunds: map[string]Refund{}}
+		s.orders[no] = o
+	}
+	if o.State != "NOTPAY" {
+		return Order{}, fmt.Errorf("wechatpaytest: order %s is %s, not NOTPAY", no, o.State)
+	}
+	if payerTotal == 0 {
+		payerTotal = o.Total
+	}
+	s.seq++
+	o.State, o.TransactionID, o.PayerTotal, o.SuccessTime = "SUCCESS", fmt.Sprintf("42000012%012d", s.seq), payerTotal, s.Now()
+	return *o, nil
+}
+
+// PayLate plays money that arrives although the order was closed (the buyer paid in the
+// instant of the close, or a simulation plays a late payment): like Pay, from NOTPAY,
+// CLOSED or PAYERROR. Errors: the order is paid already.
+func (s *Server) PayLate(paymentID string, payerTotal int64) (Order, error) {
+	s.mu.Lock()
+	if o, ok := s.orders[channel.OutTradeNo(paymentID)]; ok && (o.State == "CLOSED" || o.State == "PAYERROR") {
+		o.State = "NOTPAY"
+	}
+	s.mu.Unlock()
+	return s.Pay(paymentID, payerTotal)
+}
+
+// auth checks a request's Authorization (WECHATPAY2-SHA256-RSA2048, the merchant's id and
+// certificate serial, a 5-minute window, the signature over
+// "METHOD\nURL\ntimestamp\nnonce\nbody\n" with the merchant key) before calling next with
+// the body; failures answer 401 SIGN_ERROR. Answers are signed by reply.
+func (s *Server) auth(call string, next func(w http.ResponseWriter, r *http.Request, body []byte) (int, any)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			s.reply(w, 400, apiErr("PARAM_ERROR", err.Error()))
+			return
+		}
+		if msg := s.checkAuth(r, body); msg != "" {
+			s.reply(w, 401, apiErr("SIGN_ERROR", msg))
+			return
+		}
+		s.mu.Lock()
+		if s.unavailable[call] > 0 {
+			s.unavailable[call]--
+			s.mu.Unlock()
+			s.reply(w, 500, apiErr("SYSTEM_ERROR", "系统错误"))
+			return
+		}
+		s.mu.Unlock()
+		status, out := next(w, r, body)
+		s.reply(w, status, out)
+	}
+}
+
+func (s *Server) checkAuth(r *http.Request, body []byte) string {
+	scheme, params, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || scheme != "WECHATPAY2-SHA256-RSA2048" {
+		return "Authorization scheme is not WECHATPAY2-SHA256-RSA2048"
+	}
+	f := map[string]string{}
+	for _, kv := range strings.Split(params, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		f[k] = strings.Trim(v, `"`)
+	}
+	if f["mchid"] != MchID || f["serial_no"] != MerchantSerial {
+		return "mchid or serial_no is not the merchant's"
+	}
+	ts, err := strconv.ParseInt(f["timestamp"], 10, 64)
+	if err != nil || s.Now().Unix()-ts >= 300 || ts-s.Now().Unix() >= 300 {
+		return "timestamp outside the window"
+	}
+	sig, err := base64.StdEncoding.DecodeString(f["signature"])
+	if err != nil {
+		return "signature is not base64"
+	}
+	text := r.Method + "\n" + r.URL.RequestURI() + "\n" + f["timestamp"] + "\n" + f["nonce_str"] + "\n" + string(body) + "\n"
+	h := sha256.Sum256([]byte(text))
+	if rsa.VerifyPKCS1v15(s.merchant, crypto.SHA256, h[:], sig) != nil {
+		return "signature does not verify"
+	}
+	return ""
+}
+
+func apiErr(code, msg string) map[string]string {
+	return map[string]string{"code": code, "message": msg}
+}
+
+// reply writes a signed answer (no body for 204).
+func (s *Server) reply(w http.ResponseWriter, status int, out any) {
+	var body []byte
+	if status != http.StatusNoContent && out != nil {
+		body, _ = json.Marshal(out)
+	}
+	for k, v := range s.Sign(body, s.Now()) {
+		w.Header()[k] = v
+	}
+	if body != nil {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (s *Server) record(c Call) { s.calls = append(s.calls, c) }
+
+func (s *Server) native(_ http.ResponseWriter, _ *http.Request, body []byte) (int, any) {
+	var in struct {
+		AppID, MchID, Description string
+		OutTradeNo                string `json:"out_trade_no"`
+		NotifyURL                 string `json:"notify_url"`
+		Amount                    struct {
+			Total    int64
+			Currency string
+		}
+	}
+	if err := json.Unmarshal(body, &in); err != nil || in.AppID != AppID || in.MchID != MchID || in.OutTradeNo == "" ||
+		len(in.OutTradeNo) > 32 || in.NotifyURL == "" || in.Amount.Total <= 0 {
+		return 400, apiErr("PARAM_ERROR", "参数错误")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record(Call{Method: "native", OutTradeNo: in.OutTradeNo})
+	o, ok := s.orders[in.OutTradeNo]
+	if !ok {
+		s.seq++
+		o = &Order{OutTradeNo: in.OutTradeNo, State: "NOTPAY", Total: in.Amount.Total, Currency: cmpOr(in.Amount.Currency, "CNY"),
+			NotifyURL: in.NotifyURL, CodeURL: fmt.Sprintf("weixin://wxpay/bizpayurl?pr=test%06d", s.seq), Refunds: map[string]Refund{}}
+		s.orders[o.OutTradeNo] = o
+	}
+	switch o.State {
+	case "SUCCESS", "REFUND":
+		return 400, apiErr(wechatpay.CodeOrderPaid, "该订单已支付")
+	case "CLOSED":
+		return 400, apiErr(wechatpay.CodeOrderClosed, "订单已关闭")
+	}
+	return 200, map[string]string{"code_url": o.CodeURL}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// transactionJSON is an order as the query and TRANSACTION notifications show it; s.mu
+// is held.
+func (s *Server) transactionJSON(o *Order) map[string]any {
+	t := map[string]any{
+		"appid": AppID, "mchid": MchID, "out_trade_no": o.OutTradeNo, "trade_state": o.State,
+		"trade_type": "NATIVE", "trade_state_desc": o.State,
+		"amount": map[string]any{"total": o.Total, "currency": o.Currency},
+	}
+	if o.TransactionID != "" {
+		t["transaction_id"] = o.TransactionID
+		t["success_time"] = o.SuccessTime.Format(time.RFC3339)
+		t["amount"] = map[string]any{"total": o.Total, "payer_total": o.PayerTotal, "currency": o.Currency, "payer_currency": o.Currency}
+		t["payer"] = map[string]string{"openid": "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}
+		t["bank_type"] = "OTHERS"
+	}
+	return t
+}
+
+func (s *Server) query(_ http.ResponseWriter, r *http.Request, _ []byte) (int, any) {
+	if r.URL.Query().Get("mchid") != MchID {
+		return 400, apiErr("PARAM_ERROR", "mchid")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record(Call{Method: "query", OutTradeNo: r.PathValue("no")})
+	o, ok := s.orders[r.PathValue("no")]
+	if !ok {
+		return 404, apiErr(wechatpay.CodeOrderNotExist, "订单不存在")
+	}
+	return 200, s.transactionJSON(o)
+}
+
+func (s *Server) closeOrder(_ http.ResponseWriter, r *http.Request, body []byte) (int, any) {
+	var in struct{ MchID string }
+	if err := json.Unmarshal(body, &in); err != nil || in.MchID != MchID {
+		return 400, apiErr("PARAM_ERROR", "mchid")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record(Call{Method: "close", OutTradeNo: r.PathValue("no")})
+	o, ok := s.orders[r.PathValue("no")]
+	switch {
+	case !ok:
+		return 404, apiErr(wechatpay.CodeOrderNotExist, "订单不存在")
+	case o.State == "SUCCESS" || o.State == "REFUND":
+		return 400, apiErr(wechatpay.CodeOrderPaid, "该订单已支付")
+	}
+	o.State = "CLOSED"
+	return 204, nil
+}
+
+func (s *Server) refund(_ http.ResponseWriter, _ *http.Request, body []byte) (int, any) {
+	var in struct {
+		OutTradeNo  string `json:"out_trade_no"`
+		OutRefundNo string `json:"out_refund_no"`
+		Amount      struct {
+			Refund, Total int64
+			Currency      string
+		}
+	}
+	if err := json.Unmarshal(body, &in); err != nil || in.OutTradeNo == "" || in.OutRefundNo == "" || in.Amount.Refund <= 0 {
+		return 400, apiErr("PARAM_ERROR", "参数错误")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	call := Call{Method: "refund", OutTradeNo: in.OutTradeNo}
+	defer func() { s.record(call) }()
+	o, ok := s.orders[in.OutTradeNo]
+	if !ok {
+		return 404, apiErr("RESOURCE_NOT_EXISTS", "订单不存在")
+	}
+	answer := func(r Refund) map[string]any {
+		return map[string]any{"refund_id": r.RefundID, "out_refund_no": r.OutRefundNo, "transaction_id": o.TransactionID,
+			"out_trade_no": o.OutTradeNo, "status": "PROCESSING", "channel": "ORIGINAL",
+			"amount": map[string]any{"refund": r.Amount, "total": o.Total, "currency": o.Currency}}
+	}
+	if prev, ok := o.Refunds[in.OutRefundNo]; ok {
+		call.Replay = true
+		if prev.Amount != in.Amount.Refund {
+			return 400, apiErr("INVALID_REQUEST", "同一退款单号退款金额不一致")
+		}
+		return 200, answer(prev)
+	}
+	switch {
+	case o.State != "SUCCESS" && o.State != "REFUND":
+		return 400, apiErr("INVALID_REQUEST", "订单未支付")
+	case in.Amount.Total != o.Total || in.Amount.Currency != o.Currency:
+		return 400, apiErr("PARAM_ERROR", "订单金额或币种与下单时不一致")
+	case o.Refunded+in.Amount.Refund > o.Total:
+		return 400, apiErr("NOT_ENOUGH", "退款金额超过可退金额")
+	}
+	s.seq++
+	r := Refund{OutRefundNo: in.OutRefundNo, RefundID: fmt.Sprintf("50000000%012d", s.seq), Amount: in.Amount.Refund, At: s.Now()}
+	o.Refunds[in.OutRefundNo] = r
+	o.Refunded += r.Amount
+	o.State = "REFUND"
+	return 200, answer(r)
+}
