@@ -236,23 +236,36 @@ func leaveRefusal(g *orderly.Group, now time.Time) error {
 	return nil
 }
 
-// refuseUnlocked answers refusal (joinRefusal or leaveRefusal) for group id from a plain
-// read of the group and the database clock, before the caller waits for the group's row:
-// a join or leave that the group can no longer take (the most frequent answer when many
-// groups are failing at once) does not queue behind the transactions that hold the group,
-// such as its failure. Both refusals are final, so a plain read that says so is the
-// answer; when it does not, the caller checks again with the row locked. ENOTFOUND when
-// there is no such group.
-func refuseUnlocked(ctx context.Context, tx store.Tx, id string, refusal func(*orderly.Group, time.Time) error) error {
-	g, err := tx.GroupGet(ctx, id)
-	if err != nil {
-		return err
-	}
-	now, err := tx.Now(ctx)
-	if err != nil {
-		return err
-	}
-	return refusal(g, now)
+// refuseUnlocked answers refusal (joinRefusal or leaveRefusal) for group id from a
+// read-only transaction (the group and the database clock), before the caller's write
+// transaction waits for the group's row: a join or leave that the group can no longer take
+// (the most frequent answer when many groups are failing at once) neither queues behind
+// the transactions that hold the group, such as its failure, nor takes the writer (SQLite).
+// Both refusals are final, so a read that says so is the answer; when it does not, the
+// caller checks again with the row locked. A replay of a request that was applied (its
+// idempotency key, when not empty, names an order of userID) is not refused here: it is
+// answered with its order whatever the group's state now. ENOTFOUND when there is no such
+// group.
+func (s *Service) refuseUnlocked(ctx context.Context, id, userID, key string, refusal func(*orderly.Group, time.Time) error) error {
+	return s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		if key != "" {
+			_, _, err := tx.OrderGetByIdempotencyKey(ctx, userID, key)
+			if err == nil {
+				return nil
+			} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+				return err
+			}
+		}
+		g, err := tx.GroupGet(ctx, id)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		return refusal(g, now)
+	})
 }
 
 // JoinGroup implements orderly.GroupService. The group row is locked first: joins of one
@@ -270,23 +283,10 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 	if !order.ValidID(p.GroupID) {
 		return nil, nil, false, orderly.Errorf(orderly.ENOTFOUND, "group %q not found", p.GroupID)
 	}
+	if err := s.refuseUnlocked(ctx, p.GroupID, p.UserID, p.IdempotencyKey, joinRefusal); err != nil {
+		return nil, nil, false, err
+	}
 	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, *orderly.Group, bool, error) {
-		// A replay of a join that took its seat is answered with its order whatever the
-		// group's state now; any other join of a group that takes no more members is
-		// refused without waiting for the group's row.
-		replay := false
-		if p.IdempotencyKey != "" {
-			_, _, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
-			if err != nil && orderly.ErrorCode(err) != orderly.ENOTFOUND {
-				return nil, nil, false, err
-			}
-			replay = err == nil
-		}
-		if !replay {
-			if err := refuseUnlocked(ctx, tx, p.GroupID, joinRefusal); err != nil {
-				return nil, nil, false, err
-			}
-		}
 		g, err := tx.GroupLock(ctx, p.GroupID)
 		if err != nil {
 			return nil, nil, false, err
@@ -376,13 +376,13 @@ const leaveRounds = 3
 // released, the attempt in flight cancelled at the gateway first), which frees the seat.
 func (s *Service) LeaveGroup(ctx context.Context, groupID, userID, actor, traceID string) (*orderly.Group, error) {
 	actor = cmp.Or(actor, "buyer")
+	if err := s.refuseUnlocked(ctx, groupID, userID, "", leaveRefusal); err != nil {
+		return nil, fmt.Errorf("leave group %s: %w", groupID, err)
+	}
 	for round := 1; ; round++ {
 		var unpaid string
 		err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 			unpaid = ""
-			if err := refuseUnlocked(ctx, tx, groupID, leaveRefusal); err != nil {
-				return err
-			}
 			g, err := tx.GroupLock(ctx, groupID)
 			if err != nil {
 				return err
