@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -222,46 +220,9 @@ func TestGroupFailuresInSKUOrder(t *testing.T) {
 	})
 }
 
-// TestGroupFailureBatches: more groups due at once than one transaction fails
-// (groupbuy.MaxBatch) are all failed in one pass of the closer, in batches.
-func TestGroupFailureBatches(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	log := &callLog{}
-	e := enginetest.New(t, enginetest.Options{GracePeriod: grace,
-		WrapStore: func(s store.Store) store.Store { log.Store = s; return log }})
-	e.SetStock(t, sku, initial)
-	d, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",
-		MinMembers: 2, MaxMembers: 2, GroupTimeLimitSeconds: limit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := groupbuy.MaxBatch + 3
-	for i := range n {
-		open(t, e, d, "u"+string(rune('A'+i)))
-	}
-	e.Clock.Advance(limit * time.Second)
-	log.reset()
-	if res := closeDue(t, e); res.Fired != n {
-		t.Fatalf("closer: %+v, want %d groups failed in one pass", res, n)
-	}
-	var claims []string
-	for _, c := range log.get() {
-		if l, ok := strings.CutPrefix(c, "GroupsDue:"); ok {
-			claims = append(claims, l)
-		}
-	}
-	if !slices.Equal(claims, []string{"32", "32"}) {
-		t.Errorf("claims with limits %v, want [32 32] (a full batch, then a short one)", claims)
-	}
-	if st := e.StockOf(t, sku); st.Held != 0 || st.Available != initial {
-		t.Errorf("stock %+v, want all %d back", st, initial)
-	}
-}
-
 // callLog is a store whose write transactions record some of their calls, in order:
 // GroupMemberInsert, GroupMembers, StockReserve, "ReservationsReleaseMany:<id>" for each
-// order released and "GroupsDue:<limit>".
+// order released.
 type callLog struct {
 	store.Store
 	group string // the group the test works on (set by the test)
@@ -316,9 +277,4 @@ func (t *callLogTx) ReservationsReleaseMany(ctx context.Context, ids []string, n
 		t.l.add("ReservationsReleaseMany:" + id)
 	}
 	return t.Tx.ReservationsReleaseMany(ctx, ids, now)
-}
-
-func (t *callLogTx) GroupsDue(ctx context.Context, now time.Time, limit int) ([]*store.DueGroup, error) {
-	t.l.add("GroupsDue:" + strconv.Itoa(limit))
-	return t.Tx.GroupsDue(ctx, now, limit)
 }

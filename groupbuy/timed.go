@@ -46,18 +46,6 @@ func (d *Deadlines) NextWakeAt(ctx context.Context, tx store.Tx) (time.Time, boo
 	return tx.GroupNextWakeAt(ctx)
 }
 
-// MaxBatch is the most groups that one transaction of the close path fails
-// (timeout.TimedBatcher). A failure moves every member order of the group and restocks the
-// deal's SKU, and the transaction holds the groups, their member orders and the SKUs' stock
-// rows until it commits; joins, payments and creates of those deals wait on them. With the
-// closer's order batch (1000) instead, the failure of hundreds of groups due together held
-// every deal's stock row for seconds (simulate --flow group_buy on PostgreSQL: seat requests
-// answered in 5 s at p50, most groups expired before their members joined).
-const MaxBatch = 32
-
-// MaxBatch implements timeout.TimedBatcher.
-func (d *Deadlines) MaxBatch() int { return MaxBatch }
-
 // OverdueCount implements timeout.Timed.
 func (d *Deadlines) OverdueCount(ctx context.Context, tx store.Tx, before time.Time) (int64, error) {
 	return tx.GroupsOverdueCount(ctx, before)

@@ -77,15 +77,6 @@ type Timed interface {
 	OverdueCount(ctx context.Context, tx store.Tx, before time.Time) (int64, error)
 }
 
-// TimedBatcher is implemented by a Timed kind whose entities cost much more to fire than
-// an order to close (a group's failure moves every member order, and restocks): the closer
-// gives FireDue at most MaxBatch (when > 0 and below Config.BatchSize) per transaction, so
-// that one transaction never holds hundreds of them, and the rows they share (a deal's
-// stock row), for long while requests wait on them.
-type TimedBatcher interface {
-	MaxBatch() int
-}
-
 // Config configures a Closer. Zero values mean the documented defaults.
 type Config struct {
 	Store store.Store
@@ -241,10 +232,6 @@ func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) 
 // fireTimed fires the due entities of one Timed kind in batches until a batch comes back
 // short, each batch in one transaction under the fence.
 func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence job.Fence) (claimed, fired int, err error) {
-	limit := c.cfg.BatchSize
-	if b, ok := t.(TimedBatcher); ok && b.MaxBatch() > 0 {
-		limit = min(limit, b.MaxBatch())
-	}
 	for {
 		var n, f int
 		err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
@@ -257,7 +244,7 @@ func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence j
 			if err != nil {
 				return err
 			}
-			n, f, err = t.FireDue(ctx, tx, now, limit, trigger)
+			n, f, err = t.FireDue(ctx, tx, now, c.cfg.BatchSize, trigger)
 			return err
 		})
 		if err != nil {
@@ -267,7 +254,7 @@ func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence j
 		if f > 0 {
 			c.cfg.WakeRelay()
 		}
-		if n < limit {
+		if n < c.cfg.BatchSize {
 			return claimed, fired, nil
 		}
 	}
