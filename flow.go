@@ -233,13 +233,20 @@ var StandardFlow = &Flow{
 }
 
 // CloseEffects are the effects of closing an unpaid order (payment timeout, buyer cancel):
-// its reservations and coupon are released in the close's own transaction, so an order
-// that reads closed never holds stock, and order.closed is published.
-var CloseEffects = []string{EffectReleaseReservations, EffectReleaseCoupon, EffectPublish + TopicOrderClosed}
+// order.closed is published, and its reservations and coupon are released in the close's
+// own transaction, so an order that reads closed never holds stock.
+//
+// Stock last: the stock rows of a SKU are the rows that every create, payment and close of
+// it updates, and a transaction holds them from its update to its commit; so every flow
+// touches them as late as it can, after its outbox writes, and only the coupons (rows of
+// one user) after them, in every transaction (the one lock order: orders, then stock in
+// SKU order, then coupons). Releasing first held a close batch's SKUs while it wrote its
+// outbox rows, and the creates of those SKUs waited for it.
+var CloseEffects = []string{EffectPublish + TopicOrderClosed, EffectReleaseReservations, EffectReleaseCoupon}
 
-// PayEffects are the effects of applying a payment: reservations committed, coupon used,
-// order.paid published.
-var PayEffects = []string{EffectCommitReservations, EffectUseCoupon, EffectPublish + TopicOrderPaid}
+// PayEffects are the effects of applying a payment: order.paid published, reservations
+// committed, coupon used (stock last, as CloseEffects).
+var PayEffects = []string{EffectPublish + TopicOrderPaid, EffectCommitReservations, EffectUseCoupon}
 
 // Flows is a registry of flows by name. Build it once at the composition root (NewFlows)
 // and give the same registry to every service.

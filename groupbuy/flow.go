@@ -49,9 +49,10 @@ const (
 )
 
 // closeEffects are the effects of closing an unpaid member order while its group takes
-// members (payment timeout, buyer cancel): release, free the seat, publish.
-var closeEffects = []string{orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon, EffectSeatFree,
-	orderly.EffectPublish + orderly.TopicOrderClosed}
+// members (payment timeout, buyer cancel): publish, free the seat, release (stock last, as
+// orderly.CloseEffects).
+var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed, EffectSeatFree,
+	orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon}
 
 // Flow is the group-buy order flow (README.md "Group-buy"):
 //
@@ -70,13 +71,15 @@ var Flow = &orderly.Flow{
 	Initial: orderly.StatePendingPayment,
 	Managed: true, // member orders are made with their group's rows (Service)
 	Transitions: []orderly.FlowTransition{
+		// The payment is counted after the commit: when the group failed first, the order is
+		// refunded at once, restocking the units it committed.
 		{From: orderly.StatePendingPayment, Event: orderly.EventPay, To: orderly.StatePaid, Effects: []string{
-			EffectLockGroup, orderly.EffectCommitReservations, orderly.EffectUseCoupon,
-			orderly.EffectPublish + orderly.TopicOrderPaid, EffectMemberPaid}},
+			EffectLockGroup, orderly.EffectPublish + orderly.TopicOrderPaid, orderly.EffectCommitReservations,
+			orderly.EffectUseCoupon, EffectMemberPaid}},
 		{From: orderly.StatePendingPayment, Event: orderly.EventTimeout, To: orderly.StateClosed, Effects: closeEffects},
 		{From: orderly.StatePendingPayment, Event: orderly.EventCancel, To: orderly.StateClosed, Effects: closeEffects},
 		{From: orderly.StatePendingPayment, Event: EventGroupFail, To: orderly.StateClosed, Effects: []string{
-			orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon, orderly.EffectPublish + orderly.TopicOrderClosed}},
+			orderly.EffectPublish + orderly.TopicOrderClosed, orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon}},
 		{From: orderly.StatePaid, Event: EventGroupSucceed, To: StateGroupSucceeded, Effects: []string{
 			orderly.EffectPublish + TopicOrderGroupSucceeded}},
 		{From: orderly.StatePaid, Event: EventGroupFail, To: StateGroupFailed, Effects: []string{

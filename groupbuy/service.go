@@ -182,10 +182,10 @@ func (s *Service) OpenGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 	if err != nil {
 		return nil, nil, false, err
 	}
-	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, string, bool, error) {
+	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, *orderly.Group, bool, error) {
 		d, err := tx.DealGet(ctx, p.DealID)
 		if err != nil {
-			return nil, "", false, err
+			return nil, nil, false, err
 		}
 		var g *orderly.Group
 		o, created, err := s.cfg.Orders.CreateInTx(ctx, tx, memberOrder(d, p), &order.CreateOptions{
@@ -198,18 +198,84 @@ func (s *Service) OpenGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 				}
 				return g.DeadlineAt, tx.GroupInsert(ctx, g)
 			},
+			Inserted: func(o *orderly.Order) error {
+				if err := tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt}); err != nil {
+					return err
+				}
+				g, err = load(ctx, tx, g.ID)
+				return err
+			},
 		})
-		if err != nil || !created {
-			return o, "", created, err
+		return o, g, created, err
+	})
+}
+
+// joinRefusal is the answer to a join of group g at now (database clock) when g takes no
+// more members whatever its seats: EGROUPEXPIRED at or after the deadline (what users
+// observe is the deadline, not whether the failure at it has run: a failed group answers
+// group-expired either way), else EGROUPNOTFORMING when it is no longer forming; nil
+// otherwise. Both are final: a group never forms again and its deadline never moves.
+func joinRefusal(g *orderly.Group, now time.Time) error {
+	switch {
+	case !now.Before(g.DeadlineAt):
+		return orderly.Errorf(orderly.EGROUPEXPIRED, "the deadline of group %s passed at %s", g.ID, g.DeadlineAt.Format(time.RFC3339Nano))
+	case g.State != orderly.GroupForming:
+		return orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
+	}
+	return nil
+}
+
+// leaveRefusal is joinRefusal for a leave: EGROUPNOTFORMING in both cases.
+func leaveRefusal(g *orderly.Group, now time.Time) error {
+	switch {
+	case g.State != orderly.GroupForming:
+		return orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
+	case !now.Before(g.DeadlineAt):
+		return orderly.Errorf(orderly.EGROUPNOTFORMING, "the deadline of group %s passed at %s; it is failing", g.ID, g.DeadlineAt.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// refuseUnlocked answers refusal (joinRefusal or leaveRefusal) for group id from a
+// read-only transaction (the group and the database clock), before the caller's write
+// transaction waits for the group's row: a join or leave that the group can no longer take
+// (the most frequent answer when many groups are failing at once) neither queues behind
+// the transactions that hold the group, such as its failure, nor takes the writer (SQLite).
+// Both refusals are final, so a read that says so is the answer; when it does not, the
+// caller checks again with the row locked. A replay of a request that was applied (its
+// idempotency key, when not empty, names an order of userID) is not refused here: it is
+// answered with its order whatever the group's state now. ENOTFOUND when there is no such
+// group.
+func (s *Service) refuseUnlocked(ctx context.Context, id, userID, key string, refusal func(*orderly.Group, time.Time) error) error {
+	return s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		if key != "" {
+			_, _, err := tx.OrderGetByIdempotencyKey(ctx, userID, key)
+			if err == nil {
+				return nil
+			} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+				return err
+			}
 		}
-		return o, g.ID, true, tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt})
+		g, err := tx.GroupGet(ctx, id)
+		if err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		return refusal(g, now)
 	})
 }
 
 // JoinGroup implements orderly.GroupService. The group row is locked first: joins of one
 // group run one at a time, so two joins for the last seat see each other and one is
 // refused (EGROUPFULL). The deadline is compared with the database clock, so a join after
-// it is refused (EGROUPEXPIRED) even before the closer failed the group.
+// it is refused (EGROUPEXPIRED) even before the closer failed the group; such a join, and
+// one to a group no longer forming (EGROUPNOTFORMING), is refused from a plain read before
+// the lock, without waiting for the transactions that hold the group (refuseUnlocked).
+// Within the transaction the member row is written and the group read back before the
+// deal's stock is reserved (order.CreateOptions.Inserted), the hottest row taken last.
 func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*orderly.Group, *orderly.Order, bool, error) {
 	if err := validateJoin(p); err != nil {
 		return nil, nil, false, err
@@ -217,25 +283,23 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 	if !order.ValidID(p.GroupID) {
 		return nil, nil, false, orderly.Errorf(orderly.ENOTFOUND, "group %q not found", p.GroupID)
 	}
-	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, string, bool, error) {
+	if err := s.refuseUnlocked(ctx, p.GroupID, p.UserID, p.IdempotencyKey, joinRefusal); err != nil {
+		return nil, nil, false, err
+	}
+	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, *orderly.Group, bool, error) {
 		g, err := tx.GroupLock(ctx, p.GroupID)
 		if err != nil {
-			return nil, "", false, err
+			return nil, nil, false, err
 		}
 		d, err := tx.DealGet(ctx, g.DealID)
 		if err != nil {
-			return nil, "", false, err
+			return nil, nil, false, err
 		}
 		o, created, err := s.cfg.Orders.CreateInTx(ctx, tx, memberOrder(d, p), &order.CreateOptions{
 			RequestTag: "join group " + g.ID,
 			Admit: func(now time.Time) (time.Time, error) {
-				// The deadline first: what users observe is the deadline, not whether the
-				// failure at it has run (a failed group answers group-expired either way).
-				switch {
-				case !now.Before(g.DeadlineAt):
-					return time.Time{}, orderly.Errorf(orderly.EGROUPEXPIRED, "the deadline of group %s passed at %s", g.ID, g.DeadlineAt.Format(time.RFC3339Nano))
-				case g.State != orderly.GroupForming:
-					return time.Time{}, orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
+				if err := joinRefusal(g, now); err != nil {
+					return time.Time{}, err
 				}
 				if _, err := tx.GroupMemberSeat(ctx, g.ID, p.UserID); err == nil {
 					return time.Time{}, orderly.Errorf(orderly.EALREADYMEMBER, "user %s already holds a seat in group %s", p.UserID, g.ID)
@@ -247,24 +311,27 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 				}
 				return g.DeadlineAt, nil
 			},
+			Inserted: func(o *orderly.Order) error {
+				err := tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt})
+				if orderly.ErrorCode(err) == orderly.ECONFLICT {
+					return orderly.Errorf(orderly.EALREADYMEMBER, "user %s already holds a seat in group %s", p.UserID, g.ID)
+				} else if err != nil {
+					return err
+				}
+				g, err = load(ctx, tx, g.ID)
+				return err
+			},
 		})
-		if err != nil || !created {
-			return o, "", created, err
-		}
-		err = tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt})
-		if orderly.ErrorCode(err) == orderly.ECONFLICT {
-			err = orderly.Errorf(orderly.EALREADYMEMBER, "user %s already holds a seat in group %s", p.UserID, g.ID)
-		}
-		return o, g.ID, true, err
+		return o, g, created, err
 	})
 }
 
-// admit runs fn (which creates a member order and returns it, its group id when it created
-// it, and whether it did) in a transaction, twice when a concurrent request with the same
-// idempotency key won the key first, and reads the group back in the same transaction; a
-// replay finds the group through the order's member row.
+// admit runs fn (which creates a member order and returns it, its group read back with the
+// new member when it created it, and whether it did) in a transaction, twice when a
+// concurrent request with the same idempotency key won the key first; a replay finds the
+// group through the order's member row and reads it in the same transaction.
 func (s *Service) admit(ctx context.Context, p *orderly.JoinGroupParams,
-	fn func(ctx context.Context, tx store.Tx) (*orderly.Order, string, bool, error)) (*orderly.Group, *orderly.Order, bool, error) {
+	fn func(ctx context.Context, tx store.Tx) (*orderly.Order, *orderly.Group, bool, error)) (*orderly.Group, *orderly.Order, bool, error) {
 	var (
 		g       *orderly.Group
 		o       *orderly.Order
@@ -273,19 +340,15 @@ func (s *Service) admit(ctx context.Context, p *orderly.JoinGroupParams,
 	)
 	for attempt := 0; attempt < 2; attempt++ {
 		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-			var groupID string
 			var err error
-			if o, groupID, created, err = fn(ctx, tx); err != nil {
+			if o, g, created, err = fn(ctx, tx); err != nil || created {
 				return err
 			}
-			if !created {
-				m, err := tx.GroupMemberByOrder(ctx, o.ID)
-				if err != nil {
-					return err
-				}
-				groupID = m.GroupID
+			m, err := tx.GroupMemberByOrder(ctx, o.ID)
+			if err != nil {
+				return err
 			}
-			g, err = load(ctx, tx, groupID)
+			g, err = load(ctx, tx, m.GroupID)
 			return err
 		})
 		if p.IdempotencyKey == "" || orderly.ErrorCode(err) != orderly.ECONFLICT {
@@ -313,6 +376,9 @@ const leaveRounds = 3
 // released, the attempt in flight cancelled at the gateway first), which frees the seat.
 func (s *Service) LeaveGroup(ctx context.Context, groupID, userID, actor, traceID string) (*orderly.Group, error) {
 	actor = cmp.Or(actor, "buyer")
+	if err := s.refuseUnlocked(ctx, groupID, userID, "", leaveRefusal); err != nil {
+		return nil, fmt.Errorf("leave group %s: %w", groupID, err)
+	}
 	for round := 1; ; round++ {
 		var unpaid string
 		err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
@@ -325,11 +391,8 @@ func (s *Service) LeaveGroup(ctx context.Context, groupID, userID, actor, traceI
 			if err != nil {
 				return err
 			}
-			switch {
-			case g.State != orderly.GroupForming:
-				return orderly.Errorf(orderly.EGROUPNOTFORMING, "group %s is %s", g.ID, g.State)
-			case !now.Before(g.DeadlineAt):
-				return orderly.Errorf(orderly.EGROUPNOTFORMING, "the deadline of group %s passed at %s; it is failing", g.ID, g.DeadlineAt.Format(time.RFC3339Nano))
+			if err := leaveRefusal(g, now); err != nil {
+				return err
 			}
 			m, err := tx.GroupMemberSeat(ctx, g.ID, userID)
 			if orderly.ErrorCode(err) == orderly.ENOTFOUND {

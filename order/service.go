@@ -229,13 +229,19 @@ type CreateOptions struct {
 	// RequestTag is added to the request's idempotency fingerprint: the same key and body
 	// for another group is another request (EIDEMPOTENCY).
 	RequestTag string
+	// Inserted, when set, is called with the order once it and its creation audit row are
+	// written, before any stock is reserved; its error refuses the order and is returned.
+	// A domain package writes its own rows there (a group member), so that the SKUs' stock
+	// rows, which every create, payment and close of those SKUs updates, are taken last
+	// and held only until the commit.
+	Inserted func(o *orderly.Order) error
 }
 
 // CreateInTx is the body of CreateOrder in the caller's transaction tx, so that a domain
 // package (groupbuy) creates an order together with its own rows, under its own locks. It
 // validates p, looks up the idempotency key (a replay returns the first order and
 // created=false), calls opts.Admit, then writes the order and its creation audit row,
-// reserves stock (in SKU order) and freezes the coupon. Errors as CreateOrder; on error
+// calls opts.Inserted, reserves stock (in SKU order) and freezes the coupon. Errors as CreateOrder; on error
 // the caller must roll tx back. After tx commits, call Created for an order it created.
 func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.CreateOrderParams, opts *CreateOptions) (*orderly.Order, bool, error) {
 	if opts == nil {
@@ -318,6 +324,11 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 	if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: o.State, Event: orderly.EventCreate,
 		PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: now, TraceID: p.TraceID}); err != nil {
 		return nil, false, err
+	}
+	if opts.Inserted != nil {
+		if err := opts.Inserted(o); err != nil {
+			return nil, false, err
+		}
 	}
 	// Reserve in SKU order: every transaction that locks several stock rows takes them
 	// in the same order (release and commit do too), so they cannot deadlock.

@@ -80,5 +80,6 @@ type GroupSetStateParams struct {
 // DueGroup is a forming group whose deadline passed, as the close path claims it.
 type DueGroup struct {
 	ID         string
+	DealID     string
 	DeadlineAt time.Time
 }

@@ -49,7 +49,7 @@ var (
 		failed_at = CASE WHEN ? = 'failed' THEN ? ELSE failed_at END
 		WHERE id = ? AND state = ?`)
 	qGroupsDue = newQuery(func(d *dialect) string {
-		return `SELECT id, deadline_at FROM deal_groups` + d.forceIndex("deal_groups_wake_at") + `
+		return `SELECT id, deal_id, deadline_at FROM deal_groups` + d.forceIndex("deal_groups_wake_at") + `
 			WHERE wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
 	})
 	qGroupNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM deal_groups WHERE wake_at IS NOT NULL`)
@@ -229,7 +229,7 @@ func (t *tx) GroupsDue(ctx context.Context, now time.Time, limit int) ([]*store.
 			g        store.DueGroup
 			deadline int64
 		)
-		if err := rows.Scan(&g.ID, &deadline); err != nil {
+		if err := rows.Scan(&g.ID, &g.DealID, &deadline); err != nil {
 			return nil, fmt.Errorf("due groups: %w", err)
 		}
 		g.DeadlineAt = fromMS(deadline)

@@ -271,7 +271,7 @@ func testGroupSetStateAndDue(t *testing.T, open opener) {
 	if !ok || !next.Equal(early.DeadlineAt) {
 		t.Errorf("next wake: %s %v, want %s", next, ok, early.DeadlineAt)
 	}
-	if len(due) != 1 || due[0].ID != early.ID || !due[0].DeadlineAt.Equal(early.DeadlineAt) {
+	if len(due) != 1 || due[0].ID != early.ID || due[0].DealID != early.DealID || !due[0].DeadlineAt.Equal(early.DeadlineAt) {
 		t.Errorf("due at the early deadline: %+v", due)
 	}
 	if overdue != 1 || !changed || again || !nextLate.Equal(late.DeadlineAt) {

@@ -1,0 +1,280 @@
+package groupbuy_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// holdGroup locks group id in a transaction of its own and keeps it until the returned
+// function is called (which waits for that transaction to end and fails the test if it
+// failed): another transaction that waits for the group row waits until then.
+func holdGroup(t *testing.T, e *enginetest.Env, id string) (release func()) {
+	t.Helper()
+	holding, done := make(chan struct{}), make(chan error, 1)
+	stop := make(chan struct{})
+	var once sync.Once
+	go func() {
+		done <- e.Store.InTx(context.Background(), func(tx store.Tx) error {
+			if _, err := tx.GroupLock(context.Background(), id); err != nil {
+				return err
+			}
+			once.Do(func() { close(holding) })
+			<-stop
+			return nil
+		})
+	}()
+	select {
+	case <-holding:
+	case err := <-done:
+		t.Fatalf("lock group %s: %v", id, err)
+	}
+	return func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Errorf("the transaction holding group %s: %v", id, err)
+		}
+	}
+}
+
+// noWait bounds a request that must not wait for the held group row: past it, the request
+// fails with its context's error instead of its own answer. It is far longer than the
+// request takes when it does not wait. A request that waits fails the test either way:
+// before noWait, the server's idle-in-transaction timeout may end the holding transaction
+// first (release reports it), which is how the test failed before joins and leaves were
+// refused without the lock.
+const noWait = 3 * time.Second
+
+// TestNoWaitOnHeldGroup: requests that cannot change a group do not queue behind the
+// transaction holding its row (on PostgreSQL and MariaDB; SQLite has one writer): a join
+// or a leave after the group's deadline is refused from a plain read, and a duplicate
+// success callback of a member who paid is answered as a duplicate without taking the
+// group. Before, the join and the leave locked the group first and waited (under load,
+// behind a failure holding hundreds of groups: seconds).
+func TestNoWaitOnHeldGroup(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		// run sends the request against group g (u1 the leader, u2 a paid member whose
+		// success callback is cb) while g is held; it returns the request's error.
+		run  func(ctx context.Context, e *enginetest.Env, g *orderly.Group, cb *orderly.Callback) error
+		want string // error code; "" for success
+	}{
+		{"join after the deadline", func(ctx context.Context, e *enginetest.Env, g *orderly.Group, _ *orderly.Callback) error {
+			e.Clock.Set(g.DeadlineAt.Add(time.Millisecond))
+			_, _, _, err := e.Groups.JoinGroup(ctx, &orderly.JoinGroupParams{GroupID: g.ID, UserID: "u3", IdempotencyKey: "k3"})
+			return err
+		}, orderly.EGROUPEXPIRED},
+		{"leave after the deadline", func(ctx context.Context, e *enginetest.Env, g *orderly.Group, _ *orderly.Callback) error {
+			e.Clock.Set(g.DeadlineAt)
+			_, err := e.Groups.LeaveGroup(ctx, g.ID, "u1", "", "")
+			return err
+		}, orderly.EGROUPNOTFORMING},
+		{"duplicate success callback", func(ctx context.Context, e *enginetest.Env, _ *orderly.Group, cb *orderly.Callback) error {
+			res, err := e.Payments.HandleCallback(ctx, cb)
+			if err == nil && (res.Applied || res.Refund) {
+				return errors.New("the duplicate was applied again")
+			}
+			return err
+		}, ""},
+	}
+	for _, dialect := range []string{"postgres", "mysql"} {
+		for _, tc := range cases {
+			t.Run(dialect+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				e, d := setup(t, dialect, 3, 4)
+				g, _ := open(t, e, d, "u1")
+				p, cb := startPay(t, e, join(t, e, g, "u2"))
+				if res, err := e.Payments.HandleCallback(context.Background(), cb); err != nil || !res.Applied {
+					t.Fatalf("first callback: %+v, %v", res, err)
+				}
+				release := holdGroup(t, e, g.ID)
+				ctx, cancel := context.WithTimeout(context.Background(), noWait)
+				err := tc.run(ctx, e, g, cb)
+				cancel()
+				release()
+				if got := orderly.ErrorCode(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+					t.Fatalf("with the group row held: %v (code %q), want %q without waiting for the row", err, got, tc.want)
+				}
+				if got := group(t, e, g.ID); got.State != orderly.GroupForming || got.PaidMembers != 1 || got.SeatsTaken != 2 {
+					t.Errorf("group after: %s, %d paid, %d seats; want forming, 1 paid, 2 seats", got.State, got.PaidMembers, got.SeatsTaken)
+				}
+				if pay, err := e.Payments.Payment(context.Background(), p.ID); err != nil || pay.State != orderly.PaymentSucceeded {
+					t.Errorf("payment of u2: %+v, %v; want succeeded", pay, err)
+				}
+			})
+		}
+	}
+}
+
+// TestJoinReservesStockLast: a join writes its member row and reads its group back before
+// it reserves the deal's stock, so that the stock row, which every create, payment and
+// close of the SKU updates, is held from the last statement to the commit only.
+func TestJoinReservesStockLast(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, dialect string) {
+		log := &callLog{}
+		e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+			WrapStore: func(s store.Store) store.Store { log.Store = s; return log }})
+		e.SetStock(t, sku, initial)
+		d, err := e.Groups.CreateDeal(context.Background(), &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",
+			MinMembers: 2, MaxMembers: 3, GroupTimeLimitSeconds: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			name string
+			do   func() (*orderly.Group, error)
+		}{
+			{"open", func() (*orderly.Group, error) {
+				g, _, _, err := e.Groups.OpenGroup(context.Background(), &orderly.JoinGroupParams{DealID: d.ID, UserID: "u1"})
+				return g, err
+			}},
+			{"join", func() (*orderly.Group, error) {
+				g, _, _, err := e.Groups.JoinGroup(context.Background(), &orderly.JoinGroupParams{GroupID: log.group, UserID: "u2"})
+				return g, err
+			}},
+		} {
+			log.reset()
+			g, err := step.do()
+			if err != nil {
+				t.Fatalf("%s: %v", step.name, err)
+			}
+			log.group = g.ID
+			calls := log.get()
+			want := []string{"GroupMemberInsert", "GroupMembers", "StockReserve"}
+			var got []string
+			for _, c := range calls {
+				if slices.Contains(want, c) {
+					got = append(got, c)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: calls %v, want %v in this order (stock last)", step.name, calls, want)
+			}
+			if i := slices.Index(calls, "StockReserve"); i < 0 || i != len(calls)-1 {
+				t.Errorf("%s: calls %v, want StockReserve the last statement", step.name, calls)
+			}
+			if len(g.Members) != int(g.SeatsTaken) || g.Members[len(g.Members)-1].UserID != map[string]string{"open": "u1", "join": "u2"}[step.name] {
+				t.Errorf("%s: answered group %+v without its new member", step.name, g)
+			}
+		}
+		if s := e.StockOf(t, sku); s.Held != 2 || s.Available != initial-2 {
+			t.Errorf("stock %+v, want 2 held", s)
+		}
+	})
+}
+
+// TestGroupFailuresInSKUOrder: the groups that one transaction fails are failed in the
+// order of their deal's SKU, not of their deadlines, so that their stock rows are taken
+// in SKU order as every other transaction takes them (a close batch holding SKU A and
+// waiting for SKU B never waits for a failure holding SKU B and waiting for SKU A).
+func TestGroupFailuresInSKUOrder(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, dialect string) {
+		ctx := context.Background()
+		log := &callLog{}
+		e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+			WrapStore: func(s store.Store) store.Store { log.Store = s; return log }})
+		e.SetStock(t, "SKU-A", initial)
+		e.SetStock(t, "SKU-B", initial)
+		var members []string // by deadline: SKU-B, SKU-A, SKU-B
+		for i, s := range []string{"SKU-B", "SKU-A", "SKU-B"} {
+			d, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: s, GroupPrice: price, Currency: "USD",
+				MinMembers: 2, MaxMembers: 3, GroupTimeLimitSeconds: limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, o := open(t, e, d, "u"+string(rune('1'+i)))
+			members = append(members, o.ID)
+			e.Clock.Advance(time.Millisecond)
+		}
+		e.Clock.Advance(limit * time.Second)
+		log.reset()
+		if res := closeDue(t, e); res.Fired != 3 {
+			t.Fatalf("closer: %+v, want 3 groups failed", res)
+		}
+		var released []string
+		for _, c := range log.get() {
+			if id, ok := strings.CutPrefix(c, "ReservationsReleaseMany:"); ok {
+				released = append(released, id)
+			}
+		}
+		want := []string{members[1], members[0], members[2]} // SKU-A, then SKU-B by deadline
+		if !slices.Equal(released, want) {
+			t.Errorf("released %v, want %v (SKU-A's group first)", released, want)
+		}
+		for _, s := range []string{"SKU-A", "SKU-B"} {
+			if st := e.StockOf(t, s); st.Held != 0 || st.Available != initial {
+				t.Errorf("stock of %s: %+v, want all %d back", s, st, initial)
+			}
+		}
+	})
+}
+
+// callLog is a store whose write transactions record some of their calls, in order:
+// GroupMemberInsert, GroupMembers, StockReserve, "ReservationsReleaseMany:<id>" for each
+// order released.
+type callLog struct {
+	store.Store
+	group string // the group the test works on (set by the test)
+	mu    sync.Mutex
+	calls []string
+}
+
+func (l *callLog) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	return l.Store.InTx(ctx, func(tx store.Tx) error { return fn(&callLogTx{Tx: tx, l: l}) })
+}
+
+func (l *callLog) add(calls ...string) {
+	l.mu.Lock()
+	l.calls = append(l.calls, calls...)
+	l.mu.Unlock()
+}
+
+func (l *callLog) reset() {
+	l.mu.Lock()
+	l.calls = nil
+	l.mu.Unlock()
+}
+
+func (l *callLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+type callLogTx struct {
+	store.Tx
+	l *callLog
+}
+
+func (t *callLogTx) GroupMemberInsert(ctx context.Context, m *orderly.GroupMember) error {
+	t.l.add("GroupMemberInsert")
+	return t.Tx.GroupMemberInsert(ctx, m)
+}
+
+func (t *callLogTx) GroupMembers(ctx context.Context, groupID string) ([]*orderly.GroupMember, error) {
+	t.l.add("GroupMembers")
+	return t.Tx.GroupMembers(ctx, groupID)
+}
+
+func (t *callLogTx) StockReserve(ctx context.Context, p *store.StockReserveParams) (bool, error) {
+	t.l.add("StockReserve")
+	return t.Tx.StockReserve(ctx, p)
+}
+
+func (t *callLogTx) ReservationsReleaseMany(ctx context.Context, ids []string, now time.Time) ([]*orderly.Reservation, error) {
+	for _, id := range ids {
+		t.l.add("ReservationsReleaseMany:" + id)
+	}
+	return t.Tx.ReservationsReleaseMany(ctx, ids, now)
+}
