@@ -77,6 +77,16 @@ type WalletTx interface {
 	WalletHoldsOverdueCount(ctx context.Context, before time.Time) (int64, error)
 	// WalletHoldList returns up to Limit holds with id > AfterID, by id.
 	WalletHoldList(ctx context.Context, params *ListParams) ([]*orderly.WalletHold, error)
+	// WalletHoldResolutions returns, for up to Limit holds with id > AfterID that have any,
+	// by hold id, the number of transfers that resolved them (post, void, expire): one per
+	// resolved hold, none per pending hold.
+	WalletHoldResolutions(ctx context.Context, params *ListParams) ([]*WalletHoldResolutions, error)
+}
+
+// WalletHoldResolutions counts the transfers that resolved one hold.
+type WalletHoldResolutions struct {
+	HoldID    string
+	Transfers int64
 }
 
 // WalletAccountListParams is the input of Tx.WalletAccountList.

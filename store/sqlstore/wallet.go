@@ -64,7 +64,9 @@ var (
 	})
 	qWalletHoldNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM wallet_holds WHERE wake_at IS NOT NULL`)
 	qWalletHoldsOverdueCount = sqlText(`SELECT COUNT(*) FROM wallet_holds WHERE wake_at < ?`)
-	qWalletHoldList          = sqlText(`SELECT ` + walletHoldColumns + ` FROM wallet_holds WHERE id > ? ORDER BY id LIMIT ?`)
+	qWalletHoldResolutions   = sqlText(`SELECT hold_id, COUNT(*) FROM wallet_transfers
+		WHERE hold_id > ? AND kind IN ('post', 'void', 'expire') GROUP BY hold_id ORDER BY hold_id LIMIT ?`)
+	qWalletHoldList = sqlText(`SELECT ` + walletHoldColumns + ` FROM wallet_holds WHERE id > ? ORDER BY id LIMIT ?`)
 )
 
 // WalletAccountEnsure implements store.Tx.
@@ -256,6 +258,14 @@ func (t *tx) WalletHoldsOverdueCount(ctx context.Context, before time.Time) (int
 // WalletHoldList implements store.Tx.
 func (t *tx) WalletHoldList(ctx context.Context, p *store.ListParams) ([]*orderly.WalletHold, error) {
 	return scanAll(t, ctx, "list wallet holds", scanWalletHold, qWalletHoldList, p.AfterID, p.Limit)
+}
+
+// WalletHoldResolutions implements store.Tx.
+func (t *tx) WalletHoldResolutions(ctx context.Context, p *store.ListParams) ([]*store.WalletHoldResolutions, error) {
+	return scanAll(t, ctx, "count wallet hold resolutions", func(r rowScanner) (*store.WalletHoldResolutions, error) {
+		var n store.WalletHoldResolutions
+		return &n, r.Scan(&n.HoldID, &n.Transfers)
+	}, qWalletHoldResolutions, p.AfterID, p.Limit)
 }
 
 // scanAll runs a query and scans every row with scan; errors are wrapped with what.

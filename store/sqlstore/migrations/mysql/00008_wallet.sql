@@ -6,7 +6,8 @@
 -- defence: the guarded UPDATE refuses first). A hold's expiry is a timed state: wake_at is
 -- set (to expires_at) exactly while the hold is pending, and the closer claims pending
 -- holds by it as it claims orders. A UNIQUE index ignores NULLs: expiries have no
--- idempotency key.
+-- idempotency key. A transfer is written before the balances it moves (its idempotency key
+-- first), so its account_id has no foreign key: its entries have.
 
 -- +goose Up
 CREATE TABLE wallet_accounts (
@@ -37,8 +38,7 @@ CREATE TABLE wallet_transfers (
     created_at      BIGINT       NOT NULL,
     CONSTRAINT wallet_transfers_refunded_check CHECK (refunded <= amount),
     CONSTRAINT wallet_transfers_key_check CHECK (kind = 'expire' OR idempotency_key IS NOT NULL),
-    UNIQUE INDEX wallet_transfers_key (idempotency_key),
-    CONSTRAINT wallet_transfers_account FOREIGN KEY (account_id) REFERENCES wallet_accounts (id)
+    UNIQUE INDEX wallet_transfers_key (idempotency_key)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 CREATE TABLE wallet_entries (

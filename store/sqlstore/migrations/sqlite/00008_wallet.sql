@@ -5,7 +5,8 @@
 -- checks it); a user account's balances are never negative (the CHECK is the last line of
 -- defence: the guarded UPDATE refuses first). A hold's expiry is a timed state: wake_at is
 -- set (to expires_at) exactly while the hold is pending, and the closer claims pending
--- holds by it as it claims orders.
+-- holds by it as it claims orders. A transfer is written before the balances it moves (its
+-- idempotency key first), so its account_id has no foreign key: its entries have.
 
 -- +goose Up
 CREATE TABLE wallet_accounts (
@@ -26,7 +27,7 @@ CREATE TABLE wallet_transfers (
     id              TEXT PRIMARY KEY,
     kind            TEXT    NOT NULL CHECK (kind IN ('credit', 'debit', 'hold', 'post', 'void', 'expire', 'refund')),
     idempotency_key TEXT UNIQUE,
-    account_id      TEXT    NOT NULL REFERENCES wallet_accounts (id),
+    account_id      TEXT    NOT NULL,
     counterparty_id TEXT,
     currency        TEXT    NOT NULL,
     amount          INTEGER NOT NULL CHECK (amount >= 0),
