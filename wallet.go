@@ -127,12 +127,14 @@ type WalletTransfer struct {
 // the bucket) of one account's bucket, part of one transfer. IDs increase in commit order
 // per database sequence and page an account's entries.
 type WalletEntry struct {
-	ID         int64     `json:"id"`
-	TransferID string    `json:"transfer_id"`
-	AccountID  string    `json:"account_id"`
-	Bucket     Bucket    `json:"bucket"`
-	Amount     int64     `json:"amount"`
-	CreatedAt  time.Time `json:"created_at"`
+	ID         int64  `json:"id"`
+	TransferID string `json:"transfer_id"`
+	// Kind is the kind of the entry's transfer (read with the entry, not stored in it).
+	Kind      TransferKind `json:"kind,omitempty"`
+	AccountID string       `json:"account_id"`
+	Bucket    Bucket       `json:"bucket"`
+	Amount    int64        `json:"amount"`
+	CreatedAt time.Time    `json:"created_at"`
 }
 
 // HoldState is the state of a hold: pending until it is posted, voided or expired, once.

@@ -46,7 +46,7 @@ type WalletTx interface {
 	// WalletEntriesInsert writes the entries of one transfer (their ids are not set).
 	WalletEntriesInsert(ctx context.Context, entries []*orderly.WalletEntry) error
 	// WalletEntryList returns up to Limit entries of an account with id < BeforeID (0: no
-	// bound), newest first.
+	// bound), newest first, each with its transfer's kind.
 	WalletEntryList(ctx context.Context, params *WalletEntryListParams) ([]*orderly.WalletEntry, error)
 	// WalletEntrySums returns, for up to Limit accounts having entries with account id >
 	// AfterID, by account id, the sums of their entries per bucket.

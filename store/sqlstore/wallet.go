@@ -42,8 +42,9 @@ var (
 		WHERE id = ? AND kind IN ('debit', 'post') AND refunded + ? >= 0 AND refunded + ? <= amount`)
 	qWalletEntryInsert = sqlText(`INSERT INTO wallet_entries (transfer_id, account_id, bucket, amount, created_at)
 		VALUES (?, ?, ?, ?, ?)`)
-	qWalletEntryList = sqlText(`SELECT id, transfer_id, account_id, bucket, amount, created_at FROM wallet_entries
-		WHERE account_id = ? AND (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?`)
+	qWalletEntryList = sqlText(`SELECT e.id, e.transfer_id, t.kind, e.account_id, e.bucket, e.amount, e.created_at
+		FROM wallet_entries e JOIN wallet_transfers t ON t.id = e.transfer_id
+		WHERE e.account_id = ? AND (? = 0 OR e.id < ?) ORDER BY e.id DESC LIMIT ?`)
 	qWalletEntrySums = sqlText(`SELECT account_id,
 		COALESCE(SUM(CASE WHEN bucket = 'available' THEN amount ELSE 0 END), 0),
 		COALESCE(SUM(CASE WHEN bucket = 'held' THEN amount ELSE 0 END), 0)
@@ -160,7 +161,7 @@ func scanWalletEntry(r rowScanner) (*orderly.WalletEntry, error) {
 		e       orderly.WalletEntry
 		created int64
 	)
-	if err := r.Scan(&e.ID, &e.TransferID, &e.AccountID, &e.Bucket, &e.Amount, &created); err != nil {
+	if err := r.Scan(&e.ID, &e.TransferID, &e.Kind, &e.AccountID, &e.Bucket, &e.Amount, &created); err != nil {
 		return nil, err
 	}
 	e.CreatedAt = fromMS(created)
