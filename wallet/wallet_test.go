@@ -64,6 +64,22 @@ func setup(t *testing.T, url string) *bundle {
 	return b
 }
 
+// eachDialect runs fn on a fresh SQLite store with the test clock, and on fresh PostgreSQL
+// and MySQL databases (real clock) when their variables are set.
+func eachDialect(t *testing.T, fn func(t *testing.T, b *bundle)) {
+	t.Helper()
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			url := ""
+			if dialect != "sqlite" {
+				url = testdb.Fresh(t, testdb.URL(t, dialect))
+			}
+			fn(t, setup(t, url))
+		})
+	}
+}
+
 // expireDue runs one pass of the closer (the sweep's path) and returns how many holds it
 // expired.
 func (b *bundle) expireDue(t *testing.T) int {
@@ -162,7 +178,10 @@ func wantCode(t *testing.T, what string, err error, code string) {
 // with the same key (its reply lost) changes nothing more.
 func TestPostCapturesFareReleasesRest(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "")
+	eachDialect(t, testPostCapturesFareReleasesRest)
+}
+
+func testPostCapturesFareReleasesRest(t *testing.T, b *bundle) {
 	ctx := t.Context()
 	b.credit(t, "rider", 10000)
 	h, _, err := b.svc.Hold(ctx, &orderly.WalletHoldParams{UserID: "rider", Currency: "USD", Amount: 5000, TTL: time.Hour, IdempotencyKey: "trip-1:hold"})
@@ -215,7 +234,7 @@ func TestPostCapturesFareReleasesRest(t *testing.T) {
 	// The same key for another amount: refused, not replayed.
 	_, _, err = b.svc.Post(ctx, &orderly.WalletPostParams{HoldID: h.ID, Amount: 3000, IdempotencyKey: "trip-1:capture"})
 	wantCode(t, "same key, other amount", err, orderly.EIDEMPOTENCY)
-	if b.setNow != nil {
+	if b.setNow != nil { // the real clock of a server stays before the expiry
 		b.setNow(t0.Add(2 * time.Hour))
 	}
 	if n := b.expireDue(t); n != 0 {
@@ -367,7 +386,10 @@ func TestVoidReleasesOnce(t *testing.T) {
 // to at most the captured amount.
 func TestRefundNeverMoreThanTaken(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "")
+	eachDialect(t, testRefundNeverMoreThanTaken)
+}
+
+func testRefundNeverMoreThanTaken(t *testing.T, b *bundle) {
 	ctx := t.Context()
 	b.credit(t, "buyer", 10000)
 	debit, err := b.svc.Debit(ctx, &orderly.WalletMoveParams{UserID: "buyer", Currency: "USD", Amount: 3000, IdempotencyKey: "order-1"})
@@ -478,52 +500,44 @@ func TestEntriesPage(t *testing.T) {
 // succeed, the balance ends at 0 and the ledger sums to zero; on every dialect.
 func TestConcurrentDebits(t *testing.T) {
 	t.Parallel()
-	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
-		t.Run(dialect, func(t *testing.T) {
-			t.Parallel()
-			url := ""
-			if dialect != "sqlite" {
-				url = testdb.Fresh(t, testdb.URL(t, dialect))
-			}
-			b := setup(t, url)
-			b.credit(t, "buyer", 3700)
-			var (
-				wg      sync.WaitGroup
-				start   = make(chan struct{})
-				mu      sync.Mutex
-				ok      int
-				refused int
-				other   []error
-			)
-			for i := range 100 {
-				wg.Go(func() {
-					<-start
-					_, err := b.svc.Debit(context.WithoutCancel(t.Context()), &orderly.WalletMoveParams{UserID: "buyer", Currency: "USD",
-						Amount: 100, IdempotencyKey: fmt.Sprintf("debit-%d", i)})
-					mu.Lock()
-					defer mu.Unlock()
-					switch orderly.ErrorCode(err) {
-					case "":
-						ok++
-					case orderly.EINSUFFICIENT:
-						refused++
-					default:
-						other = append(other, err)
-					}
-				})
-			}
-			close(start)
-			wg.Wait()
-			if ok != 37 || refused != 63 || len(other) > 0 {
-				t.Errorf("%d succeeded, %d refused insufficient-funds, other errors %v; want 37, 63, none", ok, refused, other)
-			}
-			if av, held := b.balance(t, "buyer"); av != 0 || held != 0 {
-				t.Errorf("balance: available %d held %d, want 0 0", av, held)
-			}
-			if p := b.platform(t); p != 3700 {
-				t.Errorf("platform: %d, want 3700", p)
-			}
-			b.checkLedger(t)
-		})
-	}
+	eachDialect(t, func(t *testing.T, b *bundle) {
+		b.credit(t, "buyer", 3700)
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			mu      sync.Mutex
+			ok      int
+			refused int
+			other   []error
+		)
+		for i := range 100 {
+			wg.Go(func() {
+				<-start
+				_, err := b.svc.Debit(context.WithoutCancel(t.Context()), &orderly.WalletMoveParams{UserID: "buyer", Currency: "USD",
+					Amount: 100, IdempotencyKey: fmt.Sprintf("debit-%d", i)})
+				mu.Lock()
+				defer mu.Unlock()
+				switch orderly.ErrorCode(err) {
+				case "":
+					ok++
+				case orderly.EINSUFFICIENT:
+					refused++
+				default:
+					other = append(other, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if ok != 37 || refused != 63 || len(other) > 0 {
+			t.Errorf("%d succeeded, %d refused insufficient-funds, other errors %v; want 37, 63, none", ok, refused, other)
+		}
+		if av, held := b.balance(t, "buyer"); av != 0 || held != 0 {
+			t.Errorf("balance: available %d held %d, want 0 0", av, held)
+		}
+		if p := b.platform(t); p != 3700 {
+			t.Errorf("platform: %d, want 3700", p)
+		}
+		b.checkLedger(t)
+	})
 }

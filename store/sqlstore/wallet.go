@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -44,7 +45,7 @@ var (
 		VALUES (?, ?, ?, ?, ?)`)
 	qWalletEntryList = sqlText(`SELECT e.id, e.transfer_id, t.kind, e.account_id, e.bucket, e.amount, e.created_at
 		FROM wallet_entries e JOIN wallet_transfers t ON t.id = e.transfer_id
-		WHERE e.account_id = ? AND (? = 0 OR e.id < ?) ORDER BY e.id DESC LIMIT ?`)
+		WHERE e.account_id = ? AND e.id < ? ORDER BY e.id DESC LIMIT ?`)
 	qWalletEntrySums = sqlText(`SELECT account_id,
 		COALESCE(SUM(CASE WHEN bucket = 'available' THEN amount ELSE 0 END), 0),
 		COALESCE(SUM(CASE WHEN bucket = 'held' THEN amount ELSE 0 END), 0)
@@ -58,7 +59,7 @@ var (
 		return `SELECT ` + walletHoldColumns + ` FROM wallet_holds WHERE id = ?` + d.lockRows
 	})
 	qWalletHoldResolve = sqlText(`UPDATE wallet_holds SET state = ?, captured = ?, resolved_at = ?, wake_at = NULL
-		WHERE id = ? AND state = 'pending' AND (? = 0 OR expires_at <= ?)`)
+		WHERE id = ? AND state = 'pending' AND expires_at <= ?`)
 	qWalletHoldsDue = newQuery(func(d *dialect) string {
 		return `SELECT ` + walletHoldColumns + ` FROM wallet_holds` + d.forceIndex("wallet_holds_wake_at") + `
 			WHERE wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
@@ -170,7 +171,11 @@ func scanWalletEntry(r rowScanner) (*orderly.WalletEntry, error) {
 
 // WalletEntryList implements store.Tx.
 func (t *tx) WalletEntryList(ctx context.Context, p *store.WalletEntryListParams) ([]*orderly.WalletEntry, error) {
-	return scanAll(t, ctx, "list wallet entries", scanWalletEntry, qWalletEntryList, p.AccountID, p.BeforeID, p.BeforeID, p.Limit)
+	before := p.BeforeID
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	return scanAll(t, ctx, "list wallet entries", scanWalletEntry, qWalletEntryList, p.AccountID, before, p.Limit)
 }
 
 // WalletEntrySums implements store.Tx.
@@ -224,11 +229,11 @@ func (t *tx) WalletHoldLock(ctx context.Context, id string) (*orderly.WalletHold
 
 // WalletHoldResolve implements store.Tx.
 func (t *tx) WalletHoldResolve(ctx context.Context, p *store.WalletHoldResolveParams) (bool, error) {
-	var by int64
+	var by int64 = math.MaxInt64 // no expiry guard
 	if p.ExpiredBy != nil {
 		by = ms(*p.ExpiredBy)
 	}
-	n, err := t.exec(ctx, "resolve wallet hold "+p.ID, qWalletHoldResolve, p.To, p.Captured, ms(p.At), p.ID, by, by)
+	n, err := t.exec(ctx, "resolve wallet hold "+p.ID, qWalletHoldResolve, p.To, p.Captured, ms(p.At), p.ID, by)
 	return n == 1, err
 }
 
