@@ -198,6 +198,7 @@ func (s *Service) Post(ctx context.Context, p *orderly.WalletPostParams) (*order
 			Captured: p.Amount, At: now}); err != nil || !ok {
 			return cmp.Or(err, fmt.Errorf("post hold %s: the locked pending hold did not change", h.ID))
 		}
+		h.State, h.Captured, h.ResolvedAt = orderly.HoldPosted, p.Amount, &now
 		legs := []leg{
 			{account: h.AccountID, bucket: orderly.BucketHeld, amount: -h.Amount},
 			{account: cp.ID(), ref: &cp, bucket: orderly.BucketAvailable, amount: p.Amount},
@@ -225,6 +226,7 @@ func (s *Service) Void(ctx context.Context, holdID, key string) (*orderly.Wallet
 		if ok, err := tx.WalletHoldResolve(ctx, &store.WalletHoldResolveParams{ID: h.ID, To: orderly.HoldVoided, At: now}); err != nil || !ok {
 			return cmp.Or(err, fmt.Errorf("void hold %s: the locked pending hold did not change", h.ID))
 		}
+		h.State, h.ResolvedAt = orderly.HoldVoided, &now
 		return book(ctx, tx, tr, now, releaseLegs(h))
 	})
 }
@@ -234,9 +236,12 @@ func (s *Service) Void(ctx context.Context, holdID, key string) (*orderly.Wallet
 // passed on the database clock, and else runs fn, which changes the hold and books tr.
 func (s *Service) resolve(ctx context.Context, tr *orderly.WalletTransfer,
 	fn func(ctx context.Context, tx store.Tx, h *orderly.WalletHold, now time.Time) error) (*orderly.WalletHold, *orderly.WalletTransfer, error) {
-	var refused error
+	var (
+		refused  error
+		resolved *orderly.WalletHold // the hold as fn left it
+	)
 	out, err := s.run(ctx, tr, func(ctx context.Context, tx store.Tx, now time.Time) error {
-		refused = nil
+		refused, resolved = nil, nil
 		h, err := tx.WalletHoldLock(ctx, tr.HoldID)
 		if err != nil {
 			return err
@@ -262,12 +267,18 @@ func (s *Service) resolve(ctx context.Context, tr *orderly.WalletTransfer,
 			refused = orderly.Errorf(orderly.EHOLDEXPIRED, "hold %s expired at %s", h.ID, stamp(h.ExpiresAt))
 			return nil
 		}
-		return fn(ctx, tx, h, now)
+		if err := fn(ctx, tx, h, now); err != nil {
+			return err
+		}
+		resolved = h
+		return nil
 	})
 	if err != nil {
 		return nil, nil, err
 	} else if refused != nil {
 		return nil, nil, refused
+	} else if !out.Replay {
+		return resolved, out, nil
 	}
 	h, err := s.GetHold(ctx, out.HoldID)
 	return h, out, err
