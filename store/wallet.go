@@ -10,10 +10,11 @@ import (
 // WalletTx holds the queries of wallet accounts, the double-entry ledger and holds
 // (package wallet). It is part of Tx.
 //
-// Lock order: a transaction that moves money inserts its transfer row first (the unique
-// idempotency key makes a concurrent duplicate wait for it), then locks the hold or the
-// refunded transfer it changes, then changes account rows in account id order, so that two
-// transfers touching the same accounts never wait for each other in a cycle.
+// Lock order: a post or void locks its hold row first; every transaction that moves money
+// then inserts its transfer row (the unique idempotency key makes a concurrent duplicate
+// wait for it), a refund then changes the refunded transfer, and last come the account rows,
+// in account id order, so that two transfers touching the same accounts never wait for
+// each other in a cycle.
 type WalletTx interface {
 	// WalletAccountEnsure creates an account with zero balances when none has its id; an
 	// existing account is left as it is.
