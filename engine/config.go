@@ -118,7 +118,8 @@ type Config struct {
 	// name, registered by a flow's own package; a name registered twice is refused.
 	Effects map[string]order.Effect
 	// Timed are the other kinds of timed entities (group deadlines, holds) the closer's
-	// timer, sweep and deep check drive besides orders (timeout.Timed).
+	// timer, sweep and deep check drive besides orders (timeout.Timed). Open always adds
+	// the wallet hold expiries (wallet.Expiries) and, with group_buy, the group deadlines.
 	Timed []timeout.Timed
 	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see

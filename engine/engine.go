@@ -30,6 +30,7 @@ import (
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/wallet"
 )
 
 // timerChannel is the PostgreSQL NOTIFY channel of earlier deadlines; the payload is the
@@ -46,6 +47,7 @@ type Engine struct {
 	sim      *payment.SimGateway // nil when Config.Gateway was given
 	machine  *order.Machine
 	groups   *groupbuy.Service // nil when Config.Flows has no group_buy
+	wallets  *wallet.Service
 	orders   *order.Service
 	payments *payment.Service
 	closer   *timeout.Closer
@@ -145,6 +147,13 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		}
 		timed = append(slices.Clone(timed), deadlines)
 	}
+	// Wallets and their holds: hold expiries are one more timed kind of the closer.
+	if e.wallets, err = wallet.NewService(wallet.Config{
+		Store: st, Logger: log, OnHold: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+	}); err != nil {
+		return nil, fmt.Errorf("engine: wallet service: %w", err)
+	}
+	timed = append(slices.Clone(timed), wallet.NewExpiries(log))
 
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = e.payments.RefundHandler()
@@ -231,7 +240,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		groups = e.groups
 	}
 	e.handler = httpapi.New(httpapi.Config{
-		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, CallbackSecret: cfg.CallbackSecret,
+		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets,
+		CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
@@ -445,6 +455,9 @@ func (e *Engine) Payments() *payment.Service { return e.payments }
 
 // Groups returns the group-buy service; nil when Config.Flows has no group_buy flow.
 func (e *Engine) Groups() *groupbuy.Service { return e.groups }
+
+// Wallets returns the wallet service (accounts, ledger, holds; package wallet).
+func (e *Engine) Wallets() *wallet.Service { return e.wallets }
 
 // Store returns the database (store.Store), unwrapped by Config.Wrap; it stays open until
 // Close.

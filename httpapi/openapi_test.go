@@ -252,6 +252,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"GroupMember":         reflect.TypeFor[memberResponse](),
 		"Group":               reflect.TypeFor[groupResponse](),
 		"GroupOrder":          reflect.TypeFor[groupOrderResponse](),
+		"Wallet":              reflect.TypeFor[walletResponse](),
+		"WalletEntry":         reflect.TypeFor[walletEntryResponse](),
+		"WalletCreditRequest": reflect.TypeFor[walletCreditRequest](),
+		"WalletTransfer":      reflect.TypeFor[walletTransferResponse](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

@@ -39,6 +39,8 @@ type Config struct {
 	Refunds orderly.RefundService
 	// Groups serves the group-buy routes (/v1/deals, /v1/groups). nil answers them 404.
 	Groups orderly.GroupService
+	// Wallets serves the wallet routes (/v1/wallets). nil answers them 404.
+	Wallets orderly.WalletService
 
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
@@ -82,6 +84,7 @@ type Server struct {
 	catalog    orderly.CatalogService
 	refunds    orderly.RefundService
 	groups     orderly.GroupService
+	wallets    orderly.WalletService
 	secret     []byte
 	adminToken []byte
 	tolerance  time.Duration
@@ -113,6 +116,7 @@ func New(cfg Config) *Server {
 		catalog:    cfg.Catalog,
 		refunds:    cfg.Refunds,
 		groups:     cfg.Groups,
+		wallets:    cfg.Wallets,
 		secret:     cfg.CallbackSecret,
 		adminToken: []byte(cfg.AdminToken),
 		tolerance:  cfg.SignatureTolerance,
@@ -133,6 +137,9 @@ func New(cfg Config) *Server {
 	}
 	if s.groups == nil {
 		s.groups = noGroups{}
+	}
+	if s.wallets == nil {
+		s.wallets = noWallets{}
 	}
 	if s.tolerance <= 0 {
 		s.tolerance = payment.DefaultSignatureTolerance
@@ -191,6 +198,8 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/groups/{id}", s.getGroup)
 	r.Post("/v1/groups/{id}/join", s.joinGroup)
 	r.Post("/v1/groups/{id}/leave", s.leaveGroup)
+
+	r.Group(s.walletRoutes)
 
 	r.Route("/v1/admin", s.adminRoutes)
 

@@ -23,6 +23,12 @@ type SimGateway struct {
 	payments map[string]*simPayment
 	refunds  map[string]int64 // idempotency key → amount of the refund it moved
 	ledger   []GatewayCall
+	// Holds (simhold.go): by hold id; what each capture or void key applied; the faults
+	// armed per operation; the clock (nil: time.Now).
+	holds    map[string]*SimHold
+	holdKeys map[string]simHoldKey
+	timeouts map[GatewayOp]int
+	now      func() time.Time
 }
 
 type simPayment struct {
@@ -68,13 +74,14 @@ var _ orderly.Gateway = (*SimGateway)(nil)
 
 // NewSimGateway returns an empty simulated gateway.
 func NewSimGateway() *SimGateway {
-	return &SimGateway{payments: map[string]*simPayment{}, refunds: map[string]int64{}}
+	return &SimGateway{payments: map[string]*simPayment{}, refunds: map[string]int64{}, holds: map[string]*SimHold{},
+		holdKeys: map[string]simHoldKey{}}
 }
 
 // record appends a call to the ledger; g.mu is held.
 func (g *SimGateway) record(c GatewayCall) {
 	c.Seq = int64(len(g.ledger)) + 1
-	c.At = time.Now().UTC()
+	c.At = g.clock()
 	g.ledger = append(g.ledger, c)
 }
 

@@ -219,6 +219,13 @@ func (c *checker) run(ctx context.Context, tx store.Tx) error {
 	if err := c.checkStock(ctx, tx); err != nil {
 		return err
 	}
+	wallets, err := CheckWallets(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for _, v := range wallets {
+		c.violate(v[:2], "%s", v[4:])
+	}
 	return c.checkOutbox(ctx, tx)
 }
 

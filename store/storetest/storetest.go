@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CallbackRefusals", testCallbackRefusals},
 		{"Refunds", testRefunds},
 		{"Groups", testGroups},
+		{"Wallets", testWallets},
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},
