@@ -252,6 +252,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"GroupMember":         reflect.TypeFor[memberResponse](),
 		"Group":               reflect.TypeFor[groupResponse](),
 		"GroupOrder":          reflect.TypeFor[groupOrderResponse](),
+		"Saga":                reflect.TypeFor[sagaResponse](),
+		"SagaStep":            reflect.TypeFor[sagaStepResponse](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

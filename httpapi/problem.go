@@ -66,6 +66,7 @@ var problemKinds = map[string]problemKind{
 	orderly.EGROUPNOTFORMING: {http.StatusConflict, "Group not forming"},
 	orderly.EGROUPEXPIRED:    {http.StatusConflict, "Group expired"},
 	orderly.EALREADYMEMBER:   {http.StatusConflict, "Already a member"},
+	orderly.ESAGANOTSTUCK:    {http.StatusConflict, "Saga not stuck"},
 	orderly.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},

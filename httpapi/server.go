@@ -39,6 +39,8 @@ type Config struct {
 	Refunds orderly.RefundService
 	// Groups serves the group-buy routes (/v1/deals, /v1/groups). nil answers them 404.
 	Groups orderly.GroupService
+	// Sagas serves GET /v1/sagas/{id} and the admin re-drive (*saga.Orchestrator). nil answers them 404.
+	Sagas SagaService
 
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
@@ -82,6 +84,7 @@ type Server struct {
 	catalog    orderly.CatalogService
 	refunds    orderly.RefundService
 	groups     orderly.GroupService
+	sagas      SagaService
 	secret     []byte
 	adminToken []byte
 	tolerance  time.Duration
@@ -113,6 +116,7 @@ func New(cfg Config) *Server {
 		catalog:    cfg.Catalog,
 		refunds:    cfg.Refunds,
 		groups:     cfg.Groups,
+		sagas:      cfg.Sagas,
 		secret:     cfg.CallbackSecret,
 		adminToken: []byte(cfg.AdminToken),
 		tolerance:  cfg.SignatureTolerance,
@@ -133,6 +137,9 @@ func New(cfg Config) *Server {
 	}
 	if s.groups == nil {
 		s.groups = noGroups{}
+	}
+	if s.sagas == nil {
+		s.sagas = noSagas{}
 	}
 	if s.tolerance <= 0 {
 		s.tolerance = payment.DefaultSignatureTolerance
@@ -191,6 +198,8 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/groups/{id}", s.getGroup)
 	r.Post("/v1/groups/{id}/join", s.joinGroup)
 	r.Post("/v1/groups/{id}/leave", s.leaveGroup)
+
+	r.Get("/v1/sagas/{id}", s.getSaga)
 
 	r.Route("/v1/admin", s.adminRoutes)
 

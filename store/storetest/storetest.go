@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CallbackRefusals", testCallbackRefusals},
 		{"Refunds", testRefunds},
 		{"Groups", testGroups},
+		{"Sagas", testSagas},
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},
