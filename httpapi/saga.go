@@ -29,6 +29,7 @@ type sagaStepResponse struct {
 	IdempotencyKey string       `json:"idempotency_key"`
 	StartedAt      Time         `json:"started_at"`
 	EndedAt        Time         `json:"ended_at"`
+	RetryAt        *Time        `json:"retry_at,omitempty"`
 	Error          string       `json:"error,omitempty"`
 }
 
@@ -57,7 +58,7 @@ func newSagaResponse(in *saga.Instance, log []*saga.StepRecord) *sagaResponse {
 		Steps: make([]*sagaStepResponse, len(log))}
 	for i, s := range log {
 		r.Steps[i] = &sagaStepResponse{Step: s.Step, StepName: s.StepName, Phase: s.Phase, Attempt: s.Attempt, Outcome: s.Outcome,
-			IdempotencyKey: s.IdempotencyKey, StartedAt: Time(s.StartedAt), EndedAt: Time(s.EndedAt), Error: s.Error}
+			IdempotencyKey: s.IdempotencyKey, StartedAt: Time(s.StartedAt), EndedAt: Time(s.EndedAt), RetryAt: timePtr(s.RetryAt), Error: s.Error}
 	}
 	return r
 }

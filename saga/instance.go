@@ -43,7 +43,10 @@ type StepRecord struct {
 	IdempotencyKey string    `json:"idempotency_key"`
 	StartedAt      time.Time `json:"started_at"`
 	EndedAt        time.Time `json:"ended_at"`
-	Error          string    `json:"error,omitempty"`
+	// RetryAt is when the next attempt is due, after a transient or lost attempt that is
+	// retried; nil otherwise.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
+	Error   string     `json:"error,omitempty"`
 }
 
 func newInstance(s *store.SagaInstance) *Instance {
@@ -72,7 +75,7 @@ func (o *Orchestrator) Get(ctx context.Context, id string) (*Instance, []*StepRe
 	log := make([]*StepRecord, len(steps))
 	for i, st := range steps {
 		log[i] = &StepRecord{Step: st.Step, StepName: st.StepName, Phase: Phase(st.Phase), Attempt: st.Attempt,
-			Outcome: Outcome(st.Outcome), IdempotencyKey: st.IdempotencyKey, StartedAt: st.StartedAt, EndedAt: st.EndedAt, Error: st.Error}
+			Outcome: Outcome(st.Outcome), IdempotencyKey: st.IdempotencyKey, StartedAt: st.StartedAt, EndedAt: st.EndedAt, RetryAt: st.RetryAt, Error: st.Error}
 	}
 	return newInstance(s), log, nil
 }

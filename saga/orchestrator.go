@@ -327,7 +327,7 @@ func (o *Orchestrator) runInTx(ctx context.Context, s *store.SagaInstance, def *
 		if err := p.call(ctx, tx, c); err != nil {
 			return &participantError{err: err}
 		}
-		return tx.SagaStepInsert(ctx, o.logRow(s, def, logged, "", now))
+		return tx.SagaStepInsert(ctx, o.logRow(s, next, claimed, def, logged, "", now))
 	})
 	if err != nil {
 		return nil, false, err
@@ -364,7 +364,7 @@ func (o *Orchestrator) record(ctx context.Context, s *store.SagaInstance, def *D
 		} else if !ok {
 			return errFenced
 		}
-		return tx.SagaStepInsert(ctx, o.logRow(s, def, logged, msg, now))
+		return tx.SagaStepInsert(ctx, o.logRow(s, next, claimed, def, logged, msg, now))
 	})
 	if err != nil {
 		return nil, false, err
@@ -399,8 +399,9 @@ func (o *Orchestrator) recorded(ctx context.Context, prev, next *store.SagaInsta
 	}
 }
 
-// logRow is the step log row of s's claimed attempt, ended at now.
-func (o *Orchestrator) logRow(s *store.SagaInstance, def *Definition, out Outcome, msg string, now time.Time) *store.SagaStep {
+// logRow is the step log row of s's claimed attempt, ended at now, with next the instance
+// as it follows (claimed: its next attempt runs at once).
+func (o *Orchestrator) logRow(s, next *store.SagaInstance, claimed bool, def *Definition, out Outcome, msg string, now time.Time) *store.SagaStep {
 	phase := PhaseAction
 	if State(s.State) == StateCompensating {
 		phase = PhaseCompensation
@@ -410,8 +411,12 @@ func (o *Orchestrator) logRow(s *store.SagaInstance, def *Definition, out Outcom
 	if s.AttemptStartedAt != nil {
 		started = *s.AttemptStartedAt
 	}
+	var retryAt *time.Time
+	if !claimed && next.WakeAt != nil && next.CurrentStep == s.CurrentStep && next.State == s.State {
+		retryAt = next.WakeAt
+	}
 	return &store.SagaStep{SagaID: s.ID, Step: s.CurrentStep, StepName: name, Phase: string(phase), Attempt: max(s.Attempts, 1),
-		Outcome: string(out), IdempotencyKey: IdempotencyKey(s.ID, name, phase), StartedAt: started, EndedAt: now, Error: msg}
+		Outcome: string(out), IdempotencyKey: IdempotencyKey(s.ID, name, phase), StartedAt: started, EndedAt: now, RetryAt: retryAt, Error: msg}
 }
 
 // advance applies the outcome of s's attempt (its current step and phase) at now: it

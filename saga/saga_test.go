@@ -53,7 +53,7 @@ func start(t *testing.T, db *sqlstore.DB, defs ...saga.Definition) (e *env, stop
 	e = &env{store: db, metrics: telemetry.NewMetrics()}
 	var err error
 	e.orch, err = saga.New(saga.Config{
-		Store: db, Definitions: defs, LeaseMargin: 50 * time.Millisecond, Metrics: e.metrics,
+		Store: db, Definitions: defs, LeaseMargin: time.Second, Metrics: e.metrics,
 		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
 	})
 	if err != nil {
@@ -141,57 +141,91 @@ func (r *recorder) ok() saga.Participant {
 }
 
 // TestTransientRetriedWithGrowingDelaysThenCompensated: a step that keeps failing
-// transiently is retried after 20, 40, 80 and 160 ms (no jitter) until its 400 ms deadline
-// would pass, then its outcome is unknown and it is compensated, and so is the step before
-// it: the saga ends compensated, never stalled.
+// transiently is retried after 20, 40, 80, 160 … ms (no jitter: the delays are exact),
+// never earlier, until the next retry would start after its 400 ms deadline; then its
+// outcome is unknown and it is compensated, and so is the step before it: the saga ends
+// compensated, never stalled. (How many attempts fit before the deadline depends on the
+// machine's speed; the delays and the rule do not.)
 func TestTransientRetriedWithGrowingDelaysThenCompensated(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
+	retry := saga.RetryPolicy{InitialInterval: 20 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second, RandomizationFactor: -1, Deadline: 400 * time.Millisecond}
 	def := saga.Definition{Name: "transient", Steps: []saga.Step{
 		{Name: "reserve", Action: rec.ok(), Compensation: rec.ok()},
 		{Name: "capture", Action: saga.Local(func(_ context.Context, c *saga.Call) error {
 			rec.add(c)
 			return errors.New("gateway: 503")
-		}), Compensation: rec.ok(), Retry: saga.RetryPolicy{
-			InitialInterval: 20 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second, RandomizationFactor: -1, Deadline: 400 * time.Millisecond,
-		}},
+		}), Compensation: rec.ok(), Retry: retry},
 	}}
 	e, _ := start(t, newStore(t), def)
 	inst, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "transient", Input: []byte(`{"amount":500}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inst.State != saga.StateRunning || inst.Attempts != 1 || inst.WakeAt == nil {
+	if inst.State != saga.StateRunning || inst.Attempts != 1 || inst.WakeAt == nil || inst.StepDeadline == nil {
 		t.Fatalf("after the first failure: %s, %d attempts, wake_at %v; want running, 1, a retry time", inst.State, inst.Attempts, inst.WakeAt)
 	}
 	_, log := e.waitState(t, inst.ID, saga.StateCompensated)
-	want := []string{"reserve/action:succeeded",
-		"capture/action:transient", "capture/action:transient", "capture/action:transient", "capture/action:transient", "capture/action:unknown",
-		"capture/compensation:succeeded", "reserve/compensation:succeeded"}
-	if got := summary(log); !slices.Equal(got, want) {
+	got := summary(log)
+	n := len(got) - 3 // attempts of capture's action
+	if n < 2 {
+		t.Fatalf("log\n%s\nwant at least two attempts of capture", dump(log))
+	}
+	want := []string{"reserve/action:succeeded"}
+	for range n - 1 {
+		want = append(want, "capture/action:transient")
+	}
+	want = append(want, "capture/action:unknown", "capture/compensation:succeeded", "reserve/compensation:succeeded")
+	if !slices.Equal(got, want) {
 		t.Fatalf("log\n%s\nwant %v", dump(log), want)
 	}
-	// The delay between the end of attempt n and the start of attempt n+1 is at least
-	// 20 ms × 2^(n-1): the retry is due then on the database clock, never earlier.
-	var gaps []time.Duration
-	for i := 2; i <= 5; i++ {
-		gap := log[i].StartedAt.Sub(log[i-1].EndedAt)
-		wantMin := 20 * time.Millisecond << (i - 2)
-		if gap < wantMin {
-			t.Fatalf("attempt %d started %s after attempt %d ended, want at least %s", i, gap, i-1, wantMin)
+	// Attempt k's retry is due exactly 20 ms × 2^(k-1) after it ended, and attempt k+1
+	// starts no earlier (the database clock decides).
+	for k := 1; k < n; k++ {
+		row, next := log[k], log[k+1]
+		if row.RetryAt == nil {
+			t.Fatalf("attempt %d has no retry_at", k)
 		}
-		gaps = append(gaps, gap)
-	}
-	for i := 1; i < len(gaps); i++ {
-		if gaps[i] <= gaps[i-1] {
-			t.Fatalf("delays %v do not grow", gaps)
+		if got, want := row.RetryAt.Sub(row.EndedAt), 20*time.Millisecond<<(k-1); got != want {
+			t.Fatalf("attempt %d: retry %s after it ended, want %s", k, got, want)
+		}
+		if next.StartedAt.Before(*row.RetryAt) {
+			t.Fatalf("attempt %d started at %s, before its retry time %s", k+1, next.StartedAt, row.RetryAt)
+		}
+		if next.Attempt != k+1 || next.IdempotencyKey != inst.ID+"/capture/action" {
+			t.Fatalf("attempt %d: number %d key %q", k+1, next.Attempt, next.IdempotencyKey)
 		}
 	}
-	if got := testutil.ToFloat64(e.metrics.SagaAttempts.WithLabelValues("action", "unknown")); got != 1 {
-		t.Fatalf("unknown attempts metric %v, want 1", got)
+	// The last attempt's retry would have started after the deadline.
+	last := log[n]
+	if last.RetryAt != nil || !last.EndedAt.Add(retry.Delay(n)).After(*inst.StepDeadline) {
+		t.Fatalf("unknown after attempt %d ended at %s: its retry (+%s) is not after the deadline %s", n, last.EndedAt, retry.Delay(n), inst.StepDeadline)
+	}
+	if got := testutil.ToFloat64(e.metrics.SagaAttempts.WithLabelValues("action", "transient")); got != float64(n-1) {
+		t.Fatalf("transient attempts metric %v, want %d", got, n-1)
 	}
 	if got := testutil.ToFloat64(e.metrics.SagasEnded.WithLabelValues("compensated")); got != 1 {
 		t.Fatalf("compensated metric %v, want 1", got)
+	}
+}
+
+// TestRetryDelay: the delays of the policy, with and without jitter.
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	exact := saga.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, RandomizationFactor: -1}
+	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 9: time.Second} {
+		if got := exact.Delay(n); got != want {
+			t.Errorf("Delay(%d) = %s, want %s", n, got, want)
+		}
+	}
+	jitter := saga.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 10 * time.Second, RandomizationFactor: 0.1}
+	for n := 1; n <= 6; n++ {
+		base := 100 * time.Millisecond << (n - 1)
+		for range 20 {
+			if d := jitter.Delay(n); d < base*9/10 || d > base*11/10 {
+				t.Fatalf("Delay(%d) = %s, want within 10 %% of %s", n, d, base)
+			}
+		}
 	}
 }
 

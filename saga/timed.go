@@ -61,7 +61,7 @@ func (t timed) FireDue(ctx context.Context, tx store.Tx, now time.Time, limit in
 			// The lease of the attempt in flight ended without an answer.
 			var logged Outcome
 			run, logged = o.advance(next, def, OutcomeLost, "the attempt's lease ended without an answer", now)
-			if err := tx.SagaStepInsert(ctx, o.logRow(s, def, logged, "lease ended without an answer", now)); err != nil {
+			if err := tx.SagaStepInsert(ctx, o.logRow(s, next, run, def, logged, "lease ended without an answer", now)); err != nil {
 				return len(due), fired, err
 			}
 			o.cfg.Metrics.SagaAttempts.WithLabelValues(string(phaseOf(s)), string(logged)).Inc()

@@ -79,5 +79,8 @@ type SagaStep struct {
 	IdempotencyKey string
 	StartedAt      time.Time
 	EndedAt        time.Time
-	Error          string
+	// RetryAt is when the next attempt of the same step and phase is due, for an attempt
+	// that failed and is retried (transient, lost); nil otherwise.
+	RetryAt *time.Time
+	Error   string
 }

@@ -12,7 +12,7 @@ import (
 const sagaColumns = `id, definition, state, current_step, input, wake_at, step_deadline, attempts,
 	attempt_started_at, last_error, created_at, updated_at, ended_at, version`
 
-const sagaStepColumns = `id, saga_id, step, step_name, phase, attempt, outcome, idempotency_key, started_at, ended_at, error`
+const sagaStepColumns = `id, saga_id, step, step_name, phase, attempt, outcome, idempotency_key, started_at, ended_at, retry_at, error`
 
 // The saga statements are literal per dialect where the dialects differ (the claim); the
 // others are the same text everywhere.
@@ -49,7 +49,7 @@ var (
 	qSagaList          = sqlText(`SELECT ` + sagaColumns + ` FROM saga_instances
 		WHERE (? = '' OR state = ?) AND id > ? ORDER BY id LIMIT ?`)
 	qSagaStepInsert = sqlText(`INSERT INTO saga_steps (saga_id, step, step_name, phase, attempt, outcome, idempotency_key,
-		started_at, ended_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		started_at, ended_at, retry_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qSagaSteps = sqlText(`SELECT ` + sagaStepColumns + ` FROM saga_steps WHERE saga_id = ? ORDER BY id`)
 )
 
@@ -162,7 +162,7 @@ func (t *tx) SagaList(ctx context.Context, state string, params *store.ListParam
 // SagaStepInsert implements store.Tx.
 func (t *tx) SagaStepInsert(ctx context.Context, st *store.SagaStep) error {
 	_, err := t.exec(ctx, "saga step of "+st.SagaID, qSagaStepInsert, st.SagaID, st.Step, st.StepName, st.Phase, st.Attempt,
-		st.Outcome, st.IdempotencyKey, ms(st.StartedAt), ms(st.EndedAt), nullString(st.Error))
+		st.Outcome, st.IdempotencyKey, ms(st.StartedAt), ms(st.EndedAt), nullMS(st.RetryAt), nullString(st.Error))
 	return err
 }
 
@@ -178,13 +178,14 @@ func (t *tx) SagaSteps(ctx context.Context, sagaID string) ([]*store.SagaStep, e
 		var (
 			st             store.SagaStep
 			started, ended int64
+			retryAt        sql.NullInt64
 			stepErr        sql.NullString
 		)
 		if err := rows.Scan(&st.ID, &st.SagaID, &st.Step, &st.StepName, &st.Phase, &st.Attempt, &st.Outcome,
-			&st.IdempotencyKey, &started, &ended, &stepErr); err != nil {
+			&st.IdempotencyKey, &started, &ended, &retryAt, &stepErr); err != nil {
 			return nil, fmt.Errorf("saga steps of %s: %w", sagaID, err)
 		}
-		st.StartedAt, st.EndedAt, st.Error = fromMS(started), fromMS(ended), stepErr.String
+		st.StartedAt, st.EndedAt, st.RetryAt, st.Error = fromMS(started), fromMS(ended), timePtr(retryAt), stepErr.String
 		out = append(out, &st)
 	}
 	if err := rows.Err(); err != nil {

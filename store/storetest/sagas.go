@@ -108,7 +108,10 @@ func testSagaDue(t *testing.T, open opener) {
 	if len(due) != 2 || due[0].ID != early.ID || due[1].ID != late.ID {
 		t.Fatalf("due %v, want [%s %s] (earliest first; a wake_at 1 h later is not due)", sagaIDs(due), early.ID, late.ID)
 	}
-	inTx(t, s, func(tx store.Tx) (err error) { due, err = tx.SagasDue(ctx, t0.Add(2*time.Second-time.Millisecond), 10); return err })
+	inTx(t, s, func(tx store.Tx) (err error) {
+		due, err = tx.SagasDue(ctx, t0.Add(2*time.Second-time.Millisecond), 10)
+		return err
+	})
 	if len(due) != 1 || due[0].ID != early.ID {
 		t.Fatalf("due 1 ms before the later wake_at: %v, want [%s]", sagaIDs(due), early.ID)
 	}

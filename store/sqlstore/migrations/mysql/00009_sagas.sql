@@ -40,6 +40,7 @@ CREATE TABLE saga_steps (
     idempotency_key VARCHAR(400) NOT NULL,
     started_at      BIGINT       NOT NULL,
     ended_at        BIGINT       NOT NULL,
+    retry_at        BIGINT,
     error           TEXT,
     INDEX saga_steps_saga_id (saga_id, id),
     CONSTRAINT saga_steps_saga FOREIGN KEY (saga_id) REFERENCES saga_instances (id)

@@ -40,6 +40,7 @@ CREATE TABLE saga_steps (
     idempotency_key TEXT   NOT NULL,
     started_at      BIGINT NOT NULL,
     ended_at        BIGINT NOT NULL,
+    retry_at        BIGINT,
     error           TEXT
 );
 CREATE INDEX saga_steps_saga_id ON saga_steps (saga_id, id);
