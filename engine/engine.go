@@ -26,6 +26,7 @@ import (
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/redisq"
+	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
@@ -49,6 +50,7 @@ type Engine struct {
 	orders   *order.Service
 	payments *payment.Service
 	closer   *timeout.Closer
+	sagas    *saga.Orchestrator
 	relay    *outbox.Relay
 	jobs     []*job.Runner
 	metrics  *telemetry.Metrics
@@ -146,6 +148,15 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		timed = append(slices.Clone(timed), deadlines)
 	}
 
+	// The saga orchestrator: its due instances are one more timed kind of the closer.
+	if e.sagas, err = saga.New(saga.Config{
+		Store: st, Definitions: cfg.Sagas, Logger: log, Metrics: e.metrics,
+		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+	}); err != nil {
+		return nil, fmt.Errorf("engine: sagas: %w", err)
+	}
+	timed = append(slices.Clone(timed), e.sagas.Timed())
+
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = e.payments.RefundHandler()
 	handlers[orderly.TopicRefundExecute] = e.payments.RefundExecuteHandler()
@@ -231,7 +242,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		groups = e.groups
 	}
 	e.handler = httpapi.New(httpapi.Config{
-		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, CallbackSecret: cfg.CallbackSecret,
+		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Sagas: e.sagas, CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
@@ -295,6 +306,9 @@ func (e *Engine) startWorkers(ctx context.Context) error {
 	if err := e.relay.Start(ctx); err != nil {
 		return fmt.Errorf("engine: start relay: %w", err)
 	}
+	if err := e.sagas.Start(ctx); err != nil {
+		return fmt.Errorf("engine: start sagas: %w", err)
+	}
 	if err := e.closer.Start(ctx); err != nil {
 		return fmt.Errorf("engine: start timer: %w", err)
 	}
@@ -332,6 +346,9 @@ func (e *Engine) stopWorkers() {
 	}
 	if e.closer != nil {
 		e.closer.Stop()
+	}
+	if e.sagas != nil {
+		e.sagas.Stop() // after the timer, which hands it due sagas
 	}
 	if e.relay != nil {
 		e.relay.Stop()
@@ -452,6 +469,9 @@ func (e *Engine) Store() *sqlstore.DB { return e.db }
 
 // Closer returns the close path (timer, sweep and deep check bodies).
 func (e *Engine) Closer() *timeout.Closer { return e.closer }
+
+// Sagas returns the saga orchestrator (Run, Begin, Get, Redrive) of Config.Sagas.
+func (e *Engine) Sagas() *saga.Orchestrator { return e.sagas }
 
 // Relay returns the outbox relay.
 func (e *Engine) Relay() *outbox.Relay { return e.relay }
