@@ -243,11 +243,6 @@ func (o *Orchestrator) create(ctx context.Context, p *StartParams) (*store.SagaI
 // errFenced: the instance changed since it was claimed (another runner took it over).
 var errFenced = errors.New("saga: claim taken over")
 
-// participantError carries a LocalTx participant's error out of its rolled-back transaction.
-type participantError struct{ err error }
-
-func (e *participantError) Error() string { return e.err.Error() }
-
 // drive runs the claimed attempt of s, and each next attempt that its recording claims,
 // until the saga ends, waits for a retry or was taken over; it returns the instance as
 // last recorded.
@@ -257,30 +252,21 @@ func (o *Orchestrator) drive(ctx context.Context, s *store.SagaInstance) (*store
 		return s, fmt.Errorf("saga %s: definition %q is not registered here", s.ID, s.Definition)
 	}
 	for {
-		step := &def.Steps[s.CurrentStep]
-		phase, p := PhaseAction, step.Action
-		if State(s.State) == StateCompensating {
-			phase, p = PhaseCompensation, step.Compensation
-		}
-		c := &Call{SagaID: s.ID, Definition: s.Definition, Step: s.CurrentStep, StepName: step.Name, Phase: phase,
-			Attempt: s.Attempts, Input: s.Input, IdempotencyKey: IdempotencyKey(s.ID, step.Name, phase)}
-		attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
+		step, phase, p := current(s, def)
 		var (
 			next    *store.SagaInstance
 			claimed bool
 			err     error
 		)
 		if p.inTx() {
-			next, claimed, err = o.runInTx(attemptCtx, s, def, p, c)
-			var pe *participantError
-			if errors.As(err, &pe) {
-				next, claimed, err = o.record(ctx, s, def, o.callError(attemptCtx, step, pe.err))
-			}
+			next, claimed, err = o.runInTx(ctx, s, def)
 		} else {
-			callErr := p.call(attemptCtx, nil, c)
-			next, claimed, err = o.record(ctx, s, def, o.callError(attemptCtx, step, callErr))
+			attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
+			callErr := p.call(attemptCtx, nil, newCall(s, step, phase))
+			callErr = callError(attemptCtx, step, callErr)
+			cancel()
+			next, claimed, err = o.record(ctx, s, def, callErr)
 		}
-		cancel()
 		if errors.Is(err, errFenced) {
 			return s, nil
 		}
@@ -294,58 +280,106 @@ func (o *Orchestrator) drive(ctx context.Context, s *store.SagaInstance) (*store
 	}
 }
 
+// current returns the step of s's claimed attempt, its phase and its participant.
+func current(s *store.SagaInstance, def *Definition) (*Step, Phase, Participant) {
+	step := &def.Steps[s.CurrentStep]
+	if State(s.State) == StateCompensating {
+		return step, PhaseCompensation, step.Compensation
+	}
+	return step, PhaseAction, step.Action
+}
+
+func newCall(s *store.SagaInstance, step *Step, phase Phase) *Call {
+	return &Call{SagaID: s.ID, Definition: s.Definition, Step: s.CurrentStep, StepName: step.Name, Phase: phase,
+		Attempt: s.Attempts, Input: s.Input, IdempotencyKey: IdempotencyKey(s.ID, step.Name, phase)}
+}
+
 // callError adds the attempt's timeout to an error caused by it.
-func (o *Orchestrator) callError(attemptCtx context.Context, step *Step, err error) error {
+func callError(attemptCtx context.Context, step *Step, err error) error {
 	if err != nil && errors.Is(attemptCtx.Err(), context.DeadlineExceeded) && !IsBusiness(err) {
 		return fmt.Errorf("attempt timed out after %s: %w", step.timeout(), err)
 	}
 	return err
 }
 
-// runInTx runs a LocalTx participant in the transaction that records its success: the
-// guarded update comes first (it locks the row: the fence), then the participant, then
-// the log row. A participant error rolls everything back and comes out as participantError.
-func (o *Orchestrator) runInTx(ctx context.Context, s *store.SagaInstance, def *Definition, p Participant, c *Call) (*store.SagaInstance, bool, error) {
-	var (
-		next    *store.SagaInstance
-		claimed bool
-		logged  Outcome
-	)
+// outcomeOf classifies a participant's error.
+func outcomeOf(err error) (Outcome, string) {
+	switch {
+	case err == nil:
+		return OutcomeSucceeded, ""
+	case IsBusiness(err):
+		return OutcomeBusinessFailure, err.Error()
+	default:
+		return OutcomeTransient, err.Error()
+	}
+}
+
+// runInTx runs s's claimed attempt, a LocalTx participant, in one transaction with its
+// record, and goes on in the same transaction with each next attempt claimed at once whose
+// participant is a LocalTx too (a run of local steps, or their compensations, commits
+// once). Each participant runs in a savepoint: its error rolls back its own writes only,
+// and its failure is recorded like any other. Every record is the guarded update of the
+// instance (the fence: errFenced, and nothing commits, when another runner took it over)
+// and a log row.
+func (o *Orchestrator) runInTx(ctx context.Context, s *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
+	type done struct {
+		prev, next *store.SagaInstance
+		claimed    bool
+		logged     Outcome
+	}
+	var records []done
 	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
+		records = records[:0]
+		cur := s
+		for {
+			step, phase, p := current(cur, def)
+			if !p.inTx() {
+				return nil
+			}
+			attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
+			callErr := tx.Savepoint(ctx, func() error { return p.call(attemptCtx, tx, newCall(cur, step, phase)) })
+			callErr = callError(attemptCtx, step, callErr)
+			cancel()
+			out, msg := outcomeOf(callErr)
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			next := clone(cur)
+			claimed, logged := o.advance(next, def, out, msg, now)
+			ok, err := tx.SagaUpdate(ctx, next)
+			if err != nil {
+				return err
+			} else if !ok {
+				return errFenced
+			}
+			if err := tx.SagaStepInsert(ctx, o.logRow(cur, next, claimed, def, logged, msg, now)); err != nil {
+				return err
+			}
+			records = append(records, done{cur, next, claimed, logged})
+			if !claimed {
+				return nil
+			}
+			cur = next
 		}
-		next = clone(s)
-		claimed, logged = o.advance(next, def, OutcomeSucceeded, "", now)
-		ok, err := tx.SagaUpdate(ctx, next)
-		if err != nil {
-			return err
-		} else if !ok {
-			return errFenced
-		}
-		if err := p.call(ctx, tx, c); err != nil {
-			return &participantError{err: err}
-		}
-		return tx.SagaStepInsert(ctx, o.logRow(s, next, claimed, def, logged, "", now))
 	})
 	if err != nil {
 		return nil, false, err
 	}
-	o.recorded(ctx, s, next, claimed, logged)
-	return next, claimed, nil
+	for _, r := range records {
+		o.recorded(ctx, r.prev, r.next, r.claimed, r.logged)
+	}
+	if len(records) == 0 {
+		return s, false, fmt.Errorf("saga %s: step %d is not a LocalTx participant", s.ID, s.CurrentStep)
+	}
+	last := records[len(records)-1]
+	return last.next, last.claimed, nil
 }
 
 // record writes the outcome of s's claimed attempt (callErr decides it) and what follows,
 // guarded by s's version: errFenced when another runner took it over.
 func (o *Orchestrator) record(ctx context.Context, s *store.SagaInstance, def *Definition, callErr error) (*store.SagaInstance, bool, error) {
-	out, msg := OutcomeSucceeded, ""
-	if callErr != nil {
-		out, msg = OutcomeTransient, callErr.Error()
-		if IsBusiness(callErr) {
-			out = OutcomeBusinessFailure
-		}
-	}
+	out, msg := outcomeOf(callErr)
 	var (
 		next    *store.SagaInstance
 		claimed bool

@@ -41,9 +41,10 @@ type Participant interface {
 
 // LocalTx is a participant that runs fn in the orchestrator's transaction that records the
 // attempt's outcome and claims the next step: its writes commit exactly when the step is
-// recorded as succeeded, so it needs no barrier. When fn returns an error its writes roll
-// back and the failure is recorded in a transaction of its own. fn must finish within the
-// step's Timeout (its context's deadline).
+// recorded, so it needs no barrier. fn runs in a savepoint: when it returns an error its
+// writes roll back and the failure is recorded in the same transaction. Consecutive
+// LocalTx steps (or compensations) whose attempts are claimed at once run in one
+// transaction. fn must finish within the step's Timeout (its context's deadline).
 func LocalTx(fn func(ctx context.Context, tx store.Tx, c *Call) error) Participant {
 	return localTx(fn)
 }

@@ -483,3 +483,88 @@ func TestStuckAndRedrive(t *testing.T) {
 		t.Fatalf("re-drive of a missing saga: %v, want %s", err, orderly.ENOTFOUND)
 	}
 }
+
+// TestLocalTxSteps: LocalTx participants write in the transaction that records their
+// step; a failing one's writes roll back (its savepoint) while the steps before it and
+// their compensations commit: a business failure at step 3 leaves the rows of steps 1 and
+// 2 and of their compensations, none of step 3's; a transient failure leaves none of its
+// writes and is retried.
+func TestLocalTxSteps(t *testing.T) {
+	t.Parallel()
+	write := func(name string, fail error) saga.Participant {
+		return saga.LocalTx(func(ctx context.Context, tx store.Tx, c *saga.Call) error {
+			err := tx.CouponInsert(ctx, &orderly.Coupon{ID: c.SagaID + "/" + name + "/" + fmt.Sprint(c.Attempt), UserID: "u", AmountOff: 1,
+				Currency: "EUR", State: orderly.CouponAvailable, CreatedAt: time.Unix(0, 0).UTC()})
+			if err != nil {
+				return err
+			}
+			return fail
+		})
+	}
+	var calls atomic.Int64
+	flaky := saga.LocalTx(func(ctx context.Context, tx store.Tx, c *saga.Call) error {
+		if calls.Add(1) == 1 {
+			_ = tx.CouponInsert(ctx, &orderly.Coupon{ID: c.SagaID + "/flaky-lost", UserID: "u", AmountOff: 1, Currency: "EUR",
+				State: orderly.CouponAvailable, CreatedAt: time.Unix(0, 0).UTC()})
+			return errors.New("lock wait")
+		}
+		return nil
+	})
+	defs := []saga.Definition{
+		{Name: "local", Steps: []saga.Step{
+			{Name: "one", Action: write("one", nil), Compensation: write("undo-one", nil)},
+			{Name: "two", Action: write("two", nil), Compensation: write("undo-two", nil)},
+			{Name: "three", Action: write("three", saga.Business(errors.New("no"))), Compensation: write("undo-three", nil)},
+			{Name: "four", Action: write("four", nil)},
+		}},
+		{Name: "flaky", Steps: []saga.Step{{Name: "flaky", Action: flaky,
+			Retry: saga.RetryPolicy{InitialInterval: 5 * time.Millisecond, RandomizationFactor: -1}}}},
+	}
+	db := newStore(t)
+	e, _ := start(t, db, defs...)
+	inst, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.State != saga.StateCompensated {
+		t.Fatalf("saga %s, want compensated within Run", inst.State)
+	}
+	var coupons []string
+	err = db.Read(t.Context(), func(tx store.Tx) error {
+		list, err := tx.CouponList(t.Context())
+		for _, c := range list {
+			coupons = append(coupons, strings.TrimPrefix(c.ID, inst.ID+"/"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(coupons)
+	if want := []string{"one/1", "two/1", "undo-one/1", "undo-two/1"}; !slices.Equal(coupons, want) {
+		t.Fatalf("rows %v, want %v", coupons, want)
+	}
+	_, log, _ := e.orch.Get(t.Context(), inst.ID)
+	if got, want := summary(log), []string{"one/action:succeeded", "two/action:succeeded", "three/action:business_failure",
+		"two/compensation:succeeded", "one/compensation:succeeded"}; !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	fl, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, log = e.waitState(t, fl.ID, saga.StateSucceeded)
+	if got, want := summary(log), []string{"flaky/action:transient", "flaky/action:succeeded"}; !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	err = db.Read(t.Context(), func(tx store.Tx) error {
+		_, err := tx.CouponGet(t.Context(), fl.ID+"/flaky-lost")
+		if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			return fmt.Errorf("the failed attempt's write: %v, want rolled back", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
