@@ -39,6 +39,11 @@ const (
 	EALREADYMEMBER   = "already-member"    // the user already holds a seat in the group (409)
 )
 
+// Error codes of sagas (package saga), stable like those above.
+const (
+	ESAGANOTSTUCK = "saga-not-stuck" // a re-drive named a saga that is not stuck (409)
+)
+
 // Error is the domain error: a stable Code from the list above and a Message that is safe
 // to show to the caller. Adapters translate driver errors into *Error or wrap them as
 // internal errors.

@@ -11,6 +11,7 @@ import (
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/timeout"
@@ -121,6 +122,10 @@ type Config struct {
 	// timer, sweep and deep check drive besides orders (timeout.Timed). Open always adds
 	// the wallet hold expiries (wallet.Expiries) and, with group_buy, the group deadlines.
 	Timed []timeout.Timed
+	// Sagas are the saga definitions the engine's orchestrator runs (Engine.Sagas): their
+	// step deadlines and retries are timed on the closer's one timer, and GET
+	// /v1/sagas/{id} and the admin re-drive serve their instances. README.md "Sagas".
+	Sagas []saga.Definition
 	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
 	// Engine.SimGateway).

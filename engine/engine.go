@@ -26,6 +26,7 @@ import (
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/redisq"
+	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
@@ -51,6 +52,7 @@ type Engine struct {
 	orders   *order.Service
 	payments *payment.Service
 	closer   *timeout.Closer
+	sagas    *saga.Orchestrator
 	relay    *outbox.Relay
 	jobs     []*job.Runner
 	metrics  *telemetry.Metrics
@@ -155,6 +157,15 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	timed = append(slices.Clone(timed), wallet.NewExpiries(log))
 
+	// The saga orchestrator: its due instances are one more timed kind of the closer.
+	if e.sagas, err = saga.New(saga.Config{
+		Store: st, Definitions: cfg.Sagas, Logger: log, Metrics: e.metrics,
+		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+	}); err != nil {
+		return nil, fmt.Errorf("engine: sagas: %w", err)
+	}
+	timed = append(slices.Clone(timed), e.sagas.Timed())
+
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = e.payments.RefundHandler()
 	handlers[orderly.TopicRefundExecute] = e.payments.RefundExecuteHandler()
@@ -240,7 +251,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		groups = e.groups
 	}
 	e.handler = httpapi.New(httpapi.Config{
-		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets,
+		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
@@ -305,6 +316,9 @@ func (e *Engine) startWorkers(ctx context.Context) error {
 	if err := e.relay.Start(ctx); err != nil {
 		return fmt.Errorf("engine: start relay: %w", err)
 	}
+	if err := e.sagas.Start(ctx); err != nil {
+		return fmt.Errorf("engine: start sagas: %w", err)
+	}
 	if err := e.closer.Start(ctx); err != nil {
 		return fmt.Errorf("engine: start timer: %w", err)
 	}
@@ -342,6 +356,9 @@ func (e *Engine) stopWorkers() {
 	}
 	if e.closer != nil {
 		e.closer.Stop()
+	}
+	if e.sagas != nil {
+		e.sagas.Stop() // after the timer, which hands it due sagas
 	}
 	if e.relay != nil {
 		e.relay.Stop()
@@ -465,6 +482,9 @@ func (e *Engine) Store() *sqlstore.DB { return e.db }
 
 // Closer returns the close path (timer, sweep and deep check bodies).
 func (e *Engine) Closer() *timeout.Closer { return e.closer }
+
+// Sagas returns the saga orchestrator (Run, Begin, Get, Redrive) of Config.Sagas.
+func (e *Engine) Sagas() *saga.Orchestrator { return e.sagas }
 
 // Relay returns the outbox relay.
 func (e *Engine) Relay() *outbox.Relay { return e.relay }

@@ -256,6 +256,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"WalletEntry":         reflect.TypeFor[walletEntryResponse](),
 		"WalletCreditRequest": reflect.TypeFor[walletCreditRequest](),
 		"WalletTransfer":      reflect.TypeFor[walletTransferResponse](),
+		"Saga":                reflect.TypeFor[sagaResponse](),
+		"SagaStep":            reflect.TypeFor[sagaStepResponse](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

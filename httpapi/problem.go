@@ -70,6 +70,7 @@ var problemKinds = map[string]problemKind{
 	orderly.EHOLDEXPIRED:     {http.StatusConflict, "Hold expired"},
 	orderly.EHOLDEXCEEDED:    {http.StatusConflict, "Hold exceeded"},
 	orderly.EHOLDNOTPENDING:  {http.StatusConflict, "Hold not pending"},
+	orderly.ESAGANOTSTUCK:    {http.StatusConflict, "Saga not stuck"},
 	orderly.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
 	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
 	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},

@@ -41,6 +41,8 @@ type Config struct {
 	Groups orderly.GroupService
 	// Wallets serves the wallet routes (/v1/wallets). nil answers them 404.
 	Wallets orderly.WalletService
+	// Sagas serves GET /v1/sagas/{id} and the admin re-drive (*saga.Orchestrator). nil answers them 404.
+	Sagas SagaService
 
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
@@ -85,6 +87,7 @@ type Server struct {
 	refunds    orderly.RefundService
 	groups     orderly.GroupService
 	wallets    orderly.WalletService
+	sagas      SagaService
 	secret     []byte
 	adminToken []byte
 	tolerance  time.Duration
@@ -117,6 +120,7 @@ func New(cfg Config) *Server {
 		refunds:    cfg.Refunds,
 		groups:     cfg.Groups,
 		wallets:    cfg.Wallets,
+		sagas:      cfg.Sagas,
 		secret:     cfg.CallbackSecret,
 		adminToken: []byte(cfg.AdminToken),
 		tolerance:  cfg.SignatureTolerance,
@@ -140,6 +144,9 @@ func New(cfg Config) *Server {
 	}
 	if s.wallets == nil {
 		s.wallets = noWallets{}
+	}
+	if s.sagas == nil {
+		s.sagas = noSagas{}
 	}
 	if s.tolerance <= 0 {
 		s.tolerance = payment.DefaultSignatureTolerance
@@ -200,6 +207,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Post("/v1/groups/{id}/leave", s.leaveGroup)
 
 	r.Group(s.walletRoutes)
+	r.Get("/v1/sagas/{id}", s.getSaga)
 
 	r.Route("/v1/admin", s.adminRoutes)
 

@@ -195,6 +195,7 @@ type Tx interface {
 	RefundTx
 	GroupTx
 	WalletTx
+	SagaTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

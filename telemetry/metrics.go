@@ -46,6 +46,14 @@ type Metrics struct {
 	// dependency ("redis": the delay queue of --timer redis). The instance serves either
 	// way; while the delay queue is down the database timer and the sweep close orders.
 	DependencyUp *prometheus.GaugeVec
+	// SagaAttempts counts attempts of saga steps by phase (action, compensation) and
+	// outcome (succeeded, business_failure, transient, unknown, lost).
+	SagaAttempts *prometheus.CounterVec
+	// SagasEnded counts sagas that ended, by final state (succeeded, compensated).
+	SagasEnded *prometheus.CounterVec
+	// SagasStuck counts sagas moved to stuck: a compensation failed its maximum number of
+	// attempts and waits for an admin re-drive (each one is an alert).
+	SagasStuck prometheus.Counter
 }
 
 // NewMetrics returns a fresh set of collectors on a new registry that also holds the Go
@@ -99,13 +107,22 @@ func NewMetrics() *Metrics {
 		DependencyUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "orderly_dependency_up", Help: "1 while an optional dependency answers, 0 while it does not, by dependency.",
 		}, []string{"dependency"}),
+		SagaAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_saga_attempts_total", Help: "Attempts of saga steps, by phase and outcome.",
+		}, []string{"phase", "outcome"}),
+		SagasEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_sagas_ended_total", Help: "Sagas ended, by final state.",
+		}, []string{"state"}),
+		SagasStuck: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderly_sagas_stuck_total", Help: "Sagas moved to stuck after a compensation's last attempt failed.",
+		}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
 		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
-		m.DependencyUp,
+		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 	)
 	return m
 }

@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Refunds", testRefunds},
 		{"Groups", testGroups},
 		{"Wallets", testWallets},
+		{"Sagas", testSagas},
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},

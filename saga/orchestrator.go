@@ -1,0 +1,534 @@
+package saga
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
+)
+
+// Config configures an Orchestrator. Zero values mean the documented defaults.
+type Config struct {
+	// Store holds the instances and the step log. Required.
+	Store store.Store
+	// Definitions are the sagas this orchestrator runs, by name (unique).
+	Definitions []Definition
+	// Workers is the number of goroutines that run claimed attempts (from Begin and from
+	// the timer through Timed); 8.
+	Workers int
+	// QueueSize bounds the attempts claimed and waiting for a worker; the timer claims no
+	// more than the free room. 4096.
+	QueueSize int
+	// LeaseMargin is added to a step's Timeout to make the lease of an attempt: a runner
+	// that crashed leaves a step that is due again LeaseMargin after its attempt's timeout.
+	// 2 s.
+	LeaseMargin time.Duration
+	// Wake tells the one timer that a saga waits until at (a retry time, or now for a
+	// redriven saga): timeout.Closer.Deadline. nil: the sweep finds it.
+	Wake    func(ctx context.Context, at time.Time)
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
+}
+
+// Orchestrator runs the sagas of its definitions. Run and Begin start instances; Timed
+// (timeout.Timed) hands the due ones to its workers; Redrive resumes a stuck one.
+type Orchestrator struct {
+	cfg  Config
+	defs map[string]*Definition
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	queue  chan work
+}
+
+// work is one claimed attempt for a worker: s as claimed. confirm is set when the claim's
+// transaction may not have committed yet (the closer's transaction of Timed.FireDue).
+type work struct {
+	s       *store.SagaInstance
+	confirm bool
+}
+
+// New returns an orchestrator; it returns an error for an invalid or duplicate definition.
+func New(cfg Config) (*Orchestrator, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("saga: Config.Store is required")
+	}
+	cfg.Workers = cmp.Or(cfg.Workers, 8)
+	cfg.QueueSize = cmp.Or(cfg.QueueSize, 4096)
+	cfg.LeaseMargin = cmp.Or(cfg.LeaseMargin, 2*time.Second)
+	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	o := &Orchestrator{cfg: cfg, defs: map[string]*Definition{}}
+	for i := range cfg.Definitions {
+		d := &cfg.Definitions[i]
+		if err := d.validate(); err != nil {
+			return nil, err
+		}
+		if o.defs[d.Name] != nil {
+			return nil, fmt.Errorf("saga definition %s: registered twice", d.Name)
+		}
+		o.defs[d.Name] = d
+	}
+	return o, nil
+}
+
+// Start runs the workers until ctx ends or Stop is called; it returns an error when already
+// started. Without them, Begin fails and Timed claims nothing (Run works either way).
+func (o *Orchestrator) Start(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cancel != nil {
+		return errors.New("saga: orchestrator already started")
+	}
+	ctx, o.cancel = context.WithCancel(ctx)
+	o.queue = make(chan work, o.cfg.QueueSize)
+	for range o.cfg.Workers {
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			o.work(ctx, o.queue)
+		}()
+	}
+	return nil
+}
+
+// Stop stops the workers and waits for the attempts in flight; claimed attempts not run
+// yet become due again when their leases end. It is idempotent.
+func (o *Orchestrator) Stop() {
+	o.mu.Lock()
+	cancel := o.cancel
+	o.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	o.wg.Wait()
+	o.mu.Lock()
+	o.queue = nil // Timed claims nothing more; Begin fails
+	o.mu.Unlock()
+}
+
+func (o *Orchestrator) work(ctx context.Context, queue <-chan work) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-queue:
+			s := w.s
+			if w.confirm {
+				var err error
+				if s, err = o.confirm(ctx, s); err != nil || s == nil {
+					if err != nil && ctx.Err() == nil {
+						o.cfg.Logger.Warn("saga: confirm claim", "saga_id", w.s.ID, "error", err)
+					}
+					continue
+				}
+			}
+			if _, err := o.drive(ctx, s); err != nil && ctx.Err() == nil {
+				o.cfg.Logger.Warn("saga: attempt not recorded; it is due again when its lease ends", "saga_id", s.ID, "error", err)
+			}
+		}
+	}
+}
+
+// confirm waits until the transaction that claimed s has ended (it locks the row) and
+// returns s when the claim committed; nil when it did not (another claim will come).
+func (o *Orchestrator) confirm(ctx context.Context, s *store.SagaInstance) (*store.SagaInstance, error) {
+	var cur *store.SagaInstance
+	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		cur, err = tx.SagaLock(ctx, s.ID)
+		return err
+	})
+	if err != nil || cur.Version != s.Version {
+		return nil, err
+	}
+	return cur, nil
+}
+
+// StartParams starts a saga.
+type StartParams struct {
+	// Definition names a registered definition. Required.
+	Definition string
+	// ID is the instance id; a new UUIDv7 when empty. An id that exists is ECONFLICT.
+	ID string
+	// Input is given to every call (Call.Input); JSON null when empty.
+	Input json.RawMessage
+}
+
+// Run starts a saga and runs it in the caller's goroutine until it ends or waits for a
+// retry (then the timer resumes it); it returns the instance as it was left. Errors:
+// EINVALID for an unknown definition or input that is not JSON, ECONFLICT for a taken id,
+// and database errors (an attempt whose outcome could not be recorded is due again when
+// its lease ends).
+func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, error) {
+	s, err := o.create(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s, err = o.drive(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return newInstance(s), nil
+}
+
+// Begin starts a saga and hands its first attempt to a worker; it returns the instance as
+// created (running, first step claimed). Errors as Run, and an error when the orchestrator
+// is not started.
+func (o *Orchestrator) Begin(ctx context.Context, p *StartParams) (*Instance, error) {
+	o.mu.Lock()
+	queue := o.queue
+	o.mu.Unlock()
+	if queue == nil {
+		return nil, errors.New("saga: orchestrator not started")
+	}
+	s, err := o.create(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case queue <- work{s: s}:
+	default:
+		o.cfg.Logger.Warn("saga: worker queue full; the saga starts when its lease ends", "saga_id", s.ID)
+	}
+	return newInstance(s), nil
+}
+
+// create writes a running instance with its first attempt claimed by the caller.
+func (o *Orchestrator) create(ctx context.Context, p *StartParams) (*store.SagaInstance, error) {
+	def := o.defs[p.Definition]
+	if def == nil {
+		return nil, orderly.Errorf(orderly.EINVALID, "unknown saga definition %q", p.Definition)
+	}
+	input := p.Input
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	} else if !json.Valid(input) {
+		return nil, orderly.Errorf(orderly.EINVALID, "saga input is not JSON")
+	}
+	id := p.ID
+	if id == "" {
+		var err error
+		if id, err = order.NewID(); err != nil {
+			return nil, err
+		}
+	}
+	var s *store.SagaInstance
+	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		s = &store.SagaInstance{ID: id, Definition: def.Name, State: string(StateRunning), Input: input, CreatedAt: now, UpdatedAt: now}
+		o.claim(s, def, now)
+		return tx.SagaInsert(ctx, s)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start saga %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// errFenced: the instance changed since it was claimed (another runner took it over).
+var errFenced = errors.New("saga: claim taken over")
+
+// drive runs the claimed attempt of s, and each next attempt that its recording claims,
+// until the saga ends, waits for a retry or was taken over; it returns the instance as
+// last recorded.
+func (o *Orchestrator) drive(ctx context.Context, s *store.SagaInstance) (*store.SagaInstance, error) {
+	def := o.defs[s.Definition]
+	if def == nil {
+		return s, fmt.Errorf("saga %s: definition %q is not registered here", s.ID, s.Definition)
+	}
+	for {
+		step, phase, p := current(s, def)
+		var (
+			next    *store.SagaInstance
+			claimed bool
+			err     error
+		)
+		if p.inTx() {
+			next, claimed, err = o.runInTx(ctx, s, def)
+		} else {
+			attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
+			callErr := p.call(attemptCtx, nil, newCall(s, step, phase))
+			callErr = callError(attemptCtx, step, callErr)
+			cancel()
+			next, claimed, err = o.record(ctx, s, def, callErr)
+		}
+		if errors.Is(err, errFenced) {
+			return s, nil
+		}
+		if err != nil {
+			return s, err
+		}
+		if !claimed {
+			return next, nil
+		}
+		s = next
+	}
+}
+
+// current returns the step of s's claimed attempt, its phase and its participant.
+func current(s *store.SagaInstance, def *Definition) (*Step, Phase, Participant) {
+	step := &def.Steps[s.CurrentStep]
+	if State(s.State) == StateCompensating {
+		return step, PhaseCompensation, step.Compensation
+	}
+	return step, PhaseAction, step.Action
+}
+
+func newCall(s *store.SagaInstance, step *Step, phase Phase) *Call {
+	return &Call{SagaID: s.ID, Definition: s.Definition, Step: s.CurrentStep, StepName: step.Name, Phase: phase,
+		Attempt: s.Attempts, Input: s.Input, IdempotencyKey: IdempotencyKey(s.ID, step.Name, phase)}
+}
+
+// callError adds the attempt's timeout to an error caused by it.
+func callError(attemptCtx context.Context, step *Step, err error) error {
+	if err != nil && errors.Is(attemptCtx.Err(), context.DeadlineExceeded) && !IsBusiness(err) {
+		return fmt.Errorf("attempt timed out after %s: %w", step.timeout(), err)
+	}
+	return err
+}
+
+// outcomeOf classifies a participant's error.
+func outcomeOf(err error) (Outcome, string) {
+	switch {
+	case err == nil:
+		return OutcomeSucceeded, ""
+	case IsBusiness(err):
+		return OutcomeBusinessFailure, err.Error()
+	default:
+		return OutcomeTransient, err.Error()
+	}
+}
+
+// runInTx runs s's claimed attempt, a LocalTx participant, in one transaction with its
+// record, and goes on in the same transaction with each next attempt claimed at once whose
+// participant is a LocalTx too (a run of local steps, or their compensations, commits
+// once). Each participant runs in a savepoint: its error rolls back its own writes only,
+// and its failure is recorded like any other. Every record is the guarded update of the
+// instance (the fence: errFenced, and nothing commits, when another runner took it over)
+// and a log row.
+func (o *Orchestrator) runInTx(ctx context.Context, s *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
+	type done struct {
+		prev, next *store.SagaInstance
+		claimed    bool
+		logged     Outcome
+	}
+	var records []done
+	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		records = records[:0]
+		cur := s
+		for {
+			step, phase, p := current(cur, def)
+			if !p.inTx() {
+				return nil
+			}
+			attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
+			callErr := tx.Savepoint(ctx, func() error { return p.call(attemptCtx, tx, newCall(cur, step, phase)) })
+			callErr = callError(attemptCtx, step, callErr)
+			cancel()
+			out, msg := outcomeOf(callErr)
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			next := clone(cur)
+			claimed, logged := o.advance(next, def, out, msg, now)
+			ok, err := tx.SagaUpdate(ctx, next)
+			if err != nil {
+				return err
+			} else if !ok {
+				return errFenced
+			}
+			if err := tx.SagaStepInsert(ctx, o.logRow(cur, next, claimed, def, logged, msg, now)); err != nil {
+				return err
+			}
+			records = append(records, done{cur, next, claimed, logged})
+			if !claimed {
+				return nil
+			}
+			cur = next
+		}
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	for _, r := range records {
+		o.recorded(ctx, r.prev, r.next, r.claimed, r.logged)
+	}
+	if len(records) == 0 {
+		return s, false, fmt.Errorf("saga %s: step %d is not a LocalTx participant", s.ID, s.CurrentStep)
+	}
+	last := records[len(records)-1]
+	return last.next, last.claimed, nil
+}
+
+// record writes the outcome of s's claimed attempt (callErr decides it) and what follows,
+// guarded by s's version: errFenced when another runner took it over.
+func (o *Orchestrator) record(ctx context.Context, s *store.SagaInstance, def *Definition, callErr error) (*store.SagaInstance, bool, error) {
+	out, msg := outcomeOf(callErr)
+	var (
+		next    *store.SagaInstance
+		claimed bool
+		logged  Outcome
+	)
+	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		next = clone(s)
+		claimed, logged = o.advance(next, def, out, msg, now)
+		ok, err := tx.SagaUpdate(ctx, next)
+		if err != nil {
+			return err
+		} else if !ok {
+			return errFenced
+		}
+		return tx.SagaStepInsert(ctx, o.logRow(s, next, claimed, def, logged, msg, now))
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	o.recorded(ctx, s, next, claimed, logged)
+	return next, claimed, nil
+}
+
+// recorded does what follows a committed record: metrics, logs, and a wake-up of the
+// timer for a retry.
+func (o *Orchestrator) recorded(ctx context.Context, prev, next *store.SagaInstance, claimed bool, logged Outcome) {
+	phase := PhaseAction
+	if State(prev.State) == StateCompensating {
+		phase = PhaseCompensation
+	}
+	o.cfg.Metrics.SagaAttempts.WithLabelValues(string(phase), string(logged)).Inc()
+	switch State(next.State) {
+	case StateSucceeded, StateCompensated:
+		o.cfg.Metrics.SagasEnded.WithLabelValues(next.State).Inc()
+	case StateStuck:
+		o.cfg.Metrics.SagasStuck.Inc()
+		o.cfg.Logger.ErrorContext(ctx, "saga stuck: a compensation failed its last attempt; re-drive it when the participant is fixed",
+			"saga_id", next.ID, "definition", next.Definition, "step", next.CurrentStep, "attempts", next.Attempts, "error", next.LastError)
+	default:
+		if State(prev.State) == StateRunning && State(next.State) == StateCompensating {
+			o.cfg.Logger.InfoContext(ctx, "saga compensating", "saga_id", next.ID, "definition", next.Definition,
+				"failed_step", prev.CurrentStep, "outcome", string(logged), "error", next.LastError)
+		}
+		if !claimed && next.WakeAt != nil && o.cfg.Wake != nil {
+			o.cfg.Wake(ctx, *next.WakeAt)
+		}
+	}
+}
+
+// logRow is the step log row of s's claimed attempt, ended at now, with next the instance
+// as it follows (claimed: its next attempt runs at once).
+func (o *Orchestrator) logRow(s, next *store.SagaInstance, claimed bool, def *Definition, out Outcome, msg string, now time.Time) *store.SagaStep {
+	phase := PhaseAction
+	if State(s.State) == StateCompensating {
+		phase = PhaseCompensation
+	}
+	name := def.Steps[s.CurrentStep].Name
+	started := now
+	if s.AttemptStartedAt != nil {
+		started = *s.AttemptStartedAt
+	}
+	var retryAt *time.Time
+	if !claimed && next.WakeAt != nil && next.CurrentStep == s.CurrentStep && next.State == s.State {
+		retryAt = next.WakeAt
+	}
+	return &store.SagaStep{SagaID: s.ID, Step: s.CurrentStep, StepName: name, Phase: string(phase), Attempt: max(s.Attempts, 1),
+		Outcome: string(out), IdempotencyKey: IdempotencyKey(s.ID, name, phase), StartedAt: started, EndedAt: now, RetryAt: retryAt, Error: msg}
+}
+
+// advance applies the outcome of s's attempt (its current step and phase) at now: it
+// moves s to what follows and reports whether that is a new attempt claimed at once (run
+// it now), with the outcome to log (unknown for a transient failure past the deadline).
+// A compensating saga only ever moves backward.
+func (o *Orchestrator) advance(s *store.SagaInstance, def *Definition, out Outcome, msg string, now time.Time) (claimed bool, logged Outcome) {
+	step := &def.Steps[s.CurrentStep]
+	s.UpdatedAt, s.AttemptStartedAt = now, nil
+	if msg != "" {
+		s.LastError = msg
+	}
+	switch State(s.State) {
+	case StateRunning:
+		switch out {
+		case OutcomeSucceeded:
+			if s.CurrentStep+1 == len(def.Steps) {
+				s.State, s.CurrentStep, s.WakeAt, s.StepDeadline, s.Attempts, s.EndedAt = string(StateSucceeded), len(def.Steps), nil, nil, 0, &now
+				return false, out
+			}
+			s.CurrentStep, s.Attempts, s.StepDeadline = s.CurrentStep+1, 0, nil
+			return o.claim(s, def, now), out
+		case OutcomeBusinessFailure:
+			return o.compensateFrom(s, def, s.CurrentStep-1, now), out
+		default: // transient, lost
+			retryAt := now.Add(step.Retry.Delay(s.Attempts))
+			if s.StepDeadline != nil && retryAt.After(*s.StepDeadline) {
+				// The outcome is unknown: the step itself is compensated too.
+				return o.compensateFrom(s, def, s.CurrentStep, now), OutcomeUnknown
+			}
+			s.WakeAt = &retryAt
+			return false, out
+		}
+	default: // compensating
+		if out == OutcomeSucceeded {
+			return o.compensateFrom(s, def, s.CurrentStep-1, now), out
+		}
+		if s.Attempts >= step.maxCompensationAttempts() {
+			s.State, s.WakeAt = string(StateStuck), nil
+			return false, out
+		}
+		retryAt := now.Add(step.Retry.Delay(s.Attempts))
+		s.WakeAt = &retryAt
+		return false, out
+	}
+}
+
+// compensateFrom moves s to the compensation of step j or, skipping the steps without one,
+// of the nearest step before it, claimed at now; compensated when there is none.
+func (o *Orchestrator) compensateFrom(s *store.SagaInstance, def *Definition, j int, now time.Time) bool {
+	for j >= 0 && def.Steps[j].Compensation == nil {
+		j--
+	}
+	s.StepDeadline, s.Attempts = nil, 0
+	if j < 0 {
+		s.State, s.CurrentStep, s.WakeAt, s.EndedAt = string(StateCompensated), -1, nil, &now
+		return false
+	}
+	s.State, s.CurrentStep = string(StateCompensating), j
+	return o.claim(s, def, now)
+}
+
+// claim starts a new attempt of s's current step and phase at now: it counts it and sets
+// its lease (wake_at) and, for an action's first attempt, the step's deadline.
+func (o *Orchestrator) claim(s *store.SagaInstance, def *Definition, now time.Time) bool {
+	step := &def.Steps[s.CurrentStep]
+	s.Attempts++
+	s.AttemptStartedAt = &now
+	lease := now.Add(step.timeout() + o.cfg.LeaseMargin)
+	s.WakeAt = &lease
+	if State(s.State) == StateRunning && s.StepDeadline == nil {
+		deadline := now.Add(step.Retry.deadline())
+		s.StepDeadline = &deadline
+	}
+	return true
+}
+
+func clone(s *store.SagaInstance) *store.SagaInstance {
+	c := *s
+	return &c
+}

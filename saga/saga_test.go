@@ -1,0 +1,570 @@
+package saga_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/barrier"
+	"github.com/orderlyhq/orderly/saga"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
+	"github.com/orderlyhq/orderly/telemetry"
+	"github.com/orderlyhq/orderly/timeout"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is an orchestrator on a fresh SQLite store, driven by a started closer (the one
+// timer) as in the engine.
+type env struct {
+	store   *sqlstore.DB
+	orch    *saga.Orchestrator
+	closer  *timeout.Closer
+	metrics *telemetry.Metrics
+}
+
+// newStore opens a fresh, migrated SQLite store closed when t ends.
+func newStore(t *testing.T) *sqlstore.DB {
+	t.Helper()
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "saga.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// start runs an orchestrator of defs and a closer timing it on db until stop (or t's end).
+func start(t *testing.T, db *sqlstore.DB, defs ...saga.Definition) (e *env, stop func()) {
+	t.Helper()
+	e = &env{store: db, metrics: telemetry.NewMetrics()}
+	var err error
+	e.orch, err = saga.New(saga.Config{
+		Store: db, Definitions: defs, LeaseMargin: time.Second, Metrics: e.metrics,
+		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.closer, err = timeout.NewCloser(timeout.Config{Store: db, Timed: []timeout.Timed{e.orch.Timed()}, MaxSleep: 100 * time.Millisecond, Metrics: e.metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.orch.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.closer.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { e.closer.Stop(); e.orch.Stop() }) }
+	t.Cleanup(stop)
+	return e, stop
+}
+
+// waitState waits until saga id is in state want (10 s at most) and returns it with its log.
+func (e *env) waitState(t *testing.T, id string, want saga.State) (*saga.Instance, []*saga.StepRecord) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		inst, log, err := e.orch.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inst.State == want {
+			return inst, log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("saga %s is %s after 10 s, want %s; log:\n%s", id, inst.State, want, dump(log))
+		}
+		time.Sleep(5 * time.Millisecond) // polling the condition, not waiting for a duration
+	}
+}
+
+func dump(log []*saga.StepRecord) string {
+	var b strings.Builder
+	for _, r := range log {
+		fmt.Fprintf(&b, "  %s/%s #%d %s %s\n", r.StepName, r.Phase, r.Attempt, r.Outcome, r.Error)
+	}
+	return b.String()
+}
+
+// summary is the log as "step/phase:outcome" strings.
+func summary(log []*saga.StepRecord) []string {
+	out := make([]string, len(log))
+	for i, r := range log {
+		out[i] = r.StepName + "/" + string(r.Phase) + ":" + string(r.Outcome)
+	}
+	return out
+}
+
+// recorder records the calls participants receive, in order.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+	keys  map[string][]string // by step/phase: the idempotency keys of every attempt
+}
+
+func (r *recorder) add(c *saga.Call) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, c.StepName+"/"+string(c.Phase))
+	if r.keys == nil {
+		r.keys = map[string][]string{}
+	}
+	k := c.StepName + "/" + string(c.Phase)
+	r.keys[k] = append(r.keys[k], c.IdempotencyKey)
+}
+
+func (r *recorder) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// ok is a participant that records its call and succeeds.
+func (r *recorder) ok() saga.Participant {
+	return saga.Local(func(_ context.Context, c *saga.Call) error { r.add(c); return nil })
+}
+
+// TestTransientRetriedWithGrowingDelaysThenCompensated: a step that keeps failing
+// transiently is retried after 20, 40, 80, 160 … ms (no jitter: the delays are exact),
+// never earlier, until the next retry would start after its 400 ms deadline; then its
+// outcome is unknown and it is compensated, and so is the step before it: the saga ends
+// compensated, never stalled. (How many attempts fit before the deadline depends on the
+// machine's speed; the delays and the rule do not.)
+func TestTransientRetriedWithGrowingDelaysThenCompensated(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	retry := saga.RetryPolicy{InitialInterval: 20 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second, RandomizationFactor: -1, Deadline: 400 * time.Millisecond}
+	def := saga.Definition{Name: "transient", Steps: []saga.Step{
+		{Name: "reserve", Action: rec.ok(), Compensation: rec.ok()},
+		{Name: "capture", Action: saga.Local(func(_ context.Context, c *saga.Call) error {
+			rec.add(c)
+			return errors.New("gateway: 503")
+		}), Compensation: rec.ok(), Retry: retry},
+	}}
+	e, _ := start(t, newStore(t), def)
+	inst, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "transient", Input: []byte(`{"amount":500}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.State != saga.StateRunning || inst.Attempts != 1 || inst.WakeAt == nil || inst.StepDeadline == nil {
+		t.Fatalf("after the first failure: %s, %d attempts, wake_at %v; want running, 1, a retry time", inst.State, inst.Attempts, inst.WakeAt)
+	}
+	_, log := e.waitState(t, inst.ID, saga.StateCompensated)
+	got := summary(log)
+	n := len(got) - 3 // attempts of capture's action
+	if n < 2 {
+		t.Fatalf("log\n%s\nwant at least two attempts of capture", dump(log))
+	}
+	want := []string{"reserve/action:succeeded"}
+	for range n - 1 {
+		want = append(want, "capture/action:transient")
+	}
+	want = append(want, "capture/action:unknown", "capture/compensation:succeeded", "reserve/compensation:succeeded")
+	if !slices.Equal(got, want) {
+		t.Fatalf("log\n%s\nwant %v", dump(log), want)
+	}
+	// Attempt k's retry is due exactly 20 ms × 2^(k-1) after it ended, and attempt k+1
+	// starts no earlier (the database clock decides).
+	for k := 1; k < n; k++ {
+		row, next := log[k], log[k+1]
+		if row.RetryAt == nil {
+			t.Fatalf("attempt %d has no retry_at", k)
+		}
+		if got, want := row.RetryAt.Sub(row.EndedAt), 20*time.Millisecond<<(k-1); got != want {
+			t.Fatalf("attempt %d: retry %s after it ended, want %s", k, got, want)
+		}
+		if next.StartedAt.Before(*row.RetryAt) {
+			t.Fatalf("attempt %d started at %s, before its retry time %s", k+1, next.StartedAt, row.RetryAt)
+		}
+		if next.Attempt != k+1 || next.IdempotencyKey != inst.ID+"/capture/action" {
+			t.Fatalf("attempt %d: number %d key %q", k+1, next.Attempt, next.IdempotencyKey)
+		}
+	}
+	// The last attempt's retry would have started after the deadline.
+	last := log[n]
+	if last.RetryAt != nil || !last.EndedAt.Add(retry.Delay(n)).After(*inst.StepDeadline) {
+		t.Fatalf("unknown after attempt %d ended at %s: its retry (+%s) is not after the deadline %s", n, last.EndedAt, retry.Delay(n), inst.StepDeadline)
+	}
+	if got := testutil.ToFloat64(e.metrics.SagaAttempts.WithLabelValues("action", "transient")); got != float64(n-1) {
+		t.Fatalf("transient attempts metric %v, want %d", got, n-1)
+	}
+	if got := testutil.ToFloat64(e.metrics.SagasEnded.WithLabelValues("compensated")); got != 1 {
+		t.Fatalf("compensated metric %v, want 1", got)
+	}
+}
+
+// TestRetryDelay: the delays of the policy, with and without jitter.
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	exact := saga.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: time.Second, RandomizationFactor: -1}
+	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 9: time.Second} {
+		if got := exact.Delay(n); got != want {
+			t.Errorf("Delay(%d) = %s, want %s", n, got, want)
+		}
+	}
+	jitter := saga.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 10 * time.Second, RandomizationFactor: 0.1}
+	for n := 1; n <= 6; n++ {
+		base := 100 * time.Millisecond << (n - 1)
+		for range 20 {
+			if d := jitter.Delay(n); d < base*9/10 || d > base*11/10 {
+				t.Fatalf("Delay(%d) = %s, want within 10 %% of %s", n, d, base)
+			}
+		}
+	}
+}
+
+// TestBusinessFailureCompensatesAtOnce: a definitive business failure of step 3 of 4 is
+// attempted once, and steps 2 and 1 compensate at once, in reverse order, within Run;
+// step 3's compensation and step 4 never run.
+func TestBusinessFailureCompensatesAtOnce(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	var debits atomic.Int64
+	def := saga.Definition{Name: "checkout", Steps: []saga.Step{
+		{Name: "stock", Action: rec.ok(), Compensation: rec.ok()},
+		{Name: "coupon", Action: rec.ok(), Compensation: rec.ok()},
+		{Name: "wallet", Action: saga.Local(func(_ context.Context, c *saga.Call) error {
+			rec.add(c)
+			debits.Add(1)
+			return saga.Business(errors.New("insufficient balance"))
+		}), Compensation: rec.ok()},
+		{Name: "paid", Action: rec.ok()},
+	}}
+	e, _ := start(t, newStore(t), def)
+	inst, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "checkout"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.State != saga.StateCompensated || inst.CurrentStep != -1 || inst.EndedAt == nil {
+		t.Fatalf("Run left the saga %s at step %d; want compensated at -1, at once", inst.State, inst.CurrentStep)
+	}
+	wantCalls := []string{"stock/action", "coupon/action", "wallet/action", "coupon/compensation", "stock/compensation"}
+	if got := rec.list(); !slices.Equal(got, wantCalls) {
+		t.Fatalf("calls %v, want %v", got, wantCalls)
+	}
+	if debits.Load() != 1 {
+		t.Fatalf("the failing step was attempted %d times, want 1", debits.Load())
+	}
+	_, log, err := e.orch.Get(t.Context(), inst.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"stock/action:succeeded", "coupon/action:succeeded", "wallet/action:business_failure",
+		"coupon/compensation:succeeded", "stock/compensation:succeeded"}
+	if got := summary(log); !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	if !strings.Contains(log[2].Error, "insufficient balance") || log[2].IdempotencyKey != inst.ID+"/wallet/action" {
+		t.Fatalf("failure row: error %q key %q", log[2].Error, log[2].IdempotencyKey)
+	}
+}
+
+// TestSlowStepNoOverlapAtMostOnce: a participant (with its own database and the barrier)
+// applies its effect and answers after the step's 60 ms timeout; the attempt counts as
+// transient, the retry carries the same idempotency key, finds the operation applied and
+// succeeds without a second effect; no two executions overlap.
+func TestSlowStepNoOverlapAtMostOnce(t *testing.T) {
+	t.Parallel()
+	pdb, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "participant.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pdb.Close() })
+	if err := barrier.CreateTable(t.Context(), pdb, barrier.SQLite); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pdb.Exec(`CREATE TABLE captures (saga_id TEXT NOT NULL, amount INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := barrier.New(pdb, barrier.SQLite)
+	var (
+		inFlight, maxInFlight atomic.Int64
+		mu                    sync.Mutex
+		keys                  []string
+		results               []barrier.Result
+	)
+	capture := saga.Local(func(ctx context.Context, c *saga.Call) error {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := maxInFlight.Load(); n > m && !maxInFlight.CompareAndSwap(m, n); m = maxInFlight.Load() {
+		}
+		mu.Lock()
+		keys = append(keys, c.IdempotencyKey)
+		mu.Unlock()
+		// The participant finishes its own work whatever the caller's deadline…
+		res, err := b.Call(context.WithoutCancel(ctx), barrier.Key{SagaID: c.SagaID, Step: c.StepName, Phase: string(c.Phase)}, func(tx *sql.Tx) error {
+			_, err := tx.Exec(`INSERT INTO captures (saga_id, amount) VALUES (?, 3820)`, c.SagaID)
+			return err
+		})
+		mu.Lock()
+		results = append(results, res)
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if c.Attempt == 1 {
+			<-ctx.Done() // …but the first answer comes after the step's timeout
+			return ctx.Err()
+		}
+		return nil
+	})
+	def := saga.Definition{Name: "slow", Steps: []saga.Step{
+		{Name: "capture", Action: capture, Timeout: 60 * time.Millisecond,
+			Retry: saga.RetryPolicy{InitialInterval: 10 * time.Millisecond, RandomizationFactor: -1, Deadline: 5 * time.Second}},
+	}}
+	e, _ := start(t, newStore(t), def)
+	inst, err := e.orch.Begin(t.Context(), &saga.StartParams{Definition: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, log := e.waitState(t, inst.ID, saga.StateSucceeded)
+	if got, want := summary(log), []string{"capture/action:transient", "capture/action:succeeded"}; !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	if !strings.Contains(log[0].Error, "timed out after 60ms") {
+		t.Fatalf("first attempt error %q, want the timeout", log[0].Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	wantKey := inst.ID + "/capture/action"
+	if len(keys) != 2 || keys[0] != wantKey || keys[1] != wantKey {
+		t.Fatalf("keys %v, want %s twice", keys, wantKey)
+	}
+	if !slices.Equal(results, []barrier.Result{barrier.Applied, barrier.Duplicate}) {
+		t.Fatalf("barrier results %v, want applied then duplicate", results)
+	}
+	if maxInFlight.Load() != 1 {
+		t.Fatalf("%d executions overlapped", maxInFlight.Load())
+	}
+	var n, sum int64
+	if err := pdb.QueryRow(`SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM captures`).Scan(&n, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || sum != 3820 {
+		t.Fatalf("%d captures of %d in all, want 1 of 3820", n, sum)
+	}
+}
+
+// TestCrashDuringCompensationResumes: an orchestrator dies while compensating step 2 (its
+// answer is never recorded); a new orchestrator on the same database claims the step when
+// the attempt's lease ends, logs it lost, compensates steps 2 and 1 and ends compensated,
+// never running an action again.
+func TestCrashDuringCompensationResumes(t *testing.T) {
+	t.Parallel()
+	db := newStore(t)
+	entered := make(chan struct{})
+	var once sync.Once
+	steps := func(rec *recorder, crash bool) []saga.Step {
+		comp2 := rec.ok()
+		if crash {
+			comp2 = saga.Local(func(ctx context.Context, c *saga.Call) error {
+				rec.add(c)
+				once.Do(func() { close(entered) })
+				<-ctx.Done() // the process dies here
+				return ctx.Err()
+			})
+		}
+		fail := saga.Local(func(_ context.Context, c *saga.Call) error { rec.add(c); return saga.Business(errors.New("refused")) })
+		return []saga.Step{
+			{Name: "one", Action: rec.ok(), Compensation: rec.ok()},
+			{Name: "two", Action: rec.ok(), Compensation: comp2, Timeout: 200 * time.Millisecond,
+				Retry: saga.RetryPolicy{InitialInterval: 10 * time.Millisecond, RandomizationFactor: -1}},
+			{Name: "three", Action: fail, Compensation: rec.ok()},
+		}
+	}
+	recA, recB := &recorder{}, &recorder{}
+	a, stopA := start(t, db, saga.Definition{Name: "crash", Steps: steps(recA, true)})
+	inst, err := a.orch.Begin(t.Context(), &saga.StartParams{Definition: "crash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	stopA() // the worker's context ends: the compensation's answer is never recorded
+	if got, want := recA.list(), []string{"one/action", "two/action", "three/action", "two/compensation"}; !slices.Equal(got, want) {
+		t.Fatalf("first process calls %v, want %v", got, want)
+	}
+	b, _ := start(t, db, saga.Definition{Name: "crash", Steps: steps(recB, false)})
+	_, log := b.waitState(t, inst.ID, saga.StateCompensated)
+	if got, want := recB.list(), []string{"two/compensation", "one/compensation"}; !slices.Equal(got, want) {
+		t.Fatalf("second process calls %v, want %v (never an action)", got, want)
+	}
+	want := []string{"one/action:succeeded", "two/action:succeeded", "three/action:business_failure",
+		"two/compensation:lost", "two/compensation:succeeded", "one/compensation:succeeded"}
+	if got := summary(log); !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	if log[3].Attempt != 1 || log[4].Attempt != 2 {
+		t.Fatalf("compensation attempts %d, %d; want 1 (lost), 2", log[3].Attempt, log[4].Attempt)
+	}
+}
+
+// TestStuckAndRedrive: a compensation that fails 3 times (its maximum) leaves the saga
+// stuck: no wake_at (nothing claims it again, no hot loop), the stuck metric counts it;
+// a re-drive after the participant is fixed resumes compensating and ends compensated.
+// Re-driving a saga that is not stuck is refused.
+func TestStuckAndRedrive(t *testing.T) {
+	t.Parallel()
+	var (
+		broken   atomic.Bool
+		attempts atomic.Int64
+		rec      = &recorder{}
+	)
+	broken.Store(true)
+	refund := saga.Local(func(_ context.Context, c *saga.Call) error {
+		rec.add(c)
+		attempts.Add(1)
+		if broken.Load() {
+			return errors.New("wallet: 500")
+		}
+		return nil
+	})
+	def := saga.Definition{Name: "stuck", Steps: []saga.Step{
+		{Name: "debit", Action: rec.ok(), Compensation: refund, MaxCompensationAttempts: 3,
+			Retry: saga.RetryPolicy{InitialInterval: 5 * time.Millisecond, RandomizationFactor: -1}},
+		{Name: "ship", Action: saga.Local(func(context.Context, *saga.Call) error { return saga.Business(errors.New("no courier")) })},
+	}}
+	e, _ := start(t, newStore(t), def)
+	inst, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "stuck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck, log := e.waitState(t, inst.ID, saga.StateStuck)
+	if stuck.WakeAt != nil || stuck.Attempts != 3 || stuck.CurrentStep != 0 || !strings.Contains(stuck.LastError, "wallet: 500") {
+		t.Fatalf("stuck instance: wake_at %v, attempts %d, step %d, last error %q", stuck.WakeAt, stuck.Attempts, stuck.CurrentStep, stuck.LastError)
+	}
+	if got := testutil.ToFloat64(e.metrics.SagasStuck); got != 1 {
+		t.Fatalf("stuck metric %v, want 1", got)
+	}
+	if n := len(log); n != 5 || attempts.Load() != 3 {
+		t.Fatalf("%d log rows and %d compensation attempts, want 5 and 3:\n%s", n, attempts.Load(), dump(log))
+	}
+	err = e.store.Read(t.Context(), func(tx store.Tx) error {
+		_, ok, err := tx.SagaNextWakeAt(t.Context())
+		if err == nil && ok {
+			err = errors.New("a stuck saga still waits on the timer")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.orch.ListStuck(t.Context(), "", 10)
+	if err != nil || len(list) != 1 || list[0].ID != inst.ID {
+		t.Fatalf("ListStuck: %v, %v", list, err)
+	}
+	broken.Store(false)
+	if _, err := e.orch.Redrive(t.Context(), inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	done, log := e.waitState(t, inst.ID, saga.StateCompensated)
+	if attempts.Load() != 4 || done.EndedAt == nil || log[len(log)-1].Outcome != saga.OutcomeSucceeded || log[len(log)-1].Attempt != 1 {
+		t.Fatalf("after re-drive: %d attempts, last row %+v", attempts.Load(), log[len(log)-1])
+	}
+	if _, err := e.orch.Redrive(t.Context(), inst.ID); orderly.ErrorCode(err) != orderly.ESAGANOTSTUCK {
+		t.Fatalf("re-drive of a compensated saga: %v, want %s", err, orderly.ESAGANOTSTUCK)
+	}
+	if _, err := e.orch.Redrive(t.Context(), "nope"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("re-drive of a missing saga: %v, want %s", err, orderly.ENOTFOUND)
+	}
+}
+
+// TestLocalTxSteps: LocalTx participants write in the transaction that records their
+// step; a failing one's writes roll back (its savepoint) while the steps before it and
+// their compensations commit: a business failure at step 3 leaves the rows of steps 1 and
+// 2 and of their compensations, none of step 3's; a transient failure leaves none of its
+// writes and is retried.
+func TestLocalTxSteps(t *testing.T) {
+	t.Parallel()
+	write := func(name string, fail error) saga.Participant {
+		return saga.LocalTx(func(ctx context.Context, tx store.Tx, c *saga.Call) error {
+			err := tx.CouponInsert(ctx, &orderly.Coupon{ID: c.SagaID + "/" + name + "/" + fmt.Sprint(c.Attempt), UserID: "u", AmountOff: 1,
+				Currency: "EUR", State: orderly.CouponAvailable, CreatedAt: time.Unix(0, 0).UTC()})
+			if err != nil {
+				return err
+			}
+			return fail
+		})
+	}
+	var calls atomic.Int64
+	flaky := saga.LocalTx(func(ctx context.Context, tx store.Tx, c *saga.Call) error {
+		if calls.Add(1) == 1 {
+			_ = tx.CouponInsert(ctx, &orderly.Coupon{ID: c.SagaID + "/flaky-lost", UserID: "u", AmountOff: 1, Currency: "EUR",
+				State: orderly.CouponAvailable, CreatedAt: time.Unix(0, 0).UTC()})
+			return errors.New("lock wait")
+		}
+		return nil
+	})
+	defs := []saga.Definition{
+		{Name: "local", Steps: []saga.Step{
+			{Name: "one", Action: write("one", nil), Compensation: write("undo-one", nil)},
+			{Name: "two", Action: write("two", nil), Compensation: write("undo-two", nil)},
+			{Name: "three", Action: write("three", saga.Business(errors.New("no"))), Compensation: write("undo-three", nil)},
+			{Name: "four", Action: write("four", nil)},
+		}},
+		{Name: "flaky", Steps: []saga.Step{{Name: "flaky", Action: flaky,
+			Retry: saga.RetryPolicy{InitialInterval: 5 * time.Millisecond, RandomizationFactor: -1}}}},
+	}
+	db := newStore(t)
+	e, _ := start(t, db, defs...)
+	inst, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.State != saga.StateCompensated {
+		t.Fatalf("saga %s, want compensated within Run", inst.State)
+	}
+	var coupons []string
+	err = db.Read(t.Context(), func(tx store.Tx) error {
+		list, err := tx.CouponList(t.Context())
+		for _, c := range list {
+			coupons = append(coupons, strings.TrimPrefix(c.ID, inst.ID+"/"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(coupons)
+	if want := []string{"one/1", "two/1", "undo-one/1", "undo-two/1"}; !slices.Equal(coupons, want) {
+		t.Fatalf("rows %v, want %v", coupons, want)
+	}
+	_, log, _ := e.orch.Get(t.Context(), inst.ID)
+	if got, want := summary(log), []string{"one/action:succeeded", "two/action:succeeded", "three/action:business_failure",
+		"two/compensation:succeeded", "one/compensation:succeeded"}; !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	fl, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, log = e.waitState(t, fl.ID, saga.StateSucceeded)
+	if got, want := summary(log), []string{"flaky/action:transient", "flaky/action:succeeded"}; !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+	err = db.Read(t.Context(), func(tx store.Tx) error {
+		_, err := tx.CouponGet(t.Context(), fl.ID+"/flaky-lost")
+		if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			return fmt.Errorf("the failed attempt's write: %v, want rolled back", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
