@@ -194,6 +194,7 @@ type Tx interface {
 
 	RefundTx
 	GroupTx
+	AdminTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.
