@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/store"
-	_ "github.com/orderlyhq/orderly/store/sqlstore" // registers the sqlite and pgx drivers
 	"github.com/orderlyhq/orderly/timeout"
 )
 
@@ -28,12 +29,15 @@ type fixture struct {
 	e   *enginetest.Env
 	r   *reconcile.Reconciler
 	raw *sql.DB
+	reg *prometheus.Registry
 }
 
 func setup(t testing.TB, dialect string) *fixture {
 	t.Helper()
 	e := enginetest.New(t, enginetest.Options{Dialect: dialect})
+	reg := prometheus.NewRegistry()
 	r, err := reconcile.New(reconcile.Config{
+		Registerer: reg,
 		Store: e.Store, Machine: e.Engine.Machine(), Payments: e.Payments, BatchSize: 2, // small batches: pages are crossed
 		Logger:   slog.New(slog.DiscardHandler),
 		CloseDue: func(ctx context.Context) error { _, err := e.Closer.CloseDue(ctx, "reconcile"); return err },
@@ -41,17 +45,7 @@ func setup(t testing.TB, dialect string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := e.Engine.Config().DatabaseURL
-	driver := "pgx"
-	if e.Store.Dialect() == "sqlite" {
-		driver, url = "sqlite", "file:"+url+"?_pragma=busy_timeout(5000)"
-	}
-	raw, err := sql.Open(driver, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = raw.Close() })
-	return &fixture{e: e, r: r, raw: raw}
+	return &fixture{e: e, r: r, raw: testdb.Raw(t, e.Engine.Config().DatabaseURL), reg: reg}
 }
 
 // exec runs one statement of injected SQL (literal values only: the same text runs on
@@ -62,6 +56,27 @@ func (f *fixture) exec(t testing.TB, format string, args ...any) {
 	if _, err := f.raw.ExecContext(context.Background(), q); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
+}
+
+// gauge returns orderly_reconcile_findings{kind}.
+func (f *fixture) gauge(t testing.TB, kind reconcile.Kind) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "orderly_reconcile_findings" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == string(kind) {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no orderly_reconcile_findings{kind=%q}", kind)
+	return 0
 }
 
 func (f *fixture) nowMS() int64 { return f.e.Clock.Now().UnixMilli() }
@@ -160,7 +175,7 @@ func kinds(fs []*reconcile.Finding) []string {
 // twice and checks that each is found, the repairable ones repaired once (through the
 // services, audited), and that the second run finds only the operator tasks.
 func TestRunRepairs(t *testing.T) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			f := setup(t, dialect)
@@ -187,6 +202,9 @@ func TestRunRepairs(t *testing.T) {
 			}
 			if rep.Repaired != 4 {
 				t.Errorf("repaired = %d, want 4", rep.Repaired)
+			}
+			if g := f.gauge(t, reconcile.KindStockMismatch); g != 1 {
+				t.Errorf("orderly_reconcile_findings{kind=stock_mismatch} = %v, want 1", g)
 			}
 
 			// The repairs took the services' paths.
@@ -245,6 +263,9 @@ func TestRunRepairs(t *testing.T) {
 				"paid_without_payment " + s.paidUnbacked + " repaired=false"}
 			if got := kinds(rep2.Findings); !slices.Equal(got, want2) {
 				t.Fatalf("second run findings = %v, want %v", got, want2)
+			}
+			if g := f.gauge(t, reconcile.KindStockMismatch); g != 0 {
+				t.Errorf("orderly_reconcile_findings{kind=stock_mismatch} after the second run = %v, want 0", g)
 			}
 			f.e.Read(t, func(tx store.Tx) (err error) {
 				acts, err = tx.OperatorActionList(ctx, &store.OperatorActionListParams{Limit: 100})
