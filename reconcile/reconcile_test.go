@@ -38,7 +38,7 @@ func setup(t testing.TB, dialect string) *fixture {
 	reg := prometheus.NewRegistry()
 	r, err := reconcile.New(reconcile.Config{
 		Registerer: reg,
-		Store: e.Store, Machine: e.Engine.Machine(), Payments: e.Payments, BatchSize: 2, // small batches: pages are crossed
+		Store:      e.Store, Machine: e.Engine.Machine(), Payments: e.Payments, BatchSize: 2, // small batches: pages are crossed
 		Logger:   slog.New(slog.DiscardHandler),
 		CloseDue: func(ctx context.Context) error { _, err := e.Closer.CloseDue(ctx, "reconcile"); return err },
 	})
