@@ -96,3 +96,26 @@ func TestReconcileCommand(t *testing.T) {
 		t.Errorf("--since yesterday: exit %d (%s), want %d", code, errOut, exitUsage)
 	}
 }
+
+// TestParseSince: --since takes an RFC 3339 time or a positive duration back from now.
+func TestParseSince(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		in   string
+		want time.Time
+		ok   bool
+	}{
+		{"", time.Time{}, true},
+		{"24h", now.Add(-24 * time.Hour), true},
+		{"2026-11-29T08:00:00+01:00", time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC), true},
+		{"-1h", time.Time{}, false},
+		{"0s", time.Time{}, false},
+		{"yesterday", time.Time{}, false},
+	} {
+		got, err := parseSince(c.in, now)
+		if (err == nil) != c.ok || !got.Equal(c.want) {
+			t.Errorf("parseSince(%q) = %v, %v; want %v (ok %t)", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
