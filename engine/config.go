@@ -44,6 +44,9 @@ const (
 	shutdownTimeout = 10 * time.Second
 )
 
+// DefaultReconcileInterval is the period of the reconciliation job: daily.
+const DefaultReconcileInterval = 24 * time.Hour
+
 // Timer values of Config.Timer.
 const (
 	TimerDB    = "db"    // the earliest wake_at in the database drives the precise timer
@@ -103,6 +106,12 @@ type Config struct {
 	DeepCheckInterval time.Duration // 5 min
 	InspectionHold    time.Duration // 1 min
 	CloseBatchSize    int           // orders closed per transaction; 1000
+
+	// ReconcileInterval is the period of the reconciliation job (package reconcile, under
+	// its lease: one instance at a time); 24 h. Its reports are kept in reconcile_reports.
+	ReconcileInterval time.Duration
+	// ReconcileDryRun makes the reconciliation job report its findings without repairing.
+	ReconcileDryRun bool
 
 	OutboxBatchSize    int           // outbox messages claimed per transaction; 1000
 	OutboxMaxAttempts  int64         // delivery attempts before a message is dead; 10
@@ -214,7 +223,7 @@ func (c *Config) Validate() error {
 		value time.Duration
 	}{
 		{"PaymentTimeout", c.PaymentTimeout}, {"GracePeriod", c.GracePeriod},
-		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval},
+		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval}, {"ReconcileInterval", c.ReconcileInterval},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
 		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention},
 		{"RequestTimeout", c.RequestTimeout},
@@ -248,6 +257,7 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 	c.PaymentTimeout = cmp.Or(c.PaymentTimeout, DefaultPaymentTimeout)
 	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
 	c.DeepCheckInterval = cmp.Or(c.DeepCheckInterval, DefaultDeepCheckInterval)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, DefaultReconcileInterval)
 	c.InspectionHold = cmp.Or(c.InspectionHold, DefaultInspectionHold)
 	c.CloseBatchSize = cmp.Or(c.CloseBatchSize, DefaultCloseBatchSize)
 	c.OutboxBatchSize = cmp.Or(c.OutboxBatchSize, DefaultOutboxBatchSize)

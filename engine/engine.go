@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/admin"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/job"
@@ -25,6 +26,7 @@ import (
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/redisq"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
@@ -55,6 +57,8 @@ type Engine struct {
 	sagas    *saga.Orchestrator
 	relay    *outbox.Relay
 	jobs     []*job.Runner
+	recon    *reconcile.Reconciler
+	admin    *admin.Service
 	metrics  *telemetry.Metrics
 	handler  http.Handler
 
@@ -222,6 +226,19 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		return nil, fmt.Errorf("engine: closer: %w", err)
 	}
 
+	if e.recon, err = reconcile.New(reconcile.Config{
+		Store: st, Machine: e.machine, Payments: e.payments, WakeRelay: wakeRelay, Registerer: e.metrics.Registry, Logger: log,
+		CloseDue: func(ctx context.Context) error {
+			_, err := e.closer.CloseDue(ctx, reconcile.OperatorReconcile)
+			return err
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("engine: reconciler: %w", err)
+	}
+	if e.admin, err = admin.New(admin.Config{Store: st, Reconciler: e.recon, WakeRelay: wakeRelay}); err != nil {
+		return nil, fmt.Errorf("engine: admin service: %w", err)
+	}
+
 	for _, j := range []struct {
 		name     string
 		interval time.Duration
@@ -230,6 +247,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		{"sweep", cfg.SweepInterval, e.closer.Sweep},
 		{"deep_check", cfg.DeepCheckInterval, e.closer.DeepCheck},
 		{"outbox_retention", retentionInterval, e.relay.Retention},
+		{"reconcile", cfg.ReconcileInterval, e.recon.Job(cfg.InstanceID, !cfg.ReconcileDryRun)},
 	} {
 		r, err := job.New(job.Config{Store: st, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: log})
 		if err != nil {
@@ -253,7 +271,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken,
+		AdminToken:     cfg.AdminToken, Admin: e.admin,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
@@ -488,6 +506,13 @@ func (e *Engine) Sagas() *saga.Orchestrator { return e.sagas }
 
 // Relay returns the outbox relay.
 func (e *Engine) Relay() *outbox.Relay { return e.relay }
+
+// Reconciler returns the reconciliation of orders, payments, stock and the outbox (package
+// reconcile) that the reconcile job and the admin routes use.
+func (e *Engine) Reconciler() *reconcile.Reconciler { return e.recon }
+
+// Admin returns the operator's service behind /v1/admin (package admin).
+func (e *Engine) Admin() *admin.Service { return e.admin }
 
 // SimGateway returns the built-in simulated gateway, or nil when Config.Gateway was given.
 func (e *Engine) SimGateway() *payment.SimGateway { return e.sim }

@@ -20,6 +20,7 @@ const actorAdmin = "admin"
 func (s *Server) adminRoutes(r chi.Router) {
 	r.Use(s.requireAdmin)
 	r.Post("/sagas/{id}/redrive", s.redriveSaga)
+	s.adminServiceRoutes(r)
 }
 
 // requireAdmin lets a request through only when it carries "Authorization: Bearer

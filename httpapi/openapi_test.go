@@ -258,6 +258,23 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"WalletTransfer":      reflect.TypeFor[walletTransferResponse](),
 		"Saga":                reflect.TypeFor[sagaResponse](),
 		"SagaStep":            reflect.TypeFor[sagaStepResponse](),
+		// Admin routes (admin_orders.go, admin_outbox.go).
+		"OperatorAction":      reflect.TypeFor[operatorActionResponse](),
+		"OperatorActionList":  reflect.TypeFor[operatorActionsResponse](),
+		"AdminOrderList":      reflect.TypeFor[adminOrdersResponse](),
+		"AdminOrder":          reflect.TypeFor[adminOrderResponse](),
+		"Finding":             reflect.TypeFor[findingResponse](),
+		"Reconciliation":      reflect.TypeFor[reconcileResponse](),
+		"DeadLetter":          reflect.TypeFor[deadLetterResponse](),
+		"DeadLetterList":      reflect.TypeFor[deadLettersResponse](),
+		"RedriveFilter":       reflect.TypeFor[redriveWhereRequest](),
+		"RedriveResult":       reflect.TypeFor[redriveResponse](),
+		"DiscardRequest":      reflect.TypeFor[discardRequest](),
+		"DiscardResult":       reflect.TypeFor[discardResponse](),
+		"JobRun":              reflect.TypeFor[jobRunResponse](),
+		"JobRunList":          reflect.TypeFor[jobRunsResponse](),
+		"ReconcileReport":     reflect.TypeFor[reconcileReportResponse](),
+		"ReconcileReportList": reflect.TypeFor[reconcileReportsResponse](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

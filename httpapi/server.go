@@ -47,6 +47,9 @@ type Config struct {
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
 	AdminToken string
+	// Admin serves the operator routes (orders search, dead letters, job runs, audit,
+	// reconciliation; package admin). nil answers them 404.
+	Admin AdminService
 
 	// CallbackSecret is the HMAC key that payment callbacks are signed with (README.md "How it works").
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
@@ -90,6 +93,7 @@ type Server struct {
 	sagas      SagaService
 	secret     []byte
 	adminToken []byte
+	admin      AdminService
 	tolerance  time.Duration
 	maxBody    int64
 	timeout    time.Duration
@@ -123,6 +127,7 @@ func New(cfg Config) *Server {
 		sagas:      cfg.Sagas,
 		secret:     cfg.CallbackSecret,
 		adminToken: []byte(cfg.AdminToken),
+		admin:      cfg.Admin,
 		tolerance:  cfg.SignatureTolerance,
 		maxBody:    cfg.MaxBodyBytes,
 		timeout:    cfg.RequestTimeout,

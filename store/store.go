@@ -196,6 +196,7 @@ type Tx interface {
 	GroupTx
 	WalletTx
 	SagaTx
+	AdminTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

@@ -174,7 +174,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: env("log-level")},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", Sources: env("log-format")},
 		},
-		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), benchCommand()},
+		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), reconcileCommand(), benchCommand()},
 		// run prints errors and exits; cli would print an ExitCoder's message and exit itself.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -220,6 +220,7 @@ func serveFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "outbox-max-attempts", Value: engine.DefaultOutboxMaxAttempts, Usage: "delivery attempts before an outbox message is dead", Sources: env("outbox-max-attempts")},
 		&cli.DurationFlag{Name: "outbox-poll-interval", Value: engine.DefaultOutboxPollInterval, Usage: "how often the relay looks for due messages when not woken", Sources: env("outbox-poll-interval")},
 		&cli.DurationFlag{Name: "outbox-retention", Value: engine.DefaultOutboxRetention, Usage: "how long delivered outbox messages are kept", Sources: env("outbox-retention")},
+		&cli.DurationFlag{Name: "reconcile-interval", Value: engine.DefaultReconcileInterval, Usage: "period of the reconciliation job (report in reconcile_reports, repairs audited)", Sources: env("reconcile-interval")},
 	}
 }
 
@@ -255,7 +256,7 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) engine.Config {
 		SweepInterval: cmd.Duration("sweep-interval"), DeepCheckInterval: cmd.Duration("deep-check-interval"),
 		InspectionHold: cmd.Duration("inspection-hold"), CloseBatchSize: cmd.Int("close-batch-size"),
 		OutboxMaxAttempts: cmd.Int64("outbox-max-attempts"), OutboxPollInterval: cmd.Duration("outbox-poll-interval"),
-		OutboxRetention: cmd.Duration("outbox-retention"), Logger: logger,
+		OutboxRetention: cmd.Duration("outbox-retention"), Logger: logger, ReconcileInterval: cmd.Duration("reconcile-interval"),
 		InstanceID: cmd.String("instance-id"), Timer: cmd.String("timer"), RedisURL: cmd.String("redis-url"),
 		NATSURL: cmd.String("nats-url"), TimerPoll: cmd.Duration("timer-poll"),
 		DatabaseMaxConns: cmd.Int("database-max-conns"), RedisPrefix: cmd.String("redis-prefix"),
@@ -272,7 +273,7 @@ var flagOf = map[string]string{
 	"NATSURL": "nats-url", "TimerPoll": "timer-poll", "RequestTimeout": "request-timeout", "PaymentTimeout": "payment-timeout",
 	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "OutboxMaxAttempts": "outbox-max-attempts",
-	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention",
+	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
 }
 
 // flagError turns an *engine.ConfigError into a usage error (exit status 2) that names the
@@ -332,7 +333,7 @@ func serveCommand() *cli.Command {
 			}
 			cfg := engineConfig(cmd, logger)
 			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",
-				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention"); err != nil {
+				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention", "reconcile-interval"); err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
 			// The secret is printed only once the server runs: a start that fails prints

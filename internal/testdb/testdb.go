@@ -227,3 +227,26 @@ func mysqlSessions(ctx context.Context, db *sql.DB, name string) (map[string]boo
 	}
 	return ours, rows.Err()
 }
+
+// Raw opens a database/sql handle on dbURL — a SQLite file path, or a postgres:// or
+// mysql:// URL that Fresh returned — for tests that write SQL of their own (faults
+// injected behind the store's back). It is closed when t ends.
+func Raw(t testing.TB, dbURL string) *sql.DB {
+	t.Helper()
+	var db *sql.DB
+	switch {
+	case strings.HasPrefix(dbURL, "postgres"):
+		db = open(t, "pgx", dbURL)
+	case strings.HasPrefix(dbURL, "mysql"):
+		c, err := mysql.ParseDSN(mysqlServerDSN(t, dbURL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.DBName = strings.TrimPrefix(parseURL(t, dbURL).Path, "/")
+		db = open(t, "mysql", c.FormatDSN())
+	default:
+		db = open(t, "sqlite", "file:"+strings.TrimPrefix(dbURL, "sqlite:")+"?_pragma=busy_timeout(5000)")
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/reconcile"
+)
+
+// reconcileCommand is `orderly reconcile`: the reconciliation of package reconcile run once
+// against a database (README.md "Operations"), or a settlement statement compared with
+// its payments.
+func reconcileCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "reconcile",
+		Usage: "find (and with --repair, repair) disagreements between orders, payments, stock, coupons and the outbox",
+		Description: "Exits 0 when nothing is left to do (no finding, or every finding repaired), 1 when a finding needs an operator.\n" +
+			"Repairs go through the services and are audited (operator \"reconcile\"); refunds they request leave through the\n" +
+			"outbox of the running instances. With --statement, compares a gateway's settlement CSV (channel_txn_id, amount,\n" +
+			"currency, status, time) with the payments table instead.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
+			&cli.BoolFlag{Name: "repair", Usage: "repair what can be repaired (through the state machine and the services, audited)"},
+			&cli.StringFlag{Name: "since", Usage: "look only at orders and payments created since this RFC 3339 time or this long ago (e.g. 24h); stock and outbox are always checked whole"},
+			&cli.StringFlag{Name: "statement", Usage: "a settlement statement CSV to compare with the payments table"},
+			&cli.BoolFlag{Name: "json", Usage: `print {"findings":[{"kind","order_id"?,"sku"?,"detail","repaired"}],…}`},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			since, err := parseSince(cmd.String("since"), time.Now())
+			if err != nil {
+				return cli.Exit("--since: "+err.Error(), exitUsage)
+			}
+			logger, err := newLogger(cmd.Root(), cmd.Root().ErrWriter)
+			if err != nil {
+				return err
+			}
+			e, err := engine.Open(ctx, engine.Config{DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte("unused"),
+				Logger: logger})
+			if err != nil {
+				return flagError(err)
+			}
+			defer e.Close(context.WithoutCancel(ctx))
+			rep := &reconcile.Report{Findings: []*reconcile.Finding{}, StartedAt: time.Now().UTC()}
+			if path := cmd.String("statement"); path != "" {
+				lines, err := readStatement(path)
+				if err != nil {
+					return err
+				}
+				if rep.Findings, err = e.Reconciler().Statement(ctx, lines); err != nil {
+					return err
+				}
+				rep.Scanned, rep.FinishedAt = int64(len(lines)), time.Now().UTC()
+			} else if rep, err = e.Reconciler().Run(ctx, reconcile.RunOptions{Repair: cmd.Bool("repair"), Since: since,
+				By: reconcile.Actor{Operator: reconcile.OperatorReconcile}}); err != nil {
+				return err
+			}
+			out := cmd.Root().Writer
+			if cmd.Bool("json") {
+				if err := writeJSON(out, rep); err != nil {
+					return err
+				}
+			} else {
+				printFindings(out, rep)
+			}
+			for _, f := range rep.Findings {
+				if !f.Repaired {
+					return cli.Exit("", exitFailure)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration back from now; zero when empty.
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC(), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("want an RFC 3339 time (2026-11-30T00:00:00Z) or a positive duration (24h), got %q", v)
+	}
+	return now.Add(-d).UTC(), nil
+}
+
+func readStatement(path string) ([]reconcile.StatementLine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return reconcile.ReadStatement(f)
+}
+
+// printFindings prints one line per finding and a summary.
+func printFindings(w io.Writer, rep *reconcile.Report) {
+	for _, f := range rep.Findings {
+		what := f.OrderID
+		if f.SKU != "" {
+			what = "sku " + f.SKU
+		}
+		state := "found"
+		if f.Repaired {
+			state = "repaired"
+		}
+		fmt.Fprintf(w, "%-9s %-26s %s: %s\n", state, f.Kind, what, f.Detail)
+	}
+	fmt.Fprintf(w, "%d findings, %d repaired, %d rows scanned\n", len(rep.Findings), rep.Repaired, rep.Scanned)
+}

@@ -1,0 +1,144 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// StatementLine is one transaction of a gateway's settlement statement.
+type StatementLine struct {
+	ChannelTxnID string
+	Amount       int64 // minor units
+	Currency     string
+	Status       string // the gateway's word: succeeded, settled, captured, … ; "failed" lines are skipped
+	Time         time.Time
+}
+
+// statementColumns are the columns a statement CSV must have, in any order, named in its
+// header row.
+var statementColumns = []string{"channel_txn_id", "amount", "currency", "status", "time"}
+
+// ReadStatement parses a settlement statement CSV: a header row naming channel_txn_id,
+// amount (integer minor units), currency (ISO 4217), status and time (RFC 3339), in any
+// order (other columns are ignored), then one row per transaction. Errors name the line:
+// a missing column, a malformed amount or time, an empty transaction id.
+func ReadStatement(in io.Reader) ([]StatementLine, error) {
+	cr := csv.NewReader(in)
+	cr.TrimLeadingSpace = true
+	header, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("statement: header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[strings.ToLower(strings.TrimSpace(h))] = i
+	}
+	for _, c := range statementColumns {
+		if _, ok := col[c]; !ok {
+			return nil, fmt.Errorf("statement: the header has no %q column (want %s)", c, strings.Join(statementColumns, ", "))
+		}
+	}
+	var out []StatementLine
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("statement: %w", err)
+		}
+		line, _ := cr.FieldPos(0)
+		l := StatementLine{ChannelTxnID: strings.TrimSpace(rec[col["channel_txn_id"]]),
+			Currency: strings.ToUpper(strings.TrimSpace(rec[col["currency"]])), Status: strings.ToLower(strings.TrimSpace(rec[col["status"]]))}
+		if l.ChannelTxnID == "" {
+			return nil, fmt.Errorf("statement: line %d: empty channel_txn_id", line)
+		}
+		if l.Amount, err = strconv.ParseInt(strings.TrimSpace(rec[col["amount"]]), 10, 64); err != nil {
+			return nil, fmt.Errorf("statement: line %d: amount must be an integer in minor units: %w", line, err)
+		}
+		if l.Time, err = time.Parse(time.RFC3339Nano, strings.TrimSpace(rec[col["time"]])); err != nil {
+			return nil, fmt.Errorf("statement: line %d: time must be RFC 3339: %w", line, err)
+		}
+		l.Time = l.Time.UTC()
+		out = append(out, l)
+	}
+}
+
+// Statement compares a settlement statement with the payments table and returns its
+// findings (never nil): a transaction of the statement that no payment records
+// (KindStatementMissingOurs), one whose amount or currency differs
+// (KindStatementAmountMismatch), and a capture of ours between the statement's first and
+// last time that the statement does not list (KindStatementMissingTheirs). Lines with
+// status failed are skipped. Nothing is repaired: each is an operator task.
+func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*Finding, error) {
+	out := []*Finding{}
+	listed := map[string]bool{}
+	var from, to time.Time
+	for _, l := range lines {
+		if l.Status == "failed" {
+			continue
+		}
+		listed[l.ChannelTxnID] = true
+		if from.IsZero() || l.Time.Before(from) {
+			from = l.Time
+		}
+		if l.Time.After(to) {
+			to = l.Time
+		}
+	}
+	for start := 0; start < len(lines); start += r.cfg.BatchSize {
+		batch := lines[start:min(start+r.cfg.BatchSize, len(lines))]
+		err := r.cfg.Store.Read(ctx, func(tx store.Tx) error {
+			for _, l := range batch {
+				if l.Status == "failed" {
+					continue
+				}
+				p, err := tx.PaymentGetByChannelTxnID(ctx, l.ChannelTxnID)
+				if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+					out = append(out, &Finding{Kind: KindStatementMissingOurs, Target: l.ChannelTxnID,
+						Detail: fmt.Sprintf("transaction %s of %d %s (%s at %s) has no payment here", l.ChannelTxnID, l.Amount,
+							l.Currency, l.Status, l.Time.Format(time.RFC3339))})
+					continue
+				} else if err != nil {
+					return err
+				}
+				if p.Amount != l.Amount || p.Currency != l.Currency {
+					out = append(out, &Finding{Kind: KindStatementAmountMismatch, OrderID: p.OrderID, Target: l.ChannelTxnID,
+						Detail: fmt.Sprintf("transaction %s: statement %d %s, payment %s %d %s", l.ChannelTxnID, l.Amount, l.Currency,
+							p.ID, p.Amount, p.Currency)})
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("reconcile: statement: %w", err)
+		}
+	}
+	if len(listed) == 0 {
+		return out, nil
+	}
+	_, err := pages(ctx, r, "", func(tx store.Tx, after string, limit int) (int, string, error) {
+		ps, err := tx.ReconcilePaymentsCaptured(ctx, from, to, after, limit)
+		for _, p := range ps {
+			if !listed[p.ChannelTxnID] {
+				out = append(out, &Finding{Kind: KindStatementMissingTheirs, OrderID: p.OrderID, Target: p.ChannelTxnID,
+					Detail: fmt.Sprintf("payment %s captured %d %s (transaction %s) but the statement does not list it",
+						p.ID, p.Amount, p.Currency, p.ChannelTxnID)})
+			}
+			after = p.ID
+		}
+		return len(ps), after, err
+	})
+	if err != nil {
+		return out, fmt.Errorf("reconcile: statement: %w", err)
+	}
+	return out, nil
+}
