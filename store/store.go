@@ -195,6 +195,7 @@ type Tx interface {
 	RefundTx
 	GroupTx
 	WebhookTx
+	TelemetryTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

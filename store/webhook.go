@@ -6,8 +6,8 @@ import (
 	"github.com/orderlyhq/orderly"
 )
 
-// WebhookTx holds the queries of merchant webhook subscribers and of the trace context of
-// orders (package webhook, package telemetry). It is part of Tx.
+// WebhookTx holds the queries of merchant webhook subscribers (package webhook). It is
+// part of Tx.
 type WebhookTx interface {
 	// WebhookInsert writes a subscriber. ECONFLICT when the id exists.
 	WebhookInsert(ctx context.Context, w *orderly.Webhook) error
@@ -19,10 +19,4 @@ type WebhookTx interface {
 	// WebhookDelete deletes a subscriber and reports whether it existed. Its deliveries
 	// still pending are dropped when the relay reaches them.
 	WebhookDelete(ctx context.Context, id string) (bool, error)
-
-	// OrderTraceInsert records the W3C traceparent of the request that created an order
-	// (written only when that request was traced); a second call for the order is ignored.
-	OrderTraceInsert(ctx context.Context, orderID, traceParent string) error
-	// OrderTraces returns the recorded traceparent of each order of ids that has one.
-	OrderTraces(ctx context.Context, ids []string) (map[string]string, error)
 }

@@ -2,8 +2,10 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/orderlyhq/orderly"
 )
@@ -108,4 +110,24 @@ func (t *tx) OrderTraces(ctx context.Context, ids []string) (map[string]string, 
 		out[id] = tp
 	}
 	return out, rows.Err()
+}
+
+var (
+	qOutboxPendingCount = sqlText(`SELECT COUNT(*), MIN(created_at) FROM outbox WHERE state = 'pending'`)
+	qOutboxDeadCount    = sqlText(`SELECT COUNT(*) FROM outbox WHERE state = 'dead'`)
+)
+
+// OutboxBacklog implements store.Tx.
+func (t *tx) OutboxBacklog(ctx context.Context) (pending, dead int64, oldest time.Time, ok bool, err error) {
+	var first sql.NullInt64
+	if err := t.queryRow(ctx, qOutboxPendingCount).Scan(&pending, &first); err != nil {
+		return 0, 0, time.Time{}, false, fmt.Errorf("outbox backlog: %w", err)
+	}
+	if err := t.queryRow(ctx, qOutboxDeadCount).Scan(&dead); err != nil {
+		return 0, 0, time.Time{}, false, fmt.Errorf("outbox backlog: %w", err)
+	}
+	if first.Valid {
+		oldest, ok = fromMS(first.Int64), true
+	}
+	return pending, dead, oldest, ok, nil
 }
