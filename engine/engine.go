@@ -116,6 +116,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.machine, err = order.NewMachine(cfg.Flows, effects); err != nil {
 		return nil, fmt.Errorf("engine: flows: %w", err)
 	}
+	e.machine.WithMetrics(e.metrics)
+	gateway = telemetry.InstrumentGateway(gateway, e.metrics)
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
 	}); err != nil {
@@ -211,7 +213,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		{"deep_check", cfg.DeepCheckInterval, e.closer.DeepCheck},
 		{"outbox_retention", retentionInterval, e.relay.Retention},
 	} {
-		r, err := job.New(job.Config{Store: st, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: log})
+		r, err := job.New(job.Config{Store: st, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: log,
+			Metrics: e.metrics})
 		if err != nil {
 			return nil, fmt.Errorf("engine: job %s: %w", j.name, err)
 		}

@@ -45,6 +45,14 @@ type EffectBatch struct {
 type Machine struct {
 	flows   orderly.Flows
 	effects map[string]Effect
+	metrics *telemetry.Metrics // nil: transitions are not counted
+}
+
+// WithMetrics makes m count its transitions in orderly_order_transitions_total{flow,from,to}
+// and returns m. Call it before m is shared (the composition root does).
+func (m *Machine) WithMetrics(mt *telemetry.Metrics) *Machine {
+	m.metrics = mt
+	return m
 }
 
 // NewMachine returns a Machine over flows with the built-in effects (Effects) and extra,
@@ -132,6 +140,9 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 	}
 	if len(changed) == 0 {
 		return changed, nil
+	}
+	if m.metrics != nil {
+		m.metrics.OrderTransitions.WithLabelValues(flow.Name, string(p.From), string(p.To)).Add(float64(len(changed)))
 	}
 	ctx, spans, err := startTransitionSpans(ctx, tx, flow, p, changed)
 	defer func() { spans.end(err) }()
