@@ -1,6 +1,9 @@
 package orderly
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // TopicWebhookDeliver is the outbox topic of one delivery of one event to one merchant
 // webhook subscriber (key: "webhook:<subscriber id>:<event key>"; payload: WebhookDelivery).
@@ -49,4 +52,19 @@ type WebhookDelivery struct {
 	// applied sequence n of an order ignores any event of that order with a sequence ≤ n.
 	Sequence int64 `json:"sequence"`
 	Payload  []byte `json:"payload"` // the event's JSON payload
+}
+
+// WebhookService manages merchant webhook subscriptions (package webhook; the admin API
+// serves it).
+type WebhookService interface {
+	// Subscribe registers url for topics. secret "" means a new random one. It returns the
+	// subscription and its secret (shown once). EINVALID: url not http(s) with a host, or
+	// with credentials; no topic; a topic with spaces or over 128 bytes; a secret under 16
+	// bytes or over 256.
+	Subscribe(ctx context.Context, url string, topics []string, secret string) (*Webhook, string, error)
+	// Webhooks lists the subscriptions, by id, without their secrets.
+	Webhooks(ctx context.Context) ([]*Webhook, error)
+	// Unsubscribe deletes a subscription; ENOTFOUND if there is none. Its deliveries still
+	// pending are dropped.
+	Unsubscribe(ctx context.Context, id string) error
 }

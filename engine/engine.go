@@ -30,6 +30,7 @@ import (
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/webhook"
 )
 
 // timerChannel is the PostgreSQL NOTIFY channel of earlier deadlines; the payload is the
@@ -58,6 +59,9 @@ type Engine struct {
 	redis     *dependency        // watches queue; nil without TimerRedis
 	watching  chan struct{}      // closed when the watch of redis ended; nil without one
 	publisher *natspub.Publisher // with NATSURL
+	webhooks  *webhook.Service
+	// traceShutdown flushes and stops the tracer provider SetupTracing installed.
+	traceShutdown func(context.Context) error
 
 	mu        sync.Mutex
 	started   bool
@@ -89,6 +93,10 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 			_ = e.Close(context.WithoutCancel(ctx))
 		}
 	}()
+	// Tracing: an OTLP exporter when the OTEL_* variables ask for one, else the no-op.
+	if e.traceShutdown, _, err = telemetry.SetupTracing(ctx); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
 		LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
 		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
@@ -162,6 +170,13 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		h := e.publisher.Handler()
 		events = &h
 	}
+	// Merchant webhooks: every event delivered fans out, in its delivery transaction, to
+	// one webhook.deliver message per subscriber of its topic (package webhook).
+	if e.webhooks, err = webhook.New(webhook.Config{Store: st, Logger: log, Metrics: e.metrics}); err != nil {
+		return nil, fmt.Errorf("engine: webhooks: %w", err)
+	}
+	handlers[orderly.TopicWebhookDeliver] = e.webhooks.Handler()
+	events = withFanOut(events, e.webhooks.FanOut)
 	if e.relay, err = outbox.NewRelay(outbox.Config{
 		Store: st, Handlers: handlers, Default: events, MaxAttempts: cfg.OutboxMaxAttempts, BatchSize: cfg.OutboxBatchSize,
 		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: log, Metrics: e.metrics,
@@ -235,7 +250,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken,
+		AdminToken:     cfg.AdminToken, Webhooks: e.webhooks,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
@@ -390,6 +405,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.publisher != nil {
 		e.publisher.Close()
 	}
+	if e.traceShutdown != nil {
+		if err := e.traceShutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("engine: flush traces: %w", err))
+		}
+	}
 	if e.queue != nil {
 		if err := e.queue.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("engine: close Redis: %w", err))
@@ -483,4 +503,19 @@ func eventLog(logger *slog.Logger) *outbox.Handler {
 		logger.DebugContext(ctx, "event", "topic", m.Topic, "key", m.Key, "sequence", m.Sequence, "message_id", m.ID)
 		return nil
 	}}
+}
+
+// withFanOut returns h with fanOut run after its Apply (if any), in the same transaction.
+func withFanOut(h *outbox.Handler, fanOut func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error) *outbox.Handler {
+	out := *h
+	apply := h.Apply
+	out.Apply = func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+		if apply != nil {
+			if err := apply(ctx, tx, msgs); err != nil {
+				return err
+			}
+		}
+		return fanOut(ctx, tx, msgs)
+	}
+	return &out
 }

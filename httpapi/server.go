@@ -43,6 +43,9 @@ type Config struct {
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
 	AdminToken string
+	// Webhooks serves the merchant webhook subscriptions under /v1/admin/webhooks. nil
+	// answers them 404.
+	Webhooks orderly.WebhookService
 
 	// CallbackSecret is the HMAC key that payment callbacks are signed with (README.md "How it works").
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
@@ -82,6 +85,7 @@ type Server struct {
 	catalog    orderly.CatalogService
 	refunds    orderly.RefundService
 	groups     orderly.GroupService
+	webhooks   orderly.WebhookService
 	secret     []byte
 	adminToken []byte
 	tolerance  time.Duration
@@ -113,6 +117,7 @@ func New(cfg Config) *Server {
 		catalog:    cfg.Catalog,
 		refunds:    cfg.Refunds,
 		groups:     cfg.Groups,
+		webhooks:   cfg.Webhooks,
 		secret:     cfg.CallbackSecret,
 		adminToken: []byte(cfg.AdminToken),
 		tolerance:  cfg.SignatureTolerance,
