@@ -252,6 +252,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"GroupMember":         reflect.TypeFor[memberResponse](),
 		"Group":               reflect.TypeFor[groupResponse](),
 		"GroupOrder":          reflect.TypeFor[groupOrderResponse](),
+		"Webhook":             reflect.TypeFor[webhookResponse](),
+		"WebhookRequest":      reflect.TypeFor[webhookRequest](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]
