@@ -74,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"GuardRecheck", testGuardRecheck},
 		{"Races", testRaces},
 		{"Fence", testFence},
+		{"Webhooks", testWebhooks},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
