@@ -50,7 +50,7 @@ type WebhookDelivery struct {
 	Key     string `json:"key"`
 	// Sequence is the event's per-order sequence (OrderEvent.Sequence): a subscriber that has
 	// applied sequence n of an order ignores any event of that order with a sequence ≤ n.
-	Sequence int64 `json:"sequence"`
+	Sequence int64  `json:"sequence"`
 	Payload  []byte `json:"payload"` // the event's JSON payload
 }
 

@@ -250,7 +250,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken, Webhooks: e.webhooks,
+		AdminToken: cfg.AdminToken, Webhooks: e.webhooks,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })

@@ -116,7 +116,9 @@ func testOutboxBacklog(t *testing.T, open opener) {
 			{Topic: "t", Key: "k3", Payload: []byte(`{}`), Now: t0.Add(2 * time.Minute)},
 		})
 	})
-	msgs := read(t, s, func(tx store.Tx) ([]*orderly.Message, error) { return tx.OutboxList(t.Context(), orderly.MessagePending, 10) })
+	msgs := read(t, s, func(tx store.Tx) ([]*orderly.Message, error) {
+		return tx.OutboxList(t.Context(), orderly.MessagePending, 10)
+	})
 	inTx(t, s, func(tx store.Tx) error {
 		if err := tx.OutboxMarkFailed(t.Context(), &store.OutboxMarkFailedParams{ID: msgs[1].ID, LastError: "x", Dead: true}); err != nil {
 			return err
