@@ -61,6 +61,10 @@ type Message struct {
 	LastError     string          `json:"last_error,omitempty"`
 	CreatedAt     time.Time       `json:"created_at"`
 	DeliveredAt   *time.Time      `json:"delivered_at,omitempty"`
+	// TraceParent is the W3C traceparent of the span that wrote the message, "" when that
+	// writer was not traced: the relay continues its trace when it delivers the message and
+	// passes it on (NATS headers, webhook HTTP headers).
+	TraceParent string `json:"trace_parent,omitempty"`
 }
 
 // OrderRef is the payload of messages about one order.

@@ -34,6 +34,7 @@ import (
 	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/wallet"
+	"github.com/orderlyhq/orderly/webhook"
 )
 
 // timerChannel is the PostgreSQL NOTIFY channel of earlier deadlines; the payload is the
@@ -66,6 +67,9 @@ type Engine struct {
 	redis     *dependency        // watches queue; nil without TimerRedis
 	watching  chan struct{}      // closed when the watch of redis ended; nil without one
 	publisher *natspub.Publisher // with NATSURL
+	webhooks  *webhook.Service
+	// traceShutdown flushes and stops the tracer provider SetupTracing installed.
+	traceShutdown func(context.Context) error
 
 	mu        sync.Mutex
 	started   bool
@@ -97,6 +101,10 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 			_ = e.Close(context.WithoutCancel(ctx))
 		}
 	}()
+	// Tracing: an OTLP exporter when the OTEL_* variables ask for one, else the no-op.
+	if e.traceShutdown, _, err = telemetry.SetupTracing(ctx); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
 		LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
 		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
@@ -124,6 +132,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.machine, err = order.NewMachine(cfg.Flows, effects); err != nil {
 		return nil, fmt.Errorf("engine: flows: %w", err)
 	}
+	e.machine.WithMetrics(e.metrics)
+	gateway = telemetry.InstrumentGateway(gateway, e.metrics)
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
 	}); err != nil {
@@ -184,6 +194,13 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		h := e.publisher.Handler()
 		events = &h
 	}
+	// Merchant webhooks: every event delivered fans out, in its delivery transaction, to
+	// one webhook.deliver message per subscriber of its topic (package webhook).
+	if e.webhooks, err = webhook.New(webhook.Config{Store: st, Logger: log, Metrics: e.metrics}); err != nil {
+		return nil, fmt.Errorf("engine: webhooks: %w", err)
+	}
+	handlers[orderly.TopicWebhookDeliver] = e.webhooks.Handler()
+	events = withFanOut(events, e.webhooks.FanOut)
 	if e.relay, err = outbox.NewRelay(outbox.Config{
 		Store: st, Handlers: handlers, Default: events, MaxAttempts: cfg.OutboxMaxAttempts, BatchSize: cfg.OutboxBatchSize,
 		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: log, Metrics: e.metrics,
@@ -249,7 +266,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		{"outbox_retention", retentionInterval, e.relay.Retention},
 		{"reconcile", cfg.ReconcileInterval, e.recon.Job(cfg.InstanceID, !cfg.ReconcileDryRun)},
 	} {
-		r, err := job.New(job.Config{Store: st, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: log})
+		r, err := job.New(job.Config{Store: st, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: log,
+			Metrics: e.metrics})
 		if err != nil {
 			return nil, fmt.Errorf("engine: job %s: %w", j.name, err)
 		}
@@ -271,7 +289,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken, Admin: e.admin,
+		AdminToken:     cfg.AdminToken, Admin: e.admin, Webhooks: e.webhooks,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
@@ -432,6 +450,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.publisher != nil {
 		e.publisher.Close()
 	}
+	if e.traceShutdown != nil {
+		if err := e.traceShutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("engine: flush traces: %w", err))
+		}
+	}
 	if e.queue != nil {
 		if err := e.queue.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("engine: close Redis: %w", err))
@@ -538,4 +561,19 @@ func eventLog(logger *slog.Logger) *outbox.Handler {
 		logger.DebugContext(ctx, "event", "topic", m.Topic, "key", m.Key, "sequence", m.Sequence, "message_id", m.ID)
 		return nil
 	}}
+}
+
+// withFanOut returns h with fanOut run after its Apply (if any), in the same transaction.
+func withFanOut(h *outbox.Handler, fanOut func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error) *outbox.Handler {
+	out := *h
+	apply := h.Apply
+	out.Apply = func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+		if apply != nil {
+			if err := apply(ctx, tx, msgs); err != nil {
+				return err
+			}
+		}
+		return fanOut(ctx, tx, msgs)
+	}
+	return &out
 }

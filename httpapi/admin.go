@@ -21,6 +21,7 @@ func (s *Server) adminRoutes(r chi.Router) {
 	r.Use(s.requireAdmin)
 	r.Post("/sagas/{id}/redrive", s.redriveSaga)
 	s.adminServiceRoutes(r)
+	s.webhookRoutes(r)
 }
 
 // requireAdmin lets a request through only when it carries "Authorization: Bearer

@@ -9,7 +9,12 @@ import (
 	"net/http"
 	"runtime/debug"
 
+	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // TraceIDHeader is the response header that carries a request's trace id.
@@ -24,58 +29,27 @@ func TraceIDFromContext(ctx context.Context) string {
 	return id
 }
 
-// traceMiddleware gives each request a trace id: the trace-id of a valid W3C traceparent
-// header, else 16 random bytes in lower-case hex. It is in the request's context and in
-// the Orderly-Trace-Id response header.
+// traceMiddleware runs each request in an OpenTelemetry server span (otelhttp; W3C
+// traceparent/tracestate extracted with telemetry.Propagator, whatever the global
+// propagator), named "<method> <route pattern>" once routed, and gives the request a trace
+// id: the span's, which continues a valid incoming traceparent; when tracing is off and no
+// traceparent came, 16 random bytes in lower-case hex. The id is in the request's context
+// (TraceIDFromContext: the audit trail's trace_id and the logs' trace_id) and in the
+// Orderly-Trace-Id response header.
 func (s *Server) traceMiddleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := parseTraceparent(r.Header.Get("traceparent"))
-		if !ok {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := telemetry.TraceID(r.Context())
+		if id == "" {
 			id = newTraceID()
 		}
 		w.Header().Set(TraceIDHeader, id)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), traceIDKey{}, id)))
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			trace.SpanFromContext(r.Context()).SetName(r.Method + " " + rc.RoutePattern())
+		}
 	})
-}
-
-// parseTraceparent returns the trace-id of a W3C Trace Context traceparent header,
-// "version-traceid-parentid-flags" with 2, 32, 16 and 2 lower-case hex digits. Version ff
-// and all-zero ids are invalid; versions after 00 may append "-…" fields.
-func parseTraceparent(h string) (traceID string, ok bool) {
-	if len(h) < 55 || (len(h) > 55 && (h[:2] == "00" || h[55] != '-')) {
-		return "", false
-	}
-	if h[2] != '-' || h[35] != '-' || h[52] != '-' {
-		return "", false
-	}
-	version, traceID, parentID, flags := h[:2], h[3:35], h[36:52], h[53:55]
-	for _, f := range []string{version, traceID, parentID, flags} {
-		if !isLowerHex(f) {
-			return "", false
-		}
-	}
-	if version == "ff" || isZeros(traceID) || isZeros(parentID) {
-		return "", false
-	}
-	return traceID, true
-}
-
-func isLowerHex(s string) bool {
-	for i := range len(s) {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func isZeros(s string) bool {
-	for i := range len(s) {
-		if s[i] != '0' {
-			return false
-		}
-	}
-	return true
+	return otelhttp.NewHandler(inner, "http", otelhttp.WithPropagators(telemetry.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }))
 }
 
 // newTraceID returns 16 random bytes in hex, the shape of a W3C trace-id.

@@ -275,6 +275,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"JobRunList":          reflect.TypeFor[jobRunsResponse](),
 		"ReconcileReport":     reflect.TypeFor[reconcileReportResponse](),
 		"ReconcileReportList": reflect.TypeFor[reconcileReportsResponse](),
+		"Webhook":             reflect.TypeFor[webhookResponse](),
+		"WebhookRequest":      reflect.TypeFor[webhookRequest](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

@@ -50,6 +50,9 @@ type Config struct {
 	// Admin serves the operator routes (orders search, dead letters, job runs, audit,
 	// reconciliation; package admin). nil answers them 404.
 	Admin AdminService
+	// Webhooks serves the merchant webhook subscriptions under /v1/admin/webhooks. nil
+	// answers them 404.
+	Webhooks orderly.WebhookService
 
 	// CallbackSecret is the HMAC key that payment callbacks are signed with (README.md "How it works").
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
@@ -91,6 +94,7 @@ type Server struct {
 	groups     orderly.GroupService
 	wallets    orderly.WalletService
 	sagas      SagaService
+	webhooks   orderly.WebhookService
 	secret     []byte
 	adminToken []byte
 	admin      AdminService
@@ -125,6 +129,7 @@ func New(cfg Config) *Server {
 		groups:     cfg.Groups,
 		wallets:    cfg.Wallets,
 		sagas:      cfg.Sagas,
+		webhooks:   cfg.Webhooks,
 		secret:     cfg.CallbackSecret,
 		adminToken: []byte(cfg.AdminToken),
 		admin:      cfg.Admin,

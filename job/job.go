@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // ErrLeaseLost is returned by a fence when this instance no longer holds the job's lease.
@@ -47,6 +48,9 @@ type Config struct {
 	Timeout time.Duration
 	Run     Func
 	Logger  *slog.Logger
+	// Metrics, when set, receives orderly_job_run_seconds{job,outcome} and
+	// orderly_job_changed_total{job} for every run this instance makes.
+	Metrics *telemetry.Metrics
 }
 
 // Runner runs one job periodically under its lease. Start it once; Stop is idempotent.
@@ -165,6 +169,7 @@ func (r *Runner) RunOnce(ctx context.Context) (bool, error) {
 		}
 		return nil
 	}
+	runStart := time.Now()
 	scanned, changed, runErr := r.cfg.Run(ctx, fence)
 	if runErr != nil && !errors.Is(runErr, ErrLeaseLost) && !r.stillHeld(lease.Token) {
 		// The run failed another way (its session ended by the database while this process
@@ -176,6 +181,14 @@ func (r *Runner) RunOnce(ctx context.Context) (bool, error) {
 		Scanned: scanned, Changed: changed}
 	if runErr != nil {
 		run.Error = runErr.Error()
+	}
+	if m := r.cfg.Metrics; m != nil {
+		outcome := "ok"
+		if runErr != nil {
+			outcome = "error"
+		}
+		m.JobDuration.WithLabelValues(r.cfg.Name, outcome).Observe(time.Since(runStart).Seconds())
+		m.JobChanged.WithLabelValues(r.cfg.Name).Add(float64(changed))
 	}
 	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancelRecord()

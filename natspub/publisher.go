@@ -14,9 +14,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // Headers set on every published message besides jetstream.MsgIDHeader ("Nats-Msg-Id").
@@ -253,6 +255,13 @@ func (p *Publisher) Publish(ctx context.Context, m *orderly.Message) (*jetstream
 	msg.Header.Set(HeaderKey, m.Key)
 	if m.Sequence > 0 {
 		msg.Header.Set(HeaderSequence, strconv.FormatInt(m.Sequence, 10))
+	}
+	// W3C trace context of the dispatch (the outbox relay's span, which continues the trace
+	// that wrote the message), under its lower-case W3C names.
+	tc := propagation.MapCarrier{}
+	telemetry.Propagator.Inject(ctx, tc)
+	for k, v := range tc {
+		msg.Header.Set(k, v)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()

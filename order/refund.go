@@ -267,11 +267,12 @@ func (s *Service) OrderRefunds(ctx context.Context, orderID string) (refunds []*
 func refundPayment(ctx context.Context, tx store.Tx, b *EffectBatch) error {
 	var refunded []string
 	for _, id := range b.IDs {
-		o, err := tx.OrderGet(ctx, id)
+		octx := b.OrderContext(ctx, id)
+		o, err := tx.OrderGet(octx, id)
 		if err != nil {
 			return err
 		}
-		f, err := refundRestInTx(ctx, tx, o, []orderly.State{b.Transition.To}, b.Params.Cause, b.Params.Now)
+		f, err := refundRestInTx(octx, tx, o, []orderly.State{b.Transition.To}, b.Params.Cause, b.Params.Now)
 		if err != nil {
 			return err
 		} else if f != nil {

@@ -19,9 +19,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // Limits on order input. They bound the work and the size of one order.
@@ -322,8 +324,15 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 		return nil, false, err
 	}
 	if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: o.State, Event: orderly.EventCreate,
-		PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: now, TraceID: p.TraceID}); err != nil {
+		PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: now, TraceID: cmp.Or(p.TraceID, telemetry.TraceID(ctx))}); err != nil {
 		return nil, false, err
+	}
+	// A traced request leaves its trace context with the order: the order's background
+	// transitions (its close) continue that trace (README.md "Tracing").
+	if trace.SpanFromContext(ctx).IsRecording() {
+		if err := tx.OrderTraceInsert(ctx, id, telemetry.TraceParent(ctx)); err != nil {
+			return nil, false, err
+		}
 	}
 	if opts.Inserted != nil {
 		if err := opts.Inserted(o); err != nil {

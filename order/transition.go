@@ -1,6 +1,7 @@
 package order
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // Effect is a named effect of transitions (orderly.FlowTransition.Effects). It runs in the
@@ -32,6 +34,9 @@ type EffectBatch struct {
 	// Params are the transition's parameters: Now (database clock), CloseReason, Actor,
 	// Cause, TraceID.
 	Params *store.OrdersTransitionParams
+	// traceParents maps an order id to its transition span's traceparent when the
+	// transition continues the orders' own traces (see OrderContext).
+	traceParents map[string]string
 }
 
 // Machine applies transitions: the one function through which an order's state changes
@@ -40,6 +45,14 @@ type EffectBatch struct {
 type Machine struct {
 	flows   orderly.Flows
 	effects map[string]Effect
+	metrics *telemetry.Metrics // nil: transitions are not counted
+}
+
+// WithMetrics makes m count its transitions in orderly_order_transitions_total{flow,from,to}
+// and returns m. Call it before m is shared (the composition root does).
+func (m *Machine) WithMetrics(mt *telemetry.Metrics) *Machine {
+	m.metrics = mt
+	return m
 }
 
 // NewMachine returns a Machine over flows with the built-in effects (Effects) and extra,
@@ -95,7 +108,12 @@ func (m *Machine) Flow(name string) (*orderly.Flow, error) { return m.flows.Get(
 // that changed, in tx. coupons maps order ids to the coupon each froze (nil when none did).
 // It returns the ids that changed; ids missing from the result were changed concurrently
 // and must be left alone.
+//
+// Tracing: the audit rows carry p.TraceID, or else the trace id of ctx's span; the
+// transition runs in an "order.transition" span (see startTransitionSpans), whose trace the
+// outbox messages of its effects carry.
 func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flow, p *store.OrdersTransitionParams, coupons map[string]string) ([]string, error) {
+	p.TraceID = cmp.Or(p.TraceID, telemetry.TraceID(ctx))
 	row, err := flow.Transition(p.From, p.Event)
 	if err != nil {
 		return nil, err
@@ -120,12 +138,20 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 	if err != nil {
 		return nil, fmt.Errorf("transition %s on %s: %w", p.From, p.Event, err)
 	}
-	if len(changed) == 0 || len(row.Effects) == 0 {
+	if len(changed) == 0 {
 		return changed, nil
 	}
-	b := &EffectBatch{Machine: m, Flow: flow, Transition: *row, IDs: changed, Coupons: coupons, Params: p}
+	if m.metrics != nil {
+		m.metrics.OrderTransitions.WithLabelValues(flow.Name, string(p.From), string(p.To)).Add(float64(len(changed)))
+	}
+	ctx, spans, err := startTransitionSpans(ctx, tx, flow, p, changed)
+	defer func() { spans.end(err) }()
+	if err != nil {
+		return nil, err
+	}
+	b := &EffectBatch{Machine: m, Flow: flow, Transition: *row, IDs: changed, Coupons: coupons, Params: p,
+		traceParents: spans.parents}
 	for _, name := range row.Effects {
-		var err error
 		if strings.HasPrefix(name, orderly.EffectLock) {
 			continue // ran before the update
 		} else if topic, ok := strings.CutPrefix(name, orderly.EffectPublish); ok {
@@ -136,7 +162,8 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 			err = fmt.Errorf("effect %q is not registered", name) // NewMachine refuses such flows
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s of %s (%d orders): %w", name, row, len(changed), err)
+			err = fmt.Errorf("%s of %s (%d orders): %w", name, row, len(changed), err)
+			return nil, err
 		}
 	}
 	return changed, nil
@@ -204,6 +231,9 @@ func publish(ctx context.Context, tx store.Tx, topic string, b *EffectBatch) err
 	msgs, err := outbox.NewEvents(ctx, tx, topic, b.IDs, payloads, b.Params.Now)
 	if err != nil {
 		return err
+	}
+	for i, id := range b.IDs {
+		msgs[i].TraceParent = b.traceParent(id)
 	}
 	return tx.OutboxInsert(ctx, msgs)
 }

@@ -24,6 +24,9 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/job"
@@ -56,8 +59,11 @@ type Config struct {
 	// Retention is how long delivered messages are kept; 7 days. The Retention method
 	// deletes older ones; it runs as a leased job.
 	Retention time.Duration
-	Logger    *slog.Logger
-	Metrics   *telemetry.Metrics
+	// StatsInterval is how often the running relay measures the backlog (MeasureBacklog);
+	// 5 s.
+	StatsInterval time.Duration
+	Logger        *slog.Logger
+	Metrics       *telemetry.Metrics
 }
 
 // Relay delivers outbox messages. Start it once; Stop is idempotent.
@@ -75,7 +81,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 		return nil, errors.New("outbox: Config.Store is required")
 	}
 	if cfg.BatchSize < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 ||
-		cfg.Lease < 0 || cfg.CallTimeout < 0 || cfg.Retention < 0 {
+		cfg.Lease < 0 || cfg.CallTimeout < 0 || cfg.Retention < 0 || cfg.StatsInterval < 0 {
 		return nil, errors.New("outbox: Config values must not be negative")
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 200)
@@ -86,6 +92,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, 10*time.Second)
 	cfg.Retention = cmp.Or(cfg.Retention, 7*24*time.Hour)
+	cfg.StatsInterval = cmp.Or(cfg.StatsInterval, 5*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
 	if cfg.MaxBackoff < cfg.MinBackoff {
@@ -132,9 +139,16 @@ func (r *Relay) run(ctx context.Context) {
 	defer close(r.done)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	var measured time.Time
 	for {
 		if _, err := r.Drain(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("outbox relay pass failed", "error", err)
+		}
+		if time.Since(measured) >= r.cfg.StatsInterval {
+			measured = time.Now()
+			if err := r.MeasureBacklog(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Warn("outbox backlog not measured", "error", err)
+			}
 		}
 		poll.Reset(r.cfg.PollInterval)
 		select {
@@ -144,6 +158,30 @@ func (r *Relay) run(ctx context.Context) {
 		case <-poll.C:
 		}
 	}
+}
+
+// MeasureBacklog reads the outbox backlog (store.Tx.OutboxBacklog) into the metrics
+// orderly_outbox_pending, orderly_outbox_dead and orderly_outbox_oldest_pending_age_seconds
+// (the age on the database clock). The relay calls it every StatsInterval.
+func (r *Relay) MeasureBacklog(ctx context.Context) error {
+	return r.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		pending, dead, oldest, ok, err := tx.OutboxBacklog(ctx)
+		if err != nil {
+			return err
+		}
+		r.cfg.Metrics.OutboxPending.Set(float64(pending))
+		r.cfg.Metrics.OutboxDeadNow.Set(float64(dead))
+		age := 0.0
+		if ok {
+			age = max(0, now.Sub(oldest).Seconds())
+		}
+		r.cfg.Metrics.OutboxOldestPendingAge.Set(age)
+		return nil
+	})
 }
 
 // Drain delivers batches until one comes back short and returns the number of messages
@@ -444,13 +482,28 @@ func (r *Relay) handler(topic string) (Handler, bool) {
 
 // call runs h.Call with the call timeout, turning a panic into an error so that one bad
 // message cannot stop the relay.
+//
+// Tracing: the call runs in an "outbox dispatch" span that continues the trace of the
+// message (Message.TraceParent), with attributes messaging.destination.name (the topic),
+// orderly.key, messaging.message.id, orderly.sequence and orderly.attempt; the handler
+// passes that context on (NATS headers, webhook HTTP headers).
 func (r *Relay) call(ctx context.Context, h Handler, m *orderly.Message) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
+	ctx, span := telemetry.Tracer().Start(telemetry.WithTraceParent(ctx, m.TraceParent), "outbox dispatch "+m.Topic,
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+			attribute.String("messaging.destination.name", m.Topic), attribute.String("orderly.key", m.Key),
+			attribute.String("messaging.message.id", m.MessageID), attribute.Int64("orderly.sequence", m.Sequence),
+			attribute.Int64("orderly.attempt", m.Attempts)))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 	}()
 	return h.Call(ctx, m)
 }

@@ -145,7 +145,10 @@ func (s *Service) OrderPayments(ctx context.Context, orderID string) (ps []*orde
 // recorded on another payment) changes nothing; it is counted, logged and stored in its own
 // transaction by RefuseCallback, and its error returned.
 func (s *Service) HandleCallback(ctx context.Context, cb *orderly.Callback) (*orderly.CallbackResult, error) {
-	var res *orderly.CallbackResult
+	var (
+		res     *orderly.CallbackResult
+		channel string
+	)
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		p, err := tx.PaymentGet(ctx, cb.PaymentID)
 		if orderly.ErrorCode(err) == orderly.ENOTFOUND {
@@ -155,6 +158,7 @@ func (s *Service) HandleCallback(ctx context.Context, cb *orderly.Callback) (*or
 		} else if err := check(cb, p); err != nil {
 			return err
 		}
+		channel = p.Channel
 		switch cb.Status {
 		case orderly.CallbackSucceeded:
 			res, err = s.applySuccess(ctx, tx, p, cb.ChannelTxnID, "callback")
@@ -178,6 +182,9 @@ func (s *Service) HandleCallback(ctx context.Context, cb *orderly.Callback) (*or
 	case res.Applied:
 		result = "applied"
 		s.cfg.WakeRelay()
+	}
+	if res.Applied || res.Refund {
+		s.cfg.Metrics.PaymentOutcomes.WithLabelValues(channel, cb.Status).Inc()
 	}
 	s.cfg.Metrics.Callbacks.WithLabelValues(cb.Status, result).Inc()
 	return res, nil

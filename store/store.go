@@ -197,6 +197,8 @@ type Tx interface {
 	WalletTx
 	SagaTx
 	AdminTx
+	WebhookTx
+	TelemetryTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.
@@ -356,6 +358,9 @@ type OutboxInsertParams struct {
 	// 0 for a message that is not an event.
 	Sequence int64
 	Now      time.Time
+	// TraceParent is the W3C traceparent the message carries (orderly.Message.TraceParent);
+	// "" means the span of the inserting context, if any (telemetry.TraceParent).
+	TraceParent string
 }
 
 // OutboxClaimParams is the input of Tx.OutboxClaim.

@@ -16,9 +16,10 @@ type Metrics struct {
 	// OrdersClosed counts orders closed, by reason and by trigger (timer, sweep, deep_check,
 	// inspection, buyer).
 	OrdersClosed *prometheus.CounterVec
-	// CloseLateness observes closed_at − close_at of orders closed for payment timeout, in
-	// seconds (the lateness of I5).
-	CloseLateness prometheus.Histogram
+	// CloseLateness observes closed_at − close_at of orders closed at their deadline, in
+	// seconds (the lateness of I5), by trigger (timer, sweep, deep_check, delay_queue,
+	// inspection); buckets 1 ms … 60 s.
+	CloseLateness *prometheus.HistogramVec
 	// GroupLateness observes failed_at − deadline_at of group-buy groups failed at their
 	// deadline, in seconds (group lateness).
 	GroupLateness prometheus.Histogram
@@ -54,7 +55,37 @@ type Metrics struct {
 	// SagasStuck counts sagas moved to stuck: a compensation failed its maximum number of
 	// attempts and waits for an admin re-drive (each one is an alert).
 	SagasStuck prometheus.Counter
+
+	// OrderTransitions counts applied order transitions by flow, from and to state: the
+	// orders entering a state are sum by (to), those leaving it sum by (from). Counted in
+	// the transition's transaction, so a transaction rolled back after it (rare: a failed
+	// later step) counts too. Cheap: no table scan.
+	OrderTransitions *prometheus.CounterVec
+	// OutboxPending, OutboxDeadNow and OutboxOldestPendingAge are the outbox backlog as the
+	// relay last measured it (every Config.StatsInterval of package outbox): pending and
+	// dead messages, and the age in seconds of the oldest pending one (0 when none).
+	OutboxPending          prometheus.Gauge
+	OutboxDeadNow          prometheus.Gauge
+	OutboxOldestPendingAge prometheus.Gauge
+	// GatewayLatency observes payment gateway calls in seconds by operation (create, query,
+	// cancel, refund) and outcome (ok, error); GatewayErrors counts the failed ones.
+	GatewayLatency *prometheus.HistogramVec
+	GatewayErrors  *prometheus.CounterVec
+	// PaymentOutcomes counts applied payment outcomes by channel and status (succeeded,
+	// failed, expired): the success rate per channel is succeeded / all.
+	PaymentOutcomes *prometheus.CounterVec
+	// JobDuration observes periodic job runs in seconds by job and outcome (ok, error);
+	// JobChanged counts what the runs changed or found, by job (for the deep check the
+	// overdue orders it closed, for reconciliation its findings).
+	JobDuration *prometheus.HistogramVec
+	JobChanged  *prometheus.CounterVec
+	// WebhookDeliveries counts merchant webhook delivery attempts by outcome (delivered,
+	// failed, dropped: the subscriber was deleted).
+	WebhookDeliveries *prometheus.CounterVec
 }
+
+// latencyBuckets are 1 ms … 60 s.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15, 30, 60}
 
 // NewMetrics returns a fresh set of collectors on a new registry that also holds the Go
 // runtime and process collectors.
@@ -67,11 +98,11 @@ func NewMetrics() *Metrics {
 		OrdersClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_orders_closed_total", Help: "Orders closed, by close reason and trigger.",
 		}, []string{"reason", "trigger"}),
-		CloseLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+		CloseLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "orderly_close_lateness_seconds",
-			Help:    "closed_at - close_at of orders closed for payment timeout.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 15, 30, 60, 300},
-		}),
+			Help:    "closed_at - close_at of orders closed at their deadline, by trigger.",
+			Buckets: latencyBuckets,
+		}, []string{"trigger"}),
 		GroupLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orderly_group_lateness_seconds",
 			Help:    "failed_at - deadline_at of group-buy groups failed at their deadline.",
@@ -116,6 +147,36 @@ func NewMetrics() *Metrics {
 		SagasStuck: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderly_sagas_stuck_total", Help: "Sagas moved to stuck after a compensation's last attempt failed.",
 		}),
+		OrderTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_order_transitions_total", Help: "Order transitions applied, by flow, from and to state.",
+		}, []string{"flow", "from", "to"}),
+		OutboxPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderly_outbox_pending", Help: "Pending outbox messages, as last measured.",
+		}),
+		OutboxDeadNow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderly_outbox_dead", Help: "Dead outbox messages, as last measured.",
+		}),
+		OutboxOldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderly_outbox_oldest_pending_age_seconds", Help: "Age of the oldest pending outbox message, 0 when none.",
+		}),
+		GatewayLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orderly_gateway_call_seconds", Help: "Payment gateway calls, by operation and outcome.", Buckets: latencyBuckets,
+		}, []string{"op", "outcome"}),
+		GatewayErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_gateway_errors_total", Help: "Failed payment gateway calls, by operation.",
+		}, []string{"op"}),
+		PaymentOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_payment_outcomes_total", Help: "Applied payment outcomes, by channel and status.",
+		}, []string{"channel", "status"}),
+		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orderly_job_run_seconds", Help: "Periodic job runs, by job and outcome.", Buckets: latencyBuckets,
+		}, []string{"job", "outcome"}),
+		JobChanged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_job_changed_total", Help: "Rows changed or findings of periodic job runs, by job.",
+		}, []string{"job"}),
+		WebhookDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_webhook_deliveries_total", Help: "Merchant webhook delivery attempts, by outcome.",
+		}, []string{"outcome"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -123,6 +184,8 @@ func NewMetrics() *Metrics {
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
 		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
+		m.DependencyUp, m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
+		m.GatewayLatency, m.GatewayErrors, m.PaymentOutcomes, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
 	)
 	return m
 }

@@ -15,6 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/order"
@@ -264,9 +268,22 @@ func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence j
 // those of ids when set; or take the orders in only, already claimed), close the unpaid and failed ones with the guarded update,
 // write their outbox messages and audit rows, and push back the wake_at of paying orders
 // that need inspection, which it returns.
-func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence) (PassResult, []*store.DueOrder, error) {
+//
+// Tracing: the batch runs in a "close batch" span (attributes orderly.trigger,
+// orderly.claimed, orderly.closed); each order's transition continues the trace of the
+// request that created it, linked to that span (order.ContinueOrderTraces).
+func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence) (_ PassResult, _ []*store.DueOrder, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PassTimeout)
 	defer cancel()
+	ctx, span := telemetry.Tracer().Start(order.ContinueOrderTraces(ctx), "close batch",
+		trace.WithAttributes(attribute.String("orderly.trigger", trigger)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	var (
 		res    PassResult
 		paying []*store.DueOrder
@@ -274,7 +291,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		now    time.Time
 	)
 	var reasons map[string]int // orders whose timed event fired, by close reason (or event)
-	err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+	err = c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		res, paying, closed, reasons = PassResult{}, nil, nil, map[string]int{}
 		if fence != nil {
 			if err := fence(ctx, tx); err != nil {
@@ -363,13 +380,15 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		return res, nil, fmt.Errorf("close due orders (%s): %w", trigger, err)
 	}
 	res.Closed = len(closed)
+	span.SetAttributes(attribute.Int("orderly.claimed", res.Claimed), attribute.Int("orderly.closed", res.Closed))
 	if len(closed) > 0 {
 		c.cfg.WakeRelay()
 		for reason, n := range reasons {
 			c.cfg.Metrics.OrdersClosed.WithLabelValues(reason, trigger).Add(float64(n))
 		}
+		lateness := c.cfg.Metrics.CloseLateness.WithLabelValues(trigger)
 		for _, d := range closed {
-			c.cfg.Metrics.CloseLateness.Observe(now.Sub(d.CloseAt).Seconds())
+			lateness.Observe(now.Sub(d.CloseAt).Seconds())
 		}
 	}
 	return res, paying, nil

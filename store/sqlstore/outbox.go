@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -14,18 +15,19 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 const messageColumns = `id, message_id, topic, message_key, sequence, payload, state, attempts, next_attempt_at, last_error,
-	created_at, delivered_at`
+	created_at, delivered_at, trace_parent`
 
 var (
 	// qOutboxInsert[k] inserts outboxChunks[k] messages with one statement.
 	qOutboxInsert = func() []*query {
 		qs := make([]*query, len(outboxChunks))
 		for i, n := range outboxChunks {
-			qs[i] = sqlText(`INSERT INTO outbox (message_id, topic, message_key, sequence, payload, next_attempt_at, created_at) VALUES ` +
-				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?), ", n), ", "))
+			qs[i] = sqlText(`INSERT INTO outbox (message_id, topic, message_key, sequence, payload, next_attempt_at, created_at, trace_parent) VALUES ` +
+				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", "))
 		}
 		return qs
 	}()
@@ -117,7 +119,7 @@ func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 			deliveredAt       sql.NullInt64
 		)
 		if err := rows.Scan(&m.ID, &m.MessageID, &m.Topic, &m.Key, &m.Sequence, &payload, &m.State, &m.Attempts, &nextAt,
-			&m.LastError, &createdAt, &deliveredAt); err != nil {
+			&m.LastError, &createdAt, &deliveredAt, &m.TraceParent); err != nil {
 			return nil, err
 		}
 		m.Payload = []byte(payload)
@@ -131,18 +133,20 @@ func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 // number of messages is written with at most a few statements of constant text.
 var outboxChunks = []int{128, 16, 1}
 
-// OutboxInsert implements store.Tx.
+// OutboxInsert implements store.Tx. A message without a TraceParent carries the span of
+// ctx, if any.
 func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams) error {
+	ctxTrace := telemetry.TraceParent(ctx)
 	for k, n := range outboxChunks {
 		for len(msgs) >= n {
-			args := make([]any, 0, 7*n)
+			args := make([]any, 0, 8*n)
 			for _, m := range msgs[:n] {
 				id, err := uuid.NewV7()
 				if err != nil {
 					return fmt.Errorf("outbox message id: %w", err)
 				}
 				at := ms(m.Now)
-				args = append(args, id.String(), m.Topic, m.Key, m.Sequence, string(m.Payload), at, at)
+				args = append(args, id.String(), m.Topic, m.Key, m.Sequence, string(m.Payload), at, at, cmp.Or(m.TraceParent, ctxTrace))
 			}
 			if _, err := t.exec(ctx, "outbox messages", qOutboxInsert[k], args...); err != nil {
 				return err

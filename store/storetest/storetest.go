@@ -77,6 +77,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Races", testRaces},
 		{"Fence", testFence},
 		{"Admin", testAdmin},
+		{"Webhooks", testWebhooks},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,70 @@
+package orderly
+
+import (
+	"context"
+	"time"
+)
+
+// TopicWebhookDeliver is the outbox topic of one delivery of one event to one merchant
+// webhook subscriber (key: "webhook:<subscriber id>:<event key>"; payload: WebhookDelivery).
+// The relay writes it when it delivers an event (a fan-out, in the event's own delivery
+// transaction) and delivers it like any message: retried with backoff, dead after the
+// configured attempts, re-drivable.
+const TopicWebhookDeliver = "webhook.deliver"
+
+// WebhookAllTopics subscribes to every event topic.
+const WebhookAllTopics = "*"
+
+// Webhook is a merchant's subscription: the events of Topics are POSTed to URL, signed with
+// Secret (Orderly-Signature, as payment callbacks are signed).
+type Webhook struct {
+	ID  string `json:"id"`
+	URL string `json:"url"` // http:// or https://
+	// Topics are the outbox event topics delivered (orderly.TopicOrderClosed, …), or
+	// WebhookAllTopics.
+	Topics []string `json:"topics"`
+	// Secret is the HMAC-SHA256 key of the signature; shown only in the answer that creates
+	// the subscription.
+	Secret    string    `json:"-"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Wants reports whether the subscriber takes events of topic.
+func (w *Webhook) Wants(topic string) bool {
+	for _, t := range w.Topics {
+		if t == topic || t == WebhookAllTopics {
+			return true
+		}
+	}
+	return false
+}
+
+// WebhookDelivery is the payload of a webhook.deliver message: the event to deliver and
+// the subscriber to deliver it to.
+type WebhookDelivery struct {
+	SubscriberID string `json:"subscriber_id"`
+	// EventID is the event's message id (orderly.Message.MessageID), unique across
+	// databases: the subscriber's de-duplication key.
+	EventID string `json:"event_id"`
+	Topic   string `json:"topic"`
+	Key     string `json:"key"`
+	// Sequence is the event's per-order sequence (OrderEvent.Sequence): a subscriber that has
+	// applied sequence n of an order ignores any event of that order with a sequence ≤ n.
+	Sequence int64  `json:"sequence"`
+	Payload  []byte `json:"payload"` // the event's JSON payload
+}
+
+// WebhookService manages merchant webhook subscriptions (package webhook; the admin API
+// serves it).
+type WebhookService interface {
+	// Subscribe registers url for topics. secret "" means a new random one. It returns the
+	// subscription and its secret (shown once). EINVALID: url not http(s) with a host, or
+	// with credentials; no topic; a topic with spaces or over 128 bytes; a secret under 16
+	// bytes or over 256.
+	Subscribe(ctx context.Context, url string, topics []string, secret string) (*Webhook, string, error)
+	// Webhooks lists the subscriptions, by id, without their secrets.
+	Webhooks(ctx context.Context) ([]*Webhook, error)
+	// Unsubscribe deletes a subscription; ENOTFOUND if there is none. Its deliveries still
+	// pending are dropped.
+	Unsubscribe(ctx context.Context, id string) error
+}
