@@ -194,6 +194,7 @@ type Tx interface {
 
 	RefundTx
 	GroupTx
+	ChannelEventTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.
