@@ -34,6 +34,12 @@ type Metrics struct {
 	Callbacks *prometheus.CounterVec
 	// CallbackRefusals counts refused signed callbacks by reason (orderly.Refusal*).
 	CallbackRefusals *prometheus.CounterVec
+	// ChannelNotifications counts verified notifications of payment channels (package
+	// channel) by channel, kind and result (applied, duplicate, refund, refused, recorded).
+	ChannelNotifications *prometheus.CounterVec
+	// ChannelBreakerState is each channel's circuit breaker: 0 closed, 1 half-open, 2 open
+	// (calls to the provider refused at once; closes of its orders wait in inspection).
+	ChannelBreakerState *prometheus.GaugeVec
 	// ClockOffset is the database clock minus this instance's clock, in seconds, as last
 	// measured by the timer. The database clock decides what is due; a large offset only
 	// makes the timer wake at the wrong moment until it is measured again.
@@ -84,6 +90,12 @@ func NewMetrics() *Metrics {
 		CallbackRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_payment_callback_refusals_total", Help: "Signed payment callbacks refused, by reason.",
 		}, []string{"reason"}),
+		ChannelNotifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_channel_notifications_total", Help: "Verified payment channel notifications, by channel, kind and result.",
+		}, []string{"channel", "kind", "result"}),
+		ChannelBreakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "orderly_channel_breaker_state", Help: "Circuit breaker of each payment channel: 0 closed, 1 half-open, 2 open.",
+		}, []string{"channel"}),
 		ClockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "orderly_clock_offset_seconds", Help: "Database clock minus this instance's clock, in seconds.",
 		}),
@@ -104,7 +116,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp,
 	)
 	return m
