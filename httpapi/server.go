@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/payment"
 )
 
@@ -39,6 +40,12 @@ type Config struct {
 	Refunds orderly.RefundService
 	// Groups serves the group-buy routes (/v1/deals, /v1/groups). nil answers them 404.
 	Groups orderly.GroupService
+
+	// Channels are the payment providers whose notifications POST
+	// /v1/channels/{channel}/webhook takes, by channel.Adapter.Name; Notifications applies
+	// them. Without either, that route answers 404.
+	Channels      []channel.Adapter
+	Notifications NotificationHandler
 
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
@@ -77,21 +84,23 @@ type Config struct {
 
 // Server is the HTTP adapter. It is safe for concurrent use.
 type Server struct {
-	orders     orderly.OrderService
-	payments   orderly.PaymentService
-	catalog    orderly.CatalogService
-	refunds    orderly.RefundService
-	groups     orderly.GroupService
-	secret     []byte
-	adminToken []byte
-	tolerance  time.Duration
-	maxBody    int64
-	timeout    time.Duration
-	now        func() time.Time
-	logger     *slog.Logger
-	ready      func(ctx context.Context) error
-	degraded   func() []string
-	metrics    http.Handler
+	orders        orderly.OrderService
+	payments      orderly.PaymentService
+	catalog       orderly.CatalogService
+	refunds       orderly.RefundService
+	groups        orderly.GroupService
+	channels      map[string]channel.Adapter
+	notifications NotificationHandler
+	secret        []byte
+	adminToken    []byte
+	tolerance     time.Duration
+	maxBody       int64
+	timeout       time.Duration
+	now           func() time.Time
+	logger        *slog.Logger
+	ready         func(ctx context.Context) error
+	degraded      func() []string
+	metrics       http.Handler
 
 	router *chi.Mux
 }
@@ -108,21 +117,26 @@ func New(cfg Config) *Server {
 		panic("httpapi: Config.Catalog is nil")
 	}
 	s := &Server{
-		orders:     cfg.Orders,
-		payments:   cfg.Payments,
-		catalog:    cfg.Catalog,
-		refunds:    cfg.Refunds,
-		groups:     cfg.Groups,
-		secret:     cfg.CallbackSecret,
-		adminToken: []byte(cfg.AdminToken),
-		tolerance:  cfg.SignatureTolerance,
-		maxBody:    cfg.MaxBodyBytes,
-		timeout:    cfg.RequestTimeout,
-		now:        cfg.Now,
-		logger:     cfg.Logger,
-		ready:      cfg.Ready,
-		degraded:   cfg.Degraded,
-		metrics:    cfg.Metrics,
+		orders:        cfg.Orders,
+		payments:      cfg.Payments,
+		catalog:       cfg.Catalog,
+		refunds:       cfg.Refunds,
+		groups:        cfg.Groups,
+		channels:      map[string]channel.Adapter{},
+		notifications: cfg.Notifications,
+		secret:        cfg.CallbackSecret,
+		adminToken:    []byte(cfg.AdminToken),
+		tolerance:     cfg.SignatureTolerance,
+		maxBody:       cfg.MaxBodyBytes,
+		timeout:       cfg.RequestTimeout,
+		now:           cfg.Now,
+		logger:        cfg.Logger,
+		ready:         cfg.Ready,
+		degraded:      cfg.Degraded,
+		metrics:       cfg.Metrics,
+	}
+	for _, a := range cfg.Channels {
+		s.channels[a.Name()] = a
 	}
 	if s.refunds == nil {
 		if rs, ok := cfg.Orders.(orderly.RefundService); ok {
@@ -178,6 +192,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/payments/{id}", s.getPayment)
 	r.Get("/v1/payments/{id}/refusals", s.listCallbackRefusals)
 	r.Post("/v1/payments/callback", s.paymentCallback)
+	r.Post("/v1/channels/{channel}/webhook", s.channelWebhook)
 
 	r.Put("/v1/inventory/{sku}", s.setStock)
 	r.Get("/v1/inventory/{sku}", s.getStock)
