@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/order"
@@ -124,6 +125,17 @@ type Config struct {
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
 	// Engine.SimGateway).
 	Gateway orderly.Gateway
+	// Channels are the real payment providers (package channel; channel/stripe), each
+	// reachable at POST /v1/channels/{name}/webhook. A payment attempt names its channel
+	// (POST /v1/orders/{id}/payments {"channel":"stripe"}); DefaultChannel names the one of
+	// attempts that name none. Their calls are bounded by ChannelCallTimeout and go through
+	// a circuit breaker per channel (payment.BreakerConfig defaults).
+	Channels []channel.Adapter
+	// DefaultChannel is the channel of attempts that name none: one of Channels' names, or
+	// "" for the built-in simulated gateway (or Gateway) recorded as "sim".
+	DefaultChannel string
+	// ChannelCallTimeout bounds each call to a channel's provider; payment.DefaultCallTimeout (10 s).
+	ChannelCallTimeout time.Duration
 	// Events, when set, handles the event topics (order.closed, order.paid,
 	// payment.refunded, …) instead of NATS or the debug log: an embedder's own broker. It
 	// must be idempotent (delivery is at least once). Not together with NATSURL.
@@ -198,6 +210,16 @@ func (c *Config) Validate() error {
 	default:
 		return configErrorf("Timer", "%s must be db or redis, not %q", c.Timer)
 	}
+	names := map[string]bool{}
+	for _, a := range c.Channels {
+		if names[a.Name()] {
+			return configErrorf("Channels", "%s names channel %q twice", a.Name())
+		}
+		names[a.Name()] = true
+	}
+	if c.DefaultChannel != "" && !names[c.DefaultChannel] {
+		return configErrorf("DefaultChannel", "%s %q is not one of the configured channels", c.DefaultChannel)
+	}
 	if c.Events != nil && c.NATSURL != "" {
 		return &ConfigError{Field: "Events", text: func(name func(string) string) string {
 			return fmt.Sprintf("%s and %s do not go together: events go to one place", name("Events"), name("NATSURL"))
@@ -211,7 +233,7 @@ func (c *Config) Validate() error {
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
 		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention},
-		{"RequestTimeout", c.RequestTimeout},
+		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout},
 	} {
 		if d.value < 0 {
 			return configErrorf(d.field, "%s must not be negative, got %s", d.value)

@@ -118,6 +118,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
+		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
 	}
@@ -232,7 +233,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken,
+		AdminToken: cfg.AdminToken, Channels: cfg.Channels, Notifications: e.payments,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
