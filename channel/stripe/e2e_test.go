@@ -366,4 +366,3 @@ func TestCloseCancelled(t *testing.T) {
 		t.Error("the buyer could pay a cancelled intent")
 	}
 }
-
