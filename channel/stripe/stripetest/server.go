@@ -313,14 +313,32 @@ func (s *Server) Pay(paymentID string) (event []byte, ok bool) {
 	return s.event("payment_intent.succeeded", *in), true
 }
 
+// PayLate captures the intent of paymentID even if it was cancelled: money that reached
+// the provider although orderly closed the payment (a delayed payment method settling
+// late). It returns the payment_intent.succeeded event; ok=false when there is no intent.
+func (s *Server) PayLate(paymentID string) (event []byte, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, found := s.intents[s.byPayment[paymentID]]
+	if !found {
+		return nil, false
+	}
+	in.Status, in.AmountReceived = "succeeded", in.Amount
+	return s.event("payment_intent.succeeded", *in), true
+}
+
 // Fail fails the buyer's attempt on the intent of paymentID (it may be tried again) and
-// returns the payment_intent.payment_failed event.
+// returns the payment_intent.payment_failed event (payment_intent.canceled for a cancelled
+// intent); ok=false when there is no intent or it succeeded.
 func (s *Server) Fail(paymentID string) (event []byte, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in, found := s.intents[s.byPayment[paymentID]]
-	if !found || in.Status == "succeeded" || in.Status == "canceled" {
+	if !found || in.Status == "succeeded" {
 		return nil, false
+	}
+	if in.Status == "canceled" {
+		return s.event("payment_intent.canceled", *in), true
 	}
 	in.Status = "requires_payment_method"
 	return s.event("payment_intent.payment_failed", *in), true
