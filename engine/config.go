@@ -134,6 +134,14 @@ type Config struct {
 	// DefaultChannel is the channel of attempts that name none: one of Channels' names, or
 	// "" for the built-in simulated gateway (or Gateway) recorded as "sim".
 	DefaultChannel string
+	// ChannelRoutes, when set, split the attempts that name no channel between channels
+	// by weight, sticky per user (channel.Router: hash(user_id) mod 100); a channel whose
+	// success rate stays below ChannelFloor for ChannelFloorFor (5 min) is taken out of
+	// rotation, logged and counted (orderly_channel_out_of_rotation_total). Each route
+	// names one of Channels. ChannelFloor 0 keeps every route in rotation.
+	ChannelRoutes   []channel.Route
+	ChannelFloor    float64
+	ChannelFloorFor time.Duration
 	// ChannelCallTimeout bounds each call to a channel's provider; payment.DefaultCallTimeout (10 s).
 	ChannelCallTimeout time.Duration
 	// Events, when set, handles the event topics (order.closed, order.paid,
@@ -217,6 +225,14 @@ func (c *Config) Validate() error {
 		}
 		names[a.Name()] = true
 	}
+	for _, r := range c.ChannelRoutes {
+		if !names[r.Channel] || r.Weight <= 0 {
+			return configErrorf("ChannelRoutes", "%s: route %q (weight %d) must name a configured channel with a positive weight", r.Channel, r.Weight)
+		}
+	}
+	if c.ChannelFloor < 0 || c.ChannelFloor > 1 {
+		return configErrorf("ChannelFloor", "%s must be within 0 … 1, got %g", c.ChannelFloor)
+	}
 	if c.DefaultChannel != "" && !names[c.DefaultChannel] {
 		return configErrorf("DefaultChannel", "%s %q is not one of the configured channels", c.DefaultChannel)
 	}
@@ -233,7 +249,7 @@ func (c *Config) Validate() error {
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
 		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention},
-		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout},
+		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout}, {"ChannelFloorFor", c.ChannelFloorFor},
 	} {
 		if d.value < 0 {
 			return configErrorf(d.field, "%s must not be negative, got %s", d.value)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/job"
@@ -48,6 +49,7 @@ type Engine struct {
 	groups   *groupbuy.Service // nil when Config.Flows has no group_buy
 	orders   *order.Service
 	payments *payment.Service
+	router   *channel.Router // nil without Config.ChannelRoutes
 	closer   *timeout.Closer
 	relay    *outbox.Relay
 	jobs     []*job.Runner
@@ -116,9 +118,19 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.machine, err = order.NewMachine(cfg.Flows, effects); err != nil {
 		return nil, fmt.Errorf("engine: flows: %w", err)
 	}
+	var router *channel.Router
+	if len(cfg.ChannelRoutes) > 0 {
+		if router, err = channel.NewRouter(channel.RouterConfig{Routes: cfg.ChannelRoutes, Floor: cfg.ChannelFloor,
+			For: cfg.ChannelFloorFor, Logger: log,
+			OnRemoved: func(c string, _ float64) { e.metrics.ChannelOutOfRotation.WithLabelValues(c).Inc() },
+		}); err != nil {
+			return nil, fmt.Errorf("engine: channel routes: %w", err)
+		}
+	}
+	e.router = router
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
-		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout,
+		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout, Router: router,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
 	}
@@ -456,6 +468,9 @@ func (e *Engine) Closer() *timeout.Closer { return e.closer }
 
 // Relay returns the outbox relay.
 func (e *Engine) Relay() *outbox.Relay { return e.relay }
+
+// Router returns the channel router, or nil without Config.ChannelRoutes.
+func (e *Engine) Router() *channel.Router { return e.router }
 
 // SimGateway returns the built-in simulated gateway, or nil when Config.Gateway was given.
 func (e *Engine) SimGateway() *payment.SimGateway { return e.sim }

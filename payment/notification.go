@@ -86,6 +86,9 @@ func (s *Service) HandleNotification(ctx context.Context, n *channel.Notificatio
 		result = "refund"
 	case res.Applied:
 		result = "applied"
+		if n.Kind == channel.PaymentSucceeded || n.Kind == channel.PaymentFailed {
+			s.outcome(n.Channel, n.Kind == channel.PaymentSucceeded)
+		}
 	case n.Kind == channel.PaymentSucceeded || n.Kind == channel.PaymentFailed:
 		result = "duplicate"
 	}

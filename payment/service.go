@@ -33,6 +33,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// Breaker configures each channel's circuit breaker.
 	Breaker BreakerConfig
+	// Router, when set, picks the channel of attempts that name none (a sticky split by
+	// the order's user, see channel.Router) instead of Channel, and is told every
+	// attempt's outcome on a channel (a webhook's success or failure, a failed create).
+	Router *channel.Router
 	// Machine applies transitions and their effects; nil → order.DefaultMachine(). The
 	// composition root (package engine) builds one and gives it to every service.
 	Machine *order.Machine
@@ -82,6 +86,19 @@ func NewService(cfg Config) (*Service, error) {
 		}
 	}
 	return s, nil
+}
+
+// outcome counts an attempt's outcome on a channel (orderly_channel_payments_total) and
+// tells the router.
+func (s *Service) outcome(channelName string, captured bool) {
+	label := "failed"
+	if captured {
+		label = "captured"
+	}
+	s.cfg.Metrics.ChannelPayments.WithLabelValues(channelName, label).Inc()
+	if s.cfg.Router != nil {
+		s.cfg.Router.Record(channelName, captured)
+	}
 }
 
 // gatewayFor returns the gateway of channel name: its adapter among Config.Channels, else
@@ -137,8 +154,12 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		} else if !now.Before(o.ExpiresAt) {
 			return orderly.Errorf(orderly.ENOTPAYABLE, "the payment deadline of order %s passed at %s", o.ID, o.ExpiresAt.Format(time.RFC3339Nano))
 		}
+		name := params.Channel
+		if name == "" && s.cfg.Router != nil {
+			name = s.cfg.Router.Pick(o.UserID)
+		}
 		p = &orderly.Payment{
-			ID: id, OrderID: o.ID, Channel: cmp.Or(params.Channel, s.cfg.Channel), Amount: o.Amount,
+			ID: id, OrderID: o.ID, Channel: cmp.Or(name, s.cfg.Channel), Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now,
 		}
 		if err := tx.PaymentInsert(ctx, p); err != nil {
@@ -168,6 +189,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		gerr = gw.Create(ctx, p)
 	}
 	if gerr != nil {
+		s.outcome(p.Channel, false)
 		s.cfg.Logger.Error("gateway create failed", "payment_id", p.ID, "order_id", p.OrderID, "error", gerr)
 		if _, err := s.fail(ctx, p, "gateway: create failed", "gateway"); err != nil {
 			return nil, errors.Join(gerr, err)

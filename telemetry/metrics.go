@@ -37,6 +37,12 @@ type Metrics struct {
 	// ChannelNotifications counts verified notifications of payment channels (package
 	// channel) by channel, kind and result (applied, duplicate, refund, refused, recorded).
 	ChannelNotifications *prometheus.CounterVec
+	// ChannelPayments counts attempts' outcomes by channel (captured, failed): the
+	// success rate of each channel and gray-release variant.
+	ChannelPayments *prometheus.CounterVec
+	// ChannelOutOfRotation counts channels taken out of rotation by the router (their
+	// success rate stayed below the floor).
+	ChannelOutOfRotation *prometheus.CounterVec
 	// ChannelBreakerState is each channel's circuit breaker: 0 closed, 1 half-open, 2 open
 	// (calls to the provider refused at once; closes of its orders wait in inspection).
 	ChannelBreakerState *prometheus.GaugeVec
@@ -93,6 +99,12 @@ func NewMetrics() *Metrics {
 		ChannelNotifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_channel_notifications_total", Help: "Verified payment channel notifications, by channel, kind and result.",
 		}, []string{"channel", "kind", "result"}),
+		ChannelPayments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_channel_payments_total", Help: "Payment attempts' outcomes by channel (captured, failed).",
+		}, []string{"channel", "outcome"}),
+		ChannelOutOfRotation: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_channel_out_of_rotation_total", Help: "Channels taken out of rotation for a success rate below the floor.",
+		}, []string{"channel"}),
 		ChannelBreakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "orderly_channel_breaker_state", Help: "Circuit breaker of each payment channel: 0 closed, 1 half-open, 2 open.",
 		}, []string{"channel"}),
@@ -116,7 +128,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp,
 	)
 	return m

@@ -33,7 +33,7 @@ type bundle struct {
 	sku  atomic.Int64
 }
 
-func setup(t *testing.T, edit func(*engine.Config)) *bundle {
+func setup(t *testing.T, edit func(*engine.Config, *stripetest.Server)) *bundle {
 	t.Helper()
 	fake := stripetest.NewServer()
 	t.Cleanup(fake.Close)
@@ -44,7 +44,7 @@ func setup(t *testing.T, edit func(*engine.Config)) *bundle {
 		Channels: []channel.Adapter{adapter}, DefaultChannel: "stripe", SweepInterval: 500 * time.Millisecond,
 	}
 	if edit != nil {
-		edit(&cfg)
+		edit(&cfg, fake)
 	}
 	e, err := engine.Open(t.Context(), cfg)
 	if err != nil {
@@ -333,7 +333,7 @@ func TestCloseAlreadyPaid(t *testing.T) {
 func TestCloseUnknownHolds(t *testing.T) {
 	t.Parallel()
 	const hold = 3 * time.Second
-	b := setup(t, func(c *engine.Config) { c.InspectionHold = hold })
+	b := setup(t, func(c *engine.Config, _ *stripetest.Server) { c.InspectionHold = hold })
 	b.fake.SetCancelMode(stripetest.CancelUnknown)
 	o, _ := b.order(t, 1000, "USD", 1)
 	waitFor(t, "a cancel asked of Stripe", func() bool { return b.fake.Calls("cancel") >= 1 })
@@ -364,5 +364,71 @@ func TestCloseCancelled(t *testing.T) {
 	}
 	if _, ok := b.fake.Pay(p.ID); ok {
 		t.Error("the buyer could pay a cancelled intent")
+	}
+}
+
+// TestRouting: two versions of the Stripe channel on a 90/10 split: each attempt that
+// names no channel goes where the router's sticky split puts its user and records that
+// channel, its intent created through that version; the Orderly-Channel header picks one
+// explicitly.
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *engine.Config, fake *stripetest.Server) {
+		v2 := stripe.New(stripe.Config{Name: "stripe_v2", APIKey: stripetest.APIKey,
+			WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})
+		c.Channels = append(c.Channels, v2)
+		c.ChannelRoutes = []channel.Route{{Channel: "stripe", Weight: 90}, {Channel: "stripe_v2", Weight: 10}}
+		c.DefaultChannel = ""
+	})
+	ctx := t.Context()
+	if _, err := b.e.Orders().SetStock(ctx, "SKU-R", 1000); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for i := range 60 {
+		user := fmt.Sprintf("user-%d", i)
+		o, _, err := b.e.Orders().CreateOrder(ctx, &orderly.CreateOrderParams{UserID: user, Currency: "USD",
+			Items: []orderly.Item{{SKU: "SKU-R", Quantity: 1, UnitPrice: 500}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.e.Payments().StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := b.e.Router().Pick(user); p.Channel != want {
+			t.Errorf("%s (bucket %d): payment on %s, want %s", user, channel.Bucket(user), p.Channel, want)
+		}
+		if _, ok := b.fake.Intent(p.ID); !ok {
+			t.Errorf("payment %s on %s: no intent at Stripe", p.ID, p.Channel)
+		}
+		got[p.Channel]++
+	}
+	if got["stripe"] == 0 || got["stripe_v2"] == 0 {
+		t.Errorf("payments per channel %v: want both versions used", got)
+	}
+
+	o, _, err := b.e.Orders().CreateOrder(ctx, &orderly.CreateOrderParams{UserID: "user-0", Currency: "USD",
+		Items: []orderly.Item{{SKU: "SKU-R", Quantity: 1, UnitPrice: 500}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := map[string]string{"stripe": "stripe_v2", "stripe_v2": "stripe"}[b.e.Router().Pick("user-0")]
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.e.URL()+"/v1/orders/"+o.ID+"/payments", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Orderly-Channel", other)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Channel string `json:"channel"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&p)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated || p.Channel != other {
+		t.Errorf("start payment with Orderly-Channel %s: %d, channel %q (%v); want 201 on %s", other, resp.StatusCode, p.Channel, err, other)
 	}
 }
