@@ -245,7 +245,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, CallbackSecret: cfg.CallbackSecret,
-		AdminToken: cfg.AdminToken, Channels: cfg.Channels, Notifications: e.payments,
+		AdminToken: cfg.AdminToken, Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
@@ -468,6 +468,14 @@ func (e *Engine) Closer() *timeout.Closer { return e.closer }
 
 // Relay returns the outbox relay.
 func (e *Engine) Relay() *outbox.Relay { return e.relay }
+
+// channelStats returns the stats of router for the admin view; nil without one.
+func channelStats(router *channel.Router) func() []channel.Stat {
+	if router == nil {
+		return nil
+	}
+	return router.Stats
+}
 
 // Router returns the channel router, or nil without Config.ChannelRoutes.
 func (e *Engine) Router() *channel.Router { return e.router }

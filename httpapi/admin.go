@@ -19,6 +19,7 @@ const actorAdmin = "admin"
 // route-not-found, as if they did not exist.
 func (s *Server) adminRoutes(r chi.Router) {
 	r.Use(s.requireAdmin)
+	r.Get("/channels", s.adminChannels)
 }
 
 // requireAdmin lets a request through only when it carries "Authorization: Bearer

@@ -50,3 +50,33 @@ func (s *Server) channelWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	a.Ack(w, nil)
 }
+
+// channelsResponse is the body of GET /v1/admin/channels.
+type channelsResponse struct {
+	Channels []channel.Stat `json:"channels"`
+	// Deviation is the largest success rate minus the smallest among the channels in
+	// rotation that have outcomes: how far the variants of a gray release differ.
+	Deviation float64 `json:"deviation"`
+}
+
+// adminChannels handles GET /v1/admin/channels: each routed channel's weight, whether it
+// is in rotation, its outcomes and success rate over the router's window, and the
+// deviation between them. Without routes (Config.ChannelStats nil): {"channels": []}.
+func (s *Server) adminChannels(w http.ResponseWriter, r *http.Request) {
+	resp := &channelsResponse{Channels: []channel.Stat{}}
+	if s.channelStats != nil {
+		resp.Channels = s.channelStats()
+	}
+	lo, hi, seen := 0.0, 0.0, false
+	for _, st := range resp.Channels {
+		if !st.InRotation || st.Outcomes == 0 {
+			continue
+		}
+		if !seen {
+			lo, hi, seen = st.SuccessRate, st.SuccessRate, true
+		}
+		lo, hi = min(lo, st.SuccessRate), max(hi, st.SuccessRate)
+	}
+	resp.Deviation = hi - lo
+	s.writeJSON(w, r, http.StatusOK, resp)
+}

@@ -46,6 +46,8 @@ type Config struct {
 	// them. Without either, that route answers 404.
 	Channels      []channel.Adapter
 	Notifications NotificationHandler
+	// ChannelStats, when set, serves GET /v1/admin/channels (channel.Router.Stats).
+	ChannelStats func() []channel.Stat
 
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
@@ -91,6 +93,7 @@ type Server struct {
 	groups        orderly.GroupService
 	channels      map[string]channel.Adapter
 	notifications NotificationHandler
+	channelStats  func() []channel.Stat
 	secret        []byte
 	adminToken    []byte
 	tolerance     time.Duration
@@ -124,6 +127,7 @@ func New(cfg Config) *Server {
 		groups:        cfg.Groups,
 		channels:      map[string]channel.Adapter{},
 		notifications: cfg.Notifications,
+		channelStats:  cfg.ChannelStats,
 		secret:        cfg.CallbackSecret,
 		adminToken:    []byte(cfg.AdminToken),
 		tolerance:     cfg.SignatureTolerance,

@@ -86,8 +86,9 @@ func (s *Service) HandleNotification(ctx context.Context, n *channel.Notificatio
 		result = "refund"
 	case res.Applied:
 		result = "applied"
-		if n.Kind == channel.PaymentSucceeded || n.Kind == channel.PaymentFailed {
-			s.outcome(n.Channel, n.Kind == channel.PaymentSucceeded)
+		if (n.Kind == channel.PaymentSucceeded || n.Kind == channel.PaymentFailed) && res.Payment != nil {
+			// The attempt's own channel: two versions of a provider may share one endpoint.
+			s.outcome(res.Payment.Channel, n.Kind == channel.PaymentSucceeded)
 		}
 	case n.Kind == channel.PaymentSucceeded || n.Kind == channel.PaymentFailed:
 		result = "duplicate"

@@ -379,6 +379,7 @@ func TestRouting(t *testing.T) {
 		c.Channels = append(c.Channels, v2)
 		c.ChannelRoutes = []channel.Route{{Channel: "stripe", Weight: 90}, {Channel: "stripe_v2", Weight: 10}}
 		c.DefaultChannel = ""
+		c.AdminToken = "adm"
 	})
 	ctx := t.Context()
 	if _, err := b.e.Orders().SetStock(ctx, "SKU-R", 1000); err != nil {
@@ -430,5 +431,44 @@ func TestRouting(t *testing.T) {
 	_ = resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusCreated || p.Channel != other {
 		t.Errorf("start payment with Orderly-Channel %s: %d, channel %q (%v); want 201 on %s", other, resp.StatusCode, p.Channel, err, other)
+	}
+
+	// The admin view: both variants in rotation with their weights; one captured payment
+	// on each (paid by webhook) makes both success rates 1 and the deviation 0.
+	for _, c := range []string{"stripe", "stripe_v2"} {
+		for i := range 60 {
+			user := fmt.Sprintf("user-%d", i)
+			if b.e.Router().Pick(user) != c {
+				continue
+			}
+			o, _, _ := b.e.Orders().CreateOrder(ctx, &orderly.CreateOrderParams{UserID: user, Currency: "USD",
+				Items: []orderly.Item{{SKU: "SKU-R", Quantity: 1, UnitPrice: 500}}})
+			pay, err := b.e.Payments().StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, _ := b.fake.Pay(pay.ID)
+			if s := send(t, b, ev); s != http.StatusOK {
+				t.Fatalf("webhook for %s: %d", c, s)
+			}
+			break
+		}
+	}
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, b.e.URL()+"/v1/admin/channels", nil)
+	req.Header.Set("Authorization", "Bearer adm")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view struct {
+		Channels  []channel.Stat `json:"channels"`
+		Deviation float64        `json:"deviation"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&view)
+	_ = resp.Body.Close()
+	want := []channel.Stat{{Channel: "stripe", Weight: 90, InRotation: true, Outcomes: 1, SuccessRate: 1},
+		{Channel: "stripe_v2", Weight: 10, InRotation: true, Outcomes: 1, SuccessRate: 1}}
+	if err != nil || resp.StatusCode != http.StatusOK || fmt.Sprint(view.Channels) != fmt.Sprint(want) || view.Deviation != 0 {
+		t.Errorf("GET /v1/admin/channels: %d %+v (%v); want %+v, deviation 0", resp.StatusCode, view, err, want)
 	}
 }
