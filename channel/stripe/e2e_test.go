@@ -472,3 +472,69 @@ func TestRouting(t *testing.T) {
 		t.Errorf("GET /v1/admin/channels: %d %+v (%v); want %+v, deviation 0", resp.StatusCode, view, err, want)
 	}
 }
+
+// TestRefundNotifications: refund events confirm or fail orderly's refund once. The engine
+// is not started, so the outbox does not confirm the refunds first: the webhook does.
+func TestRefundNotifications(t *testing.T) {
+	t.Parallel()
+	fake := stripetest.NewServer()
+	t.Cleanup(fake.Close)
+	e, err := engine.Open(t.Context(), engine.Config{
+		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DefaultChannel: "stripe",
+		Channels: []channel.Adapter{stripe.New(stripe.Config{APIKey: stripetest.APIKey, BaseURL: fake.URL})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.WithoutCancel(t.Context())) })
+	b := &bundle{e: e, fake: fake}
+	ctx := t.Context()
+	o, p := b.order(t, 1000, "USD", 0)
+	res, err := e.Payments().HandleNotification(ctx, &channel.Notification{Channel: "stripe", EventID: "evt_paid",
+		Kind: channel.PaymentSucceeded, PaymentID: p.ID, ChannelTxnID: "pi_x", Amount: 1000, Currency: "USD"})
+	if err != nil || !res.Applied {
+		t.Fatalf("payment notification: %+v, %v", res, err)
+	}
+	r1, _, err := e.Orders().CreateRefund(ctx, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _, err := e.Orders().CreateRefund(ctx, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refundEvent := func(id string, kind channel.Kind, refundID string, amount int64) *channel.Notification {
+		return &channel.Notification{Channel: "stripe", EventID: id, Kind: kind, PaymentID: p.ID, RefundID: refundID, Amount: amount, Currency: "USD"}
+	}
+	for i, tc := range []struct {
+		n       *channel.Notification
+		applied bool
+	}{
+		{refundEvent("evt_r1", channel.RefundSucceeded, r1.ID, 300), true},
+		{refundEvent("evt_r1", channel.RefundSucceeded, r1.ID, 300), false},        // the same event again
+		{refundEvent("evt_r1_charge", channel.RefundSucceeded, r1.ID, 300), false}, // charge.refunded for the same refund
+		{refundEvent("evt_r2", channel.RefundFailed, r2.ID, 200), true},
+		{refundEvent("evt_r2_late", channel.RefundSucceeded, r2.ID, 200), false}, // a failed refund stays failed
+		{refundEvent("evt_dashboard", channel.RefundSucceeded, "", 50), false},   // made at the dashboard
+	} {
+		res, err := e.Payments().HandleNotification(ctx, tc.n)
+		if err != nil || res.Applied != tc.applied {
+			t.Errorf("notification %d (%s %s): %+v, %v; want applied=%v", i, tc.n.EventID, tc.n.Kind, res, err, tc.applied)
+		}
+	}
+	refunds, err := e.Orders().OrderRefunds(ctx, o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]orderly.RefundState{}
+	for _, f := range refunds {
+		states[f.ID] = f.State
+	}
+	got := b.get(t, o.ID)
+	if states[r1.ID] != orderly.RefundSucceeded || states[r2.ID] != orderly.RefundFailed || got.RefundedAmount != 300 ||
+		got.PayStatus != orderly.PayPartiallyRefunded {
+		t.Errorf("refunds %v, order refunded %d pay_status %s; want r1 succeeded, r2 failed, 300 refunded, partially_refunded",
+			states, got.RefundedAmount, got.PayStatus)
+	}
+}
