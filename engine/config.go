@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/order"
@@ -139,6 +140,25 @@ type Config struct {
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
 	// Engine.SimGateway).
 	Gateway orderly.Gateway
+	// Channels are the real payment providers (package channel; channel/stripe), each
+	// reachable at POST /v1/channels/{name}/webhook. A payment attempt names its channel
+	// (POST /v1/orders/{id}/payments {"channel":"stripe"}); DefaultChannel names the one of
+	// attempts that name none. Their calls are bounded by ChannelCallTimeout and go through
+	// a circuit breaker per channel (payment.BreakerConfig defaults).
+	Channels []channel.Adapter
+	// DefaultChannel is the channel of attempts that name none: one of Channels' names, or
+	// "" for the built-in simulated gateway (or Gateway) recorded as "sim".
+	DefaultChannel string
+	// ChannelRoutes, when set, split the attempts that name no channel between channels
+	// by weight, sticky per user (channel.Router: hash(user_id) mod 100); a channel whose
+	// success rate stays below ChannelFloor for ChannelFloorFor (5 min) is taken out of
+	// rotation, logged and counted (orderly_channel_out_of_rotation_total). Each route
+	// names one of Channels. ChannelFloor 0 keeps every route in rotation.
+	ChannelRoutes   []channel.Route
+	ChannelFloor    float64
+	ChannelFloorFor time.Duration
+	// ChannelCallTimeout bounds each call to a channel's provider; payment.DefaultCallTimeout (10 s).
+	ChannelCallTimeout time.Duration
 	// Events, when set, handles the event topics (order.closed, order.paid,
 	// payment.refunded, …) instead of NATS or the debug log: an embedder's own broker. It
 	// must be idempotent (delivery is at least once). Not together with NATSURL.
@@ -213,6 +233,24 @@ func (c *Config) Validate() error {
 	default:
 		return configErrorf("Timer", "%s must be db or redis, not %q", c.Timer)
 	}
+	names := map[string]bool{}
+	for _, a := range c.Channels {
+		if names[a.Name()] {
+			return configErrorf("Channels", "%s names channel %q twice", a.Name())
+		}
+		names[a.Name()] = true
+	}
+	for _, r := range c.ChannelRoutes {
+		if !names[r.Channel] || r.Weight <= 0 {
+			return configErrorf("ChannelRoutes", "%s: route %q (weight %d) must name a configured channel with a positive weight", r.Channel, r.Weight)
+		}
+	}
+	if c.ChannelFloor < 0 || c.ChannelFloor > 1 {
+		return configErrorf("ChannelFloor", "%s must be within 0 … 1, got %g", c.ChannelFloor)
+	}
+	if c.DefaultChannel != "" && !names[c.DefaultChannel] {
+		return configErrorf("DefaultChannel", "%s %q is not one of the configured channels", c.DefaultChannel)
+	}
 	if c.Events != nil && c.NATSURL != "" {
 		return &ConfigError{Field: "Events", text: func(name func(string) string) string {
 			return fmt.Sprintf("%s and %s do not go together: events go to one place", name("Events"), name("NATSURL"))
@@ -226,7 +264,7 @@ func (c *Config) Validate() error {
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval}, {"ReconcileInterval", c.ReconcileInterval},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
 		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention},
-		{"RequestTimeout", c.RequestTimeout},
+		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout}, {"ChannelFloorFor", c.ChannelFloorFor},
 	} {
 		if d.value < 0 {
 			return configErrorf(d.field, "%s must not be negative, got %s", d.value)

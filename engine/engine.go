@@ -19,6 +19,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/admin"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/job"
@@ -54,6 +55,7 @@ type Engine struct {
 	wallets  *wallet.Service
 	orders   *order.Service
 	payments *payment.Service
+	router   *channel.Router // nil without Config.ChannelRoutes
 	closer   *timeout.Closer
 	sagas    *saga.Orchestrator
 	relay    *outbox.Relay
@@ -134,8 +136,19 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	e.machine.WithMetrics(e.metrics)
 	gateway = telemetry.InstrumentGateway(gateway, e.metrics)
+	var router *channel.Router
+	if len(cfg.ChannelRoutes) > 0 {
+		if router, err = channel.NewRouter(channel.RouterConfig{Routes: cfg.ChannelRoutes, Floor: cfg.ChannelFloor,
+			For: cfg.ChannelFloorFor, Logger: log,
+			OnRemoved: func(c string, _ float64) { e.metrics.ChannelOutOfRotation.WithLabelValues(c).Inc() },
+		}); err != nil {
+			return nil, fmt.Errorf("engine: channel routes: %w", err)
+		}
+	}
+	e.router = router
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
+		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout, Router: router,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
 	}
@@ -290,6 +303,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken, Admin: e.admin, Webhooks: e.webhooks,
+		Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
@@ -536,6 +550,17 @@ func (e *Engine) Reconciler() *reconcile.Reconciler { return e.recon }
 
 // Admin returns the operator's service behind /v1/admin (package admin).
 func (e *Engine) Admin() *admin.Service { return e.admin }
+
+// channelStats returns the stats of router for the admin view; nil without one.
+func channelStats(router *channel.Router) func() []channel.Stat {
+	if router == nil {
+		return nil
+	}
+	return router.Stats
+}
+
+// Router returns the channel router, or nil without Config.ChannelRoutes.
+func (e *Engine) Router() *channel.Router { return e.router }
 
 // SimGateway returns the built-in simulated gateway, or nil when Config.Gateway was given.
 func (e *Engine) SimGateway() *payment.SimGateway { return e.sim }

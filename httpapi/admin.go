@@ -22,6 +22,7 @@ func (s *Server) adminRoutes(r chi.Router) {
 	r.Post("/sagas/{id}/redrive", s.redriveSaga)
 	s.adminServiceRoutes(r)
 	s.webhookRoutes(r)
+	r.Get("/channels", s.adminChannels)
 }
 
 // requireAdmin lets a request through only when it carries "Authorization: Bearer

@@ -33,6 +33,8 @@ type openAPIOperation struct {
 	OperationID string                     `json:"operationId"`
 	Parameters  []openAPIParameter         `json:"parameters"`
 	Responses   map[string]openAPIResponse `json:"responses"`
+	// ProviderFormat marks a payment provider's webhook, answered in its own format.
+	ProviderFormat bool `json:"x-provider-format"`
 }
 
 type openAPIParameter struct {
@@ -157,6 +159,9 @@ func TestOpenAPIOperations(t *testing.T) {
 			if strings.HasPrefix(status, "2") {
 				success = true
 				continue
+			}
+			if op.ProviderFormat && status != "404" && status != "413" {
+				continue // a payment provider's webhook is answered in the provider's format
 			}
 			if resp.Ref != "" {
 				resp = doc.Components.Responses[strings.TrimPrefix(resp.Ref, "#/components/responses/")]

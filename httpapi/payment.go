@@ -11,8 +11,13 @@ import (
 	"github.com/orderlyhq/orderly/payment"
 )
 
-// startPayment handles POST /v1/orders/{id}/payments: optional body {"channel"}; 201 with
-// the new payment attempt.
+// ChannelHeader names the channel of a new payment attempt when the body names none
+// (POST /v1/orders/{id}/payments); without either, the configured router or default
+// channel decides.
+const ChannelHeader = "Orderly-Channel"
+
+// startPayment handles POST /v1/orders/{id}/payments: optional body {"channel"} or header
+// Orderly-Channel; 201 with the new payment attempt.
 func (s *Server) startPayment(w http.ResponseWriter, r *http.Request) {
 	var params orderly.StartPaymentParams
 	if !s.decode(w, r, &params, bodyOptional) {
@@ -20,6 +25,9 @@ func (s *Server) startPayment(w http.ResponseWriter, r *http.Request) {
 	}
 	params.OrderID = pathParam(r, "id")
 	params.TraceID = TraceIDFromContext(r.Context())
+	if params.Channel == "" {
+		params.Channel = r.Header.Get(ChannelHeader) // an explicit choice, e.g. a gray release's test users
+	}
 	p, err := s.payments.StartPayment(r.Context(), &params)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/payment"
 )
 
@@ -43,6 +44,14 @@ type Config struct {
 	Wallets orderly.WalletService
 	// Sagas serves GET /v1/sagas/{id} and the admin re-drive (*saga.Orchestrator). nil answers them 404.
 	Sagas SagaService
+
+	// Channels are the payment providers whose notifications POST
+	// /v1/channels/{channel}/webhook takes, by channel.Adapter.Name; Notifications applies
+	// them. Without either, that route answers 404.
+	Channels      []channel.Adapter
+	Notifications NotificationHandler
+	// ChannelStats, when set, serves GET /v1/admin/channels (channel.Router.Stats).
+	ChannelStats func() []channel.Stat
 
 	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
 	// those routes off (they answer 404).
@@ -87,25 +96,28 @@ type Config struct {
 
 // Server is the HTTP adapter. It is safe for concurrent use.
 type Server struct {
-	orders     orderly.OrderService
-	payments   orderly.PaymentService
-	catalog    orderly.CatalogService
-	refunds    orderly.RefundService
-	groups     orderly.GroupService
-	wallets    orderly.WalletService
-	sagas      SagaService
-	webhooks   orderly.WebhookService
-	secret     []byte
-	adminToken []byte
-	admin      AdminService
-	tolerance  time.Duration
-	maxBody    int64
-	timeout    time.Duration
-	now        func() time.Time
-	logger     *slog.Logger
-	ready      func(ctx context.Context) error
-	degraded   func() []string
-	metrics    http.Handler
+	orders        orderly.OrderService
+	payments      orderly.PaymentService
+	catalog       orderly.CatalogService
+	refunds       orderly.RefundService
+	groups        orderly.GroupService
+	wallets       orderly.WalletService
+	sagas         SagaService
+	webhooks      orderly.WebhookService
+	secret        []byte
+	adminToken    []byte
+	admin         AdminService
+	tolerance     time.Duration
+	maxBody       int64
+	timeout       time.Duration
+	now           func() time.Time
+	logger        *slog.Logger
+	ready         func(ctx context.Context) error
+	degraded      func() []string
+	metrics       http.Handler
+	channels      map[string]channel.Adapter
+	notifications NotificationHandler
+	channelStats  func() []channel.Stat
 
 	router *chi.Mux
 }
@@ -122,25 +134,31 @@ func New(cfg Config) *Server {
 		panic("httpapi: Config.Catalog is nil")
 	}
 	s := &Server{
-		orders:     cfg.Orders,
-		payments:   cfg.Payments,
-		catalog:    cfg.Catalog,
-		refunds:    cfg.Refunds,
-		groups:     cfg.Groups,
-		wallets:    cfg.Wallets,
-		sagas:      cfg.Sagas,
-		webhooks:   cfg.Webhooks,
-		secret:     cfg.CallbackSecret,
-		adminToken: []byte(cfg.AdminToken),
-		admin:      cfg.Admin,
-		tolerance:  cfg.SignatureTolerance,
-		maxBody:    cfg.MaxBodyBytes,
-		timeout:    cfg.RequestTimeout,
-		now:        cfg.Now,
-		logger:     cfg.Logger,
-		ready:      cfg.Ready,
-		degraded:   cfg.Degraded,
-		metrics:    cfg.Metrics,
+		orders:        cfg.Orders,
+		payments:      cfg.Payments,
+		catalog:       cfg.Catalog,
+		refunds:       cfg.Refunds,
+		groups:        cfg.Groups,
+		wallets:       cfg.Wallets,
+		sagas:         cfg.Sagas,
+		webhooks:      cfg.Webhooks,
+		secret:        cfg.CallbackSecret,
+		adminToken:    []byte(cfg.AdminToken),
+		admin:         cfg.Admin,
+		tolerance:     cfg.SignatureTolerance,
+		maxBody:       cfg.MaxBodyBytes,
+		timeout:       cfg.RequestTimeout,
+		now:           cfg.Now,
+		logger:        cfg.Logger,
+		ready:         cfg.Ready,
+		degraded:      cfg.Degraded,
+		metrics:       cfg.Metrics,
+		channels:      map[string]channel.Adapter{},
+		notifications: cfg.Notifications,
+		channelStats:  cfg.ChannelStats,
+	}
+	for _, a := range cfg.Channels {
+		s.channels[a.Name()] = a
 	}
 	if s.refunds == nil {
 		if rs, ok := cfg.Orders.(orderly.RefundService); ok {
@@ -202,6 +220,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/payments/{id}", s.getPayment)
 	r.Get("/v1/payments/{id}/refusals", s.listCallbackRefusals)
 	r.Post("/v1/payments/callback", s.paymentCallback)
+	r.Post("/v1/channels/{channel}/webhook", s.channelWebhook)
 
 	r.Put("/v1/inventory/{sku}", s.setStock)
 	r.Get("/v1/inventory/{sku}", s.getStock)

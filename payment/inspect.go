@@ -22,13 +22,17 @@ func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string)
 	if p == nil {
 		return settled, err
 	}
-	gp, err := s.cfg.Gateway.Query(ctx, paymentID)
+	gw, err := s.gatewayFor(p.Channel)
+	if err != nil {
+		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: %w", paymentID, err)
+	}
+	gp, err := gw.Query(ctx, paymentID)
 	if err != nil {
 		s.cfg.Metrics.PaymentInspections.WithLabelValues("error").Inc()
 		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: query: %w", paymentID, err)
 	}
 	if gp.Status == orderly.GatewayPending {
-		if gp, err = s.cfg.Gateway.Cancel(ctx, paymentID); err != nil {
+		if gp, err = gw.Cancel(ctx, paymentID); err != nil {
 			s.cfg.Metrics.PaymentInspections.WithLabelValues("error").Inc()
 			return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: cancel: %w", paymentID, err)
 		}
@@ -73,7 +77,11 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 	if p == nil {
 		return settled, err
 	}
-	gp, err := s.cfg.Gateway.Cancel(ctx, paymentID)
+	gw, err := s.gatewayFor(p.Channel)
+	if err != nil {
+		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: %w", paymentID, err)
+	}
+	gp, err := gw.Cancel(ctx, paymentID)
 	if err != nil {
 		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: %w", paymentID, err)
 	}
@@ -135,7 +143,11 @@ func (s *Service) RefundHandler() outbox.Handler {
 			if err := outbox.Decode(m, &ref); err != nil {
 				return err
 			}
-			return s.cfg.Gateway.Refund(ctx, &orderly.GatewayRefund{
+			gw, err := s.gatewayOfPayment(ctx, ref.PaymentID)
+			if err != nil {
+				return err
+			}
+			return gw.Refund(ctx, &orderly.GatewayRefund{
 				IdempotencyKey: PaymentRefundKey(ref.PaymentID), PaymentID: ref.PaymentID, Amount: ref.Amount,
 			})
 		},
@@ -158,20 +170,28 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 	if err := outbox.Decode(m, &ref); err != nil {
 		return err
 	}
+	_, err := s.confirmPaymentRefund(ctx, tx, &ref)
+	return err
+}
+
+// confirmPaymentRefund records the gateway's confirmation of the refund of a whole payment
+// (guarded refund_pending → refunded) and what follows (applyRefund); changed is false for
+// a repeat.
+func (s *Service) confirmPaymentRefund(ctx context.Context, tx store.Tx, ref *orderly.PaymentRef) (changed bool, err error) {
 	now, err := tx.Now(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
 		ID: ref.PaymentID, From: []orderly.PaymentState{orderly.PaymentRefundPending},
 		To: orderly.PaymentRefunded, RefundedAt: &now,
 	})
 	if err != nil || !ok {
-		return err
+		return false, err
 	}
 	o, err := tx.OrderGet(ctx, ref.OrderID)
 	if err != nil {
-		return err
+		return true, err
 	}
 	if o.State == orderly.StateClosed {
 		// The order's current attempt paid after the close and was returned: say so.
@@ -179,7 +199,7 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 			From: []orderly.PayStatus{orderly.PayUnpaid, orderly.PayFailed, orderly.PayPaying}, To: orderly.PayRefunded,
 			IfPaymentID: ref.PaymentID, Event: orderly.EventPaymentRefunded, Cause: "payment " + ref.PaymentID,
 			Actor: "gateway", Now: now}); err != nil {
-			return err
+			return true, err
 		}
 	}
 	complete := o.State == orderly.StateRefunding
@@ -189,14 +209,14 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 		// refund.execute, and a payment.refund of it is a second capture's.
 		refunds, err := tx.RefundList(ctx, o.ID)
 		if err != nil {
-			return err
+			return true, err
 		}
 		complete = len(refunds) == 0
 	}
 	if complete {
 		payments, err := tx.PaymentList(ctx, o.ID)
 		if err != nil {
-			return err
+			return true, err
 		}
 		// While another refund of the order is under way, its completion ends the refund.
 		complete = !slices.ContainsFunc(payments, func(p *orderly.Payment) bool { return p.State == orderly.PaymentRefundPending })
@@ -204,20 +224,20 @@ func (s *Service) applyRefund(ctx context.Context, tx store.Tx, m *orderly.Messa
 	if complete {
 		flow, err := s.cfg.Machine.Flow(o.Flow)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if _, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{o.ID}, From: orderly.StateRefunding, Event: orderly.EventRefundComplete,
 			SetPayStatus: orderly.PayRefunded, Now: now, Cause: "payment " + ref.PaymentID, Actor: "gateway",
 		}, nil); err != nil {
-			return err
+			return true, err
 		}
 	}
 	// The event is about the order: keyed by the order id, with the order's next sequence, so
 	// that subscribers never see it before the order's earlier events (order.closed).
-	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicPaymentRefunded, ref.OrderID, &ref, now)
+	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicPaymentRefunded, ref.OrderID, ref, now)
 	if err != nil {
-		return err
+		return true, err
 	}
-	return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
+	return true, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
 }

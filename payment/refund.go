@@ -31,7 +31,11 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 			if err := outbox.Decode(m, &ref); err != nil {
 				return err
 			}
-			err := s.cfg.Gateway.Refund(ctx, &orderly.GatewayRefund{
+			gw, err := s.gatewayOfPayment(ctx, ref.PaymentID)
+			if err != nil {
+				return err
+			}
+			err = gw.Refund(ctx, &orderly.GatewayRefund{
 				IdempotencyKey: ref.RefundID, PaymentID: ref.PaymentID, Amount: ref.Amount, Currency: ref.Currency,
 			})
 			var refused *orderly.Error
@@ -140,48 +144,55 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 // reservations' refunded counts (restocked units stay restocked). A repeat is a no-op.
 func (s *Service) failRefund(ctx context.Context, ref *orderly.RefundRef, reason string) error {
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		f, err := tx.RefundGet(ctx, ref.RefundID)
-		if err != nil {
-			return err
-		}
-		ok, err := tx.RefundSetState(ctx, &store.RefundSetStateParams{
-			ID: f.ID, From: orderly.RefundRequested, To: orderly.RefundFailed, FailReason: "gateway: " + reason, CompletedAt: now,
-		})
-		if err != nil || !ok {
-			return err
-		}
-		o, err := tx.OrderGet(ctx, f.OrderID)
-		if err != nil {
-			return err
-		}
-		flow, err := s.cfg.Machine.Flow(o.Flow)
-		if err != nil {
-			return err
-		}
-		if ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: f.OrderID, Delta: -f.Amount, States: order.RefundStates(flow)}); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("give back %d of order %s: refunded amount guard refused", f.Amount, f.OrderID)
-		}
-		for _, it := range f.Items {
-			if ok, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: f.OrderID, SKU: it.SKU, Refunded: -it.Quantity}); err != nil {
-				return err
-			} else if !ok {
-				return fmt.Errorf("give back %d refunded units of sku %s of order %s: guard refused", it.Quantity, it.SKU, f.OrderID)
-			}
-		}
-		ev, err := outbox.NewMessage(orderly.TopicRefundFailed, f.OrderID, ref, now)
-		if err != nil {
-			return err
-		}
-		return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
+		_, err := s.failRefundTx(ctx, tx, ref, reason)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("fail refund %s of order %s: %w", ref.RefundID, ref.OrderID, err)
 	}
 	return nil
+}
+
+// failRefundTx is failRefund in tx; changed is false when the refund was not requested
+// (a repeat, or a refund confirmed before).
+func (s *Service) failRefundTx(ctx context.Context, tx store.Tx, ref *orderly.RefundRef, reason string) (changed bool, err error) {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return true, err
+	}
+	f, err := tx.RefundGet(ctx, ref.RefundID)
+	if err != nil {
+		return true, err
+	}
+	ok, err := tx.RefundSetState(ctx, &store.RefundSetStateParams{
+		ID: f.ID, From: orderly.RefundRequested, To: orderly.RefundFailed, FailReason: "gateway: " + reason, CompletedAt: now,
+	})
+	if err != nil || !ok {
+		return false, err
+	}
+	o, err := tx.OrderGet(ctx, f.OrderID)
+	if err != nil {
+		return true, err
+	}
+	flow, err := s.cfg.Machine.Flow(o.Flow)
+	if err != nil {
+		return true, err
+	}
+	if ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: f.OrderID, Delta: -f.Amount, States: order.RefundStates(flow)}); err != nil {
+		return true, err
+	} else if !ok {
+		return true, fmt.Errorf("give back %d of order %s: refunded amount guard refused", f.Amount, f.OrderID)
+	}
+	for _, it := range f.Items {
+		if ok, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: f.OrderID, SKU: it.SKU, Refunded: -it.Quantity}); err != nil {
+			return true, err
+		} else if !ok {
+			return true, fmt.Errorf("give back %d refunded units of sku %s of order %s: guard refused", it.Quantity, it.SKU, f.OrderID)
+		}
+	}
+	ev, err := outbox.NewMessage(orderly.TopicRefundFailed, f.OrderID, ref, now)
+	if err != nil {
+		return true, err
+	}
+	return true, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
@@ -19,12 +20,28 @@ import (
 
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
-	Store   store.Store
+	Store store.Store
+	// Gateway is called for attempts whose channel is not one of Channels (the built-in
+	// simulated gateway, or an embedder's own). Required unless Channels is set.
 	Gateway orderly.Gateway
+	// Channels are the real payment providers (package channel), by Adapter.Name: an
+	// attempt recorded with that channel is created, inspected, cancelled and refunded
+	// through it, each call bounded by CallTimeout and behind the channel's circuit
+	// breaker (Breaker). A name given twice is refused.
+	Channels []channel.Adapter
+	// CallTimeout bounds each call to a channel's provider; DefaultCallTimeout (10 s).
+	CallTimeout time.Duration
+	// Breaker configures each channel's circuit breaker.
+	Breaker BreakerConfig
+	// Router, when set, picks the channel of attempts that name none (a sticky split by
+	// the order's user, see channel.Router) instead of Channel, and is told every
+	// attempt's outcome on a channel (a webhook's success or failure, a failed create).
+	Router *channel.Router
 	// Machine applies transitions and their effects; nil → order.DefaultMachine(). The
 	// composition root (package engine) builds one and gives it to every service.
 	Machine *order.Machine
-	// Channel is recorded on attempts that name none; "sim".
+	// Channel is recorded on attempts that name none; "sim". When it names one of
+	// Channels, those attempts go through that provider.
 	Channel string
 	// WakeRelay, when set, is called after a commit that wrote outbox messages.
 	WakeRelay func()
@@ -35,15 +52,16 @@ type Config struct {
 // Service implements orderly.PaymentService, payment inspection for the close path and the
 // refund handler of the outbox.
 type Service struct {
-	cfg Config
+	cfg      Config
+	gateways map[string]orderly.Gateway // Channels by name, guarded (timeout, breaker)
 }
 
 var _ orderly.PaymentService = (*Service)(nil)
 
 // NewService returns a Service; it returns an error when cfg has no Store or Gateway.
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Gateway == nil {
-		return nil, errors.New("payment: Config.Store and Config.Gateway are required")
+	if cfg.Store == nil || (cfg.Gateway == nil && len(cfg.Channels) == 0) {
+		return nil, errors.New("payment: Config.Store and Config.Gateway or Config.Channels are required")
 	}
 	if cfg.Machine == nil {
 		cfg.Machine = order.DefaultMachine()
@@ -54,7 +72,57 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.WakeRelay == nil {
 		cfg.WakeRelay = func() {}
 	}
-	return &Service{cfg: cfg}, nil
+	s := &Service{cfg: cfg, gateways: map[string]orderly.Gateway{}}
+	for _, a := range cfg.Channels {
+		name := a.Name()
+		if _, dup := s.gateways[name]; dup || !order.ValidID(name) {
+			return nil, fmt.Errorf("payment: channel %q is given twice or is not a valid name", name)
+		}
+		s.gateways[name] = newGuardedGateway(a, cfg.CallTimeout, cfg.Breaker, cfg.Metrics, cfg.Logger)
+	}
+	if cfg.Gateway == nil {
+		if _, ok := s.gateways[cfg.Channel]; !ok {
+			return nil, fmt.Errorf("payment: Config.Channel %q names none of Config.Channels and there is no Config.Gateway", cfg.Channel)
+		}
+	}
+	return s, nil
+}
+
+// outcome counts an attempt's outcome on a channel (orderly_channel_payments_total) and
+// tells the router.
+func (s *Service) outcome(channelName string, captured bool) {
+	label := "failed"
+	if captured {
+		label = "captured"
+	}
+	s.cfg.Metrics.ChannelPayments.WithLabelValues(channelName, label).Inc()
+	if s.cfg.Router != nil {
+		s.cfg.Router.Record(channelName, captured)
+	}
+}
+
+// gatewayFor returns the gateway of channel name: its adapter among Config.Channels, else
+// Config.Gateway. Errors: no gateway serves the channel.
+func (s *Service) gatewayFor(name string) (orderly.Gateway, error) {
+	if g, ok := s.gateways[name]; ok {
+		return g, nil
+	} else if s.cfg.Gateway != nil {
+		return s.cfg.Gateway, nil
+	}
+	return nil, fmt.Errorf("no gateway serves channel %q", name)
+}
+
+// gatewayOfPayment returns the gateway of payment id's channel (a read of the payment when
+// channels are configured).
+func (s *Service) gatewayOfPayment(ctx context.Context, id string) (orderly.Gateway, error) {
+	if len(s.gateways) == 0 {
+		return s.cfg.Gateway, nil
+	}
+	p, err := s.Payment(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("the channel of payment %s: %w", id, err)
+	}
+	return s.gatewayFor(p.Channel)
 }
 
 // StartPayment implements orderly.PaymentService. The attempt is written (initiated, order
@@ -63,6 +131,9 @@ func NewService(cfg Config) (*Service, error) {
 func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPaymentParams) (*orderly.Payment, error) {
 	if params.Channel != "" && !order.ValidID(params.Channel) {
 		return nil, orderly.Errorf(orderly.EINVALID, "channel must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
+	}
+	if _, known := s.gateways[params.Channel]; params.Channel != "" && len(s.gateways) > 0 && !known && params.Channel != s.cfg.Channel {
+		return nil, orderly.Errorf(orderly.EINVALID, "channel %q is not configured", params.Channel)
 	}
 	id, err := order.NewID()
 	if err != nil {
@@ -83,8 +154,12 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		} else if !now.Before(o.ExpiresAt) {
 			return orderly.Errorf(orderly.ENOTPAYABLE, "the payment deadline of order %s passed at %s", o.ID, o.ExpiresAt.Format(time.RFC3339Nano))
 		}
+		name := params.Channel
+		if name == "" && s.cfg.Router != nil {
+			name = s.cfg.Router.Pick(o.UserID)
+		}
 		p = &orderly.Payment{
-			ID: id, OrderID: o.ID, Channel: cmp.Or(params.Channel, s.cfg.Channel), Amount: o.Amount,
+			ID: id, OrderID: o.ID, Channel: cmp.Or(name, s.cfg.Channel), Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now,
 		}
 		if err := tx.PaymentInsert(ctx, p); err != nil {
@@ -109,7 +184,12 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if err != nil {
 		return nil, err
 	}
-	if gerr := s.cfg.Gateway.Create(ctx, p); gerr != nil {
+	gw, gerr := s.gatewayFor(p.Channel)
+	if gerr == nil {
+		gerr = gw.Create(ctx, p)
+	}
+	if gerr != nil {
+		s.outcome(p.Channel, false)
 		s.cfg.Logger.Error("gateway create failed", "payment_id", p.ID, "order_id", p.OrderID, "error", gerr)
 		if _, err := s.fail(ctx, p, "gateway: create failed", "gateway"); err != nil {
 			return nil, errors.Join(gerr, err)
@@ -145,28 +225,34 @@ func (s *Service) OrderPayments(ctx context.Context, orderID string) (ps []*orde
 // recorded on another payment) changes nothing; it is counted, logged and stored in its own
 // transaction by RefuseCallback, and its error returned.
 func (s *Service) HandleCallback(ctx context.Context, cb *orderly.Callback) (*orderly.CallbackResult, error) {
-	var (
-		res     *orderly.CallbackResult
-		channel string
-	)
-	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		p, err := tx.PaymentGet(ctx, cb.PaymentID)
-		if orderly.ErrorCode(err) == orderly.ENOTFOUND {
-			return refused(orderly.RefusalUnknownPayment, err)
-		} else if err != nil {
-			return err
-		} else if err := check(cb, p); err != nil {
-			return err
-		}
-		channel = p.Channel
-		switch cb.Status {
-		case orderly.CallbackSucceeded:
-			res, err = s.applySuccess(ctx, tx, p, cb.ChannelTxnID, "callback")
-		case orderly.CallbackFailed, orderly.CallbackExpired:
-			res, err = s.applyFailure(ctx, tx, p, cb.Status, "callback")
-		}
+	var res *orderly.CallbackResult
+	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) (err error) {
+		res, err = s.applyCallback(ctx, tx, cb, "callback")
 		return err
 	})
+	return s.callbackDone(ctx, cb, res, err)
+}
+
+// applyCallback applies a verified callback in tx (HandleCallback); actor is recorded in
+// the audit trail. A refusal is a *refusal error.
+func (s *Service) applyCallback(ctx context.Context, tx store.Tx, cb *orderly.Callback, actor string) (*orderly.CallbackResult, error) {
+	p, err := tx.PaymentGet(ctx, cb.PaymentID)
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+		return nil, refused(orderly.RefusalUnknownPayment, err)
+	} else if err != nil {
+		return nil, err
+	} else if err := check(cb, p); err != nil {
+		return nil, err
+	}
+	if cb.Status == orderly.CallbackSucceeded {
+		return s.applySuccess(ctx, tx, p, cb.ChannelTxnID, actor)
+	}
+	return s.applyFailure(ctx, tx, p, cb.Status, actor)
+}
+
+// callbackDone finishes a callback after its transaction: a refusal is stored
+// (RefuseCallback), the relay woken after a change, the outcome counted.
+func (s *Service) callbackDone(ctx context.Context, cb *orderly.Callback, res *orderly.CallbackResult, err error) (*orderly.CallbackResult, error) {
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
@@ -183,8 +269,8 @@ func (s *Service) HandleCallback(ctx context.Context, cb *orderly.Callback) (*or
 		result = "applied"
 		s.cfg.WakeRelay()
 	}
-	if res.Applied || res.Refund {
-		s.cfg.Metrics.PaymentOutcomes.WithLabelValues(channel, cb.Status).Inc()
+	if (res.Applied || res.Refund) && res.Payment != nil {
+		s.cfg.Metrics.PaymentOutcomes.WithLabelValues(res.Payment.Channel, cb.Status).Inc()
 	}
 	s.cfg.Metrics.Callbacks.WithLabelValues(cb.Status, result).Inc()
 	return res, nil

@@ -34,6 +34,8 @@ type client struct {
 	secret   []byte
 	retryFor time.Duration // ≤ 0: never send a request again
 	pause    time.Duration // a target that did not answer is avoided this long; targetPause
+	// provider, when set, turns callbacks into the provider's webhooks (Config.Provider).
+	provider Provider
 	// retries counts tries sent again after a try that got no answer.
 	retries atomic.Int64
 }
@@ -414,6 +416,17 @@ func encodeCallback(cb *callbackBody) []byte {
 
 // callback posts a callback body, signed as each try is sent; anything but 200 is an error.
 func (c *client) callback(ctx context.Context, body []byte) error {
+	if c.provider != nil {
+		var cb callbackBody
+		if err := json.Unmarshal(body, &cb); err != nil {
+			return fmt.Errorf("callback body: %w", err)
+		}
+		path, ev, header, err := c.provider.Webhook(cb.PaymentID, cb.Status)
+		if err != nil {
+			return err
+		}
+		return c.do(ctx, http.MethodPost, path, ev, header, nil)
+	}
 	return c.do(ctx, http.MethodPost, "/v1/payments/callback", body, http.Header{payment.SignatureHeader: nil}, nil)
 }
 

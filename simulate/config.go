@@ -99,6 +99,11 @@ type Config struct {
 	// checks that every refunded payment was refunded exactly once, for its amount, and
 	// nothing else was refunded.
 	GatewayLedger func() []payment.GatewayCall
+	// Provider, when set, stands for the server's payment provider: buyers' outcomes are
+	// played at it and reach the server as its signed webhooks instead of orderly callbacks
+	// (StripeProvider: `orderly simulate --gateway stripe`). The server must create its
+	// attempts on that provider's channel.
+	Provider Provider
 
 	// Flows names the flows whose traffic the run drives, all at once: registered flow
 	// drivers (RegisterFlow; ParseFlows turns "mixed" into all of them). They share Orders

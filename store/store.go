@@ -199,6 +199,7 @@ type Tx interface {
 	AdminTx
 	WebhookTx
 	TelemetryTx
+	ChannelEventTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

@@ -35,6 +35,18 @@ type Metrics struct {
 	Callbacks *prometheus.CounterVec
 	// CallbackRefusals counts refused signed callbacks by reason (orderly.Refusal*).
 	CallbackRefusals *prometheus.CounterVec
+	// ChannelNotifications counts verified notifications of payment channels (package
+	// channel) by channel, kind and result (applied, duplicate, refund, refused, recorded).
+	ChannelNotifications *prometheus.CounterVec
+	// ChannelPayments counts attempts' outcomes by channel (captured, failed): the
+	// success rate of each channel and gray-release variant.
+	ChannelPayments *prometheus.CounterVec
+	// ChannelOutOfRotation counts channels taken out of rotation by the router (their
+	// success rate stayed below the floor).
+	ChannelOutOfRotation *prometheus.CounterVec
+	// ChannelBreakerState is each channel's circuit breaker: 0 closed, 1 half-open, 2 open
+	// (calls to the provider refused at once; closes of its orders wait in inspection).
+	ChannelBreakerState *prometheus.GaugeVec
 	// ClockOffset is the database clock minus this instance's clock, in seconds, as last
 	// measured by the timer. The database clock decides what is due; a large offset only
 	// makes the timer wake at the wrong moment until it is measured again.
@@ -123,6 +135,18 @@ func NewMetrics() *Metrics {
 		CallbackRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_payment_callback_refusals_total", Help: "Signed payment callbacks refused, by reason.",
 		}, []string{"reason"}),
+		ChannelNotifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_channel_notifications_total", Help: "Verified payment channel notifications, by channel, kind and result.",
+		}, []string{"channel", "kind", "result"}),
+		ChannelPayments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_channel_payments_total", Help: "Payment attempts' outcomes by channel (captured, failed).",
+		}, []string{"channel", "outcome"}),
+		ChannelOutOfRotation: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_channel_out_of_rotation_total", Help: "Channels taken out of rotation for a success rate below the floor.",
+		}, []string{"channel"}),
+		ChannelBreakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "orderly_channel_breaker_state", Help: "Circuit breaker of each payment channel: 0 closed, 1 half-open, 2 open.",
+		}, []string{"channel"}),
 		ClockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "orderly_clock_offset_seconds", Help: "Database clock minus this instance's clock, in seconds.",
 		}),
@@ -182,9 +206,9 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
-		m.DependencyUp, m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
+		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
 		m.GatewayLatency, m.GatewayErrors, m.PaymentOutcomes, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
 	)
 	return m

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -54,6 +55,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"serve", "--sweep-interval", "0s"}, 2, "--sweep-interval must be positive, got 0 (leave it out for the default, 15s)"},
 		{[]string{"simulate", "--orders", "0"}, 2, "--orders must be at least 1, got 0"},
 		{[]string{"simulate", "--rate", "0"}, 2, "--rate must be positive, got 0"},
+		{[]string{"simulate", "--gateway", "paypal"}, 2, `--gateway must be sim or stripe, not "paypal"`},
+		{[]string{"simulate", "--gateway", "stripe", "--target", "http://127.0.0.1:1"}, 2,
+			"--gateway stripe runs against the server simulate starts in process (its imitation of Stripe lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults"},
+		{[]string{"serve", "--default-channel", "stripe"}, 2, `--default-channel "stripe" is not one of the configured channels`},
 		{[]string{"verify", "--tolerance", "0s"}, 2, "--tolerance must be positive, got 0 (leave it out for the default, 1m0s); 1ms is the strictest"},
 		// A SQLite file in a missing directory: the directory is named, once, and no
 		// secret was printed for a server that never ran.
@@ -292,5 +297,24 @@ overdue          1
 	if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "orders           0\n") || strings.Contains(stdout, "map[") ||
 		!strings.HasSuffix(stdout, "all invariants hold\n") {
 		t.Errorf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+// TestSimulateStripe: `orderly simulate --gateway stripe` drives payments through the
+// imitation of Stripe (intents created by the server's Stripe channel, outcomes delivered
+// as signed webhooks, closes cancelled there) and reports no violation.
+func TestSimulateStripe(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runCLI(t, "simulate", "--gateway", "stripe", "--orders", "60", "--rate", "100", "--payment-timeout", "1s", "--json")
+	var res struct {
+		Created    int      `json:"created"`
+		Paid       int      `json:"paid"`
+		Violations []string `json:"violations"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil {
+		t.Fatalf("simulate --gateway stripe: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if res.Created == 0 || res.Paid == 0 || res.Violations == nil || len(res.Violations) != 0 {
+		t.Errorf("created %d, paid %d, violations %v; want orders created and paid, violations []", res.Created, res.Paid, res.Violations)
 	}
 }

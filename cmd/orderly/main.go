@@ -27,6 +27,8 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -221,7 +223,27 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "outbox-poll-interval", Value: engine.DefaultOutboxPollInterval, Usage: "how often the relay looks for due messages when not woken", Sources: env("outbox-poll-interval")},
 		&cli.DurationFlag{Name: "outbox-retention", Value: engine.DefaultOutboxRetention, Usage: "how long delivered outbox messages are kept", Sources: env("outbox-retention")},
 		&cli.DurationFlag{Name: "reconcile-interval", Value: engine.DefaultReconcileInterval, Usage: "period of the reconciliation job (report in reconcile_reports, repairs audited)", Sources: env("reconcile-interval")},
+		&cli.StringFlag{Name: "stripe-api-key", Usage: "Stripe secret API key (sk_…); turns the stripe channel on (webhook: POST /v1/channels/stripe/webhook)", Sources: env("stripe-api-key")},
+		&cli.StringFlag{Name: "stripe-webhook-secret", Usage: "signing secret(s) of the Stripe webhook endpoint (whsec_…), comma-separated while rolling the secret", Sources: env("stripe-webhook-secret")},
+		&cli.StringFlag{Name: "stripe-api-url", Usage: "Stripe API address (default https://api.stripe.com; an imitation in tests)", Sources: env("stripe-api-url")},
+		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); empty: the built-in simulated gateway", Sources: env("default-channel")},
+		&cli.DurationFlag{Name: "channel-call-timeout", Usage: "bound of each call to a payment provider (0: 10s)", Sources: env("channel-call-timeout")},
 	}
+}
+
+// channels returns the payment channels serve's flags turn on.
+func channels(cmd *cli.Command) []channel.Adapter {
+	var out []channel.Adapter
+	if key := cmd.String("stripe-api-key"); key != "" {
+		var secrets []string
+		for sec := range strings.SplitSeq(cmd.String("stripe-webhook-secret"), ",") {
+			if sec = strings.TrimSpace(sec); sec != "" {
+				secrets = append(secrets, sec)
+			}
+		}
+		out = append(out, stripe.New(stripe.Config{APIKey: key, WebhookSecrets: secrets, BaseURL: cmd.String("stripe-api-url")}))
+	}
+	return out
 }
 
 // positiveFlags returns an error naming the first of the duration flags that was given as 0:
@@ -262,6 +284,8 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) engine.Config {
 		DatabaseMaxConns: cmd.Int("database-max-conns"), RedisPrefix: cmd.String("redis-prefix"),
 		DatabaseLockTimeout:              cmd.Duration("database-lock-timeout"),
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
+		Channels:                         channels(cmd), DefaultChannel: cmd.String("default-channel"),
+		ChannelCallTimeout: cmd.Duration("channel-call-timeout"),
 	}
 }
 
@@ -274,6 +298,7 @@ var flagOf = map[string]string{
 	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "OutboxMaxAttempts": "outbox-max-attempts",
 	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
+	"DefaultChannel": "default-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key",
 }
 
 // flagError turns an *engine.ConfigError into a usage error (exit status 2) that names the

@@ -17,6 +17,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/stripe"
+	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/simulate"
@@ -67,6 +70,7 @@ func simulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "nats-url", Usage: "given to the instances as serve --nats-url"},
 			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
 				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
+			&cli.StringFlag{Name: "gateway", Value: "sim", Usage: "the payment provider: sim (orderly callbacks) or stripe (an imitation of Stripe's API in process, its signed webhooks; in-process server only)"},
 			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups) or mixed (both at once)"},
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
@@ -127,6 +131,10 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit("--kill-every must not be negative", 2)
 	case cfg.Target != "" && (instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
 		return cli.Exit("--instances, --kill-every, --timer, --redis-url, --nats-url and --faults are for the servers simulate starts; they do not go with --target", 2)
+	case cmd.String("gateway") != "sim" && cmd.String("gateway") != "stripe":
+		return cli.Exit(fmt.Sprintf("--gateway must be sim or stripe, not %q", cmd.String("gateway")), 2)
+	case cmd.String("gateway") == "stripe" && (cfg.Target != "" || dbURL != "" || instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
+		return cli.Exit("--gateway stripe runs against the server simulate starts in process (its imitation of Stripe lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults", 2)
 	case cfg.Target != "":
 		return simulateTarget(ctx, cmd, cfg)
 	case instances > 1 && !sharedDatabase(dbURL) && !ownsDatabase(cmd):
@@ -148,10 +156,20 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	defer os.RemoveAll(dir)
 	logger := slog.New(slog.NewTextHandler(root.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	secret := []byte(newSecret())
-	e, err := engine.Open(ctx, engine.Config{
+	ecfg := engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: secret,
 		SweepInterval: cmd.Duration("sweep-interval"), Logger: logger,
-	})
+	}
+	var fake *stripetest.Server
+	if cmd.String("gateway") == "stripe" {
+		fake = stripetest.NewServer()
+		defer fake.Close()
+		ecfg.Channels = []channel.Adapter{stripe.New(stripe.Config{APIKey: stripetest.APIKey,
+			WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})}
+		ecfg.DefaultChannel = "stripe"
+		cfg.Provider = &simulate.StripeProvider{Fake: fake}
+	}
+	e, err := engine.Open(ctx, ecfg)
 	if err != nil {
 		return err
 	}
@@ -160,7 +178,11 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 		return err
 	}
 	cfg.Target, cfg.CallbackSecret, cfg.Store = e.URL(), secret, e.Store()
-	cfg.GatewayLedger = e.SimGateway().Ledger
+	if fake != nil {
+		fake.SetWebhook(e.URL() + "/v1/channels/stripe/webhook")
+	} else {
+		cfg.GatewayLedger = e.SimGateway().Ledger
+	}
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {
 		return err

@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Coupons", testCoupons},
 		{"Payments", testPayments},
 		{"CallbackRefusals", testCallbackRefusals},
+		{"ChannelEvents", testChannelEvents},
 		{"Refunds", testRefunds},
 		{"Groups", testGroups},
 		{"Wallets", testWallets},

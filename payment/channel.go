@@ -1,0 +1,125 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/telemetry"
+)
+
+// Defaults of the calls to a channel's provider (Config.CallTimeout, Config.Breaker).
+const (
+	// DefaultCallTimeout bounds one call to a provider (create, query, cancel, refund).
+	DefaultCallTimeout = 10 * time.Second
+	// DefaultBreakerFailures is how many consecutive failed calls open a channel's breaker.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerOpen is how long an open breaker refuses calls before it lets one
+	// through (half-open).
+	DefaultBreakerOpen = 30 * time.Second
+)
+
+// BreakerConfig configures the circuit breaker of every channel. Zero values mean the
+// Default* constants.
+type BreakerConfig struct {
+	Failures uint32        // consecutive transient failures that open it; 5
+	Open     time.Duration // how long it stays open before a trial call; 30 s
+}
+
+// ErrChannelUnavailable wraps the error of a call refused at once because the channel's
+// circuit breaker is open: the provider failed DefaultBreakerFailures calls in a row. An
+// inspection or a buyer cancel that meets it reports GatewayUnknown, so the order waits.
+var ErrChannelUnavailable = errors.New("payment channel unavailable (circuit breaker open)")
+
+// guardedGateway calls one channel's provider with a timeout per call and through the
+// channel's circuit breaker. Refusals by the provider (*orderly.Error) count as answers,
+// not failures: only transient errors (network, timeouts, 5xx) open the breaker.
+type guardedGateway struct {
+	name    string
+	gw      orderly.Gateway
+	timeout time.Duration
+	cb      *gobreaker.CircuitBreaker[*orderly.GatewayPayment]
+}
+
+var _ orderly.Gateway = (*guardedGateway)(nil)
+
+func newGuardedGateway(a channel.Adapter, timeout time.Duration, bc BreakerConfig, m *telemetry.Metrics, log *slog.Logger) *guardedGateway {
+	failures := bc.Failures
+	if failures == 0 {
+		failures = DefaultBreakerFailures
+	}
+	if bc.Open <= 0 {
+		bc.Open = DefaultBreakerOpen
+	}
+	if timeout <= 0 {
+		timeout = DefaultCallTimeout
+	}
+	gauge := m.ChannelBreakerState.WithLabelValues(a.Name())
+	gauge.Set(0)
+	return &guardedGateway{name: a.Name(), gw: a, timeout: timeout,
+		cb: gobreaker.NewCircuitBreaker[*orderly.GatewayPayment](gobreaker.Settings{
+			Name:        a.Name(),
+			Timeout:     bc.Open,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+			IsSuccessful: func(err error) bool {
+				var refused *orderly.Error
+				return err == nil || errors.As(err, &refused)
+			},
+			// The caller going away says nothing of the provider.
+			IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+			OnStateChange: func(name string, from, to gobreaker.State) {
+				gauge.Set(float64(to))
+				log.Warn("payment channel circuit breaker changed state", "channel", name, "from", from.String(), "to", to.String())
+			},
+		}),
+	}
+}
+
+// call runs fn with the per-call timeout through the breaker.
+func (g *guardedGateway) call(ctx context.Context, op, paymentID string, fn func(ctx context.Context) (*orderly.GatewayPayment, error)) (*orderly.GatewayPayment, error) {
+	gp, err := g.cb.Execute(func() (*orderly.GatewayPayment, error) {
+		cctx, cancel := context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+		return fn(cctx)
+	})
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return nil, fmt.Errorf("%s %s on channel %s: %w", op, paymentID, g.name, ErrChannelUnavailable)
+	}
+	return gp, err
+}
+
+// Create implements orderly.Gateway.
+func (g *guardedGateway) Create(ctx context.Context, p *orderly.Payment) error {
+	_, err := g.call(ctx, "create", p.ID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		return nil, g.gw.Create(ctx, p)
+	})
+	return err
+}
+
+// Query implements orderly.Gateway.
+func (g *guardedGateway) Query(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+	return g.call(ctx, "query", paymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		return g.gw.Query(ctx, paymentID)
+	})
+}
+
+// Cancel implements orderly.Gateway.
+func (g *guardedGateway) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+	return g.call(ctx, "cancel", paymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		return g.gw.Cancel(ctx, paymentID)
+	})
+}
+
+// Refund implements orderly.Gateway.
+func (g *guardedGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+	_, err := g.call(ctx, "refund", r.PaymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		return nil, g.gw.Refund(ctx, r)
+	})
+	return err
+}

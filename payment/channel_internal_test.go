@@ -1,0 +1,140 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/telemetry"
+)
+
+// flakyAdapter is a channel whose provider fails every call with err (or hangs until the
+// call's deadline when hang is set) and counts the calls that reached it.
+type flakyAdapter struct {
+	err   error
+	hang  bool
+	calls atomic.Int64
+}
+
+func (f *flakyAdapter) answer(ctx context.Context) (*orderly.GatewayPayment, error) {
+	f.calls.Add(1)
+	if f.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nil, f.err
+}
+func (f *flakyAdapter) Create(ctx context.Context, _ *orderly.Payment) error {
+	_, err := f.answer(ctx)
+	return err
+}
+func (f *flakyAdapter) Query(ctx context.Context, _ string) (*orderly.GatewayPayment, error) {
+	return f.answer(ctx)
+}
+func (f *flakyAdapter) Cancel(ctx context.Context, _ string) (*orderly.GatewayPayment, error) {
+	return f.answer(ctx)
+}
+func (f *flakyAdapter) Refund(ctx context.Context, _ *orderly.GatewayRefund) error {
+	_, err := f.answer(ctx)
+	return err
+}
+func (f *flakyAdapter) Name() string { return "flaky" }
+func (f *flakyAdapter) Verify(http.Header, []byte, time.Time) (*channel.Notification, error) {
+	return nil, errors.New("not used")
+}
+func (f *flakyAdapter) Ack(http.ResponseWriter, error) {}
+
+// TestBreaker: 5 transient failures in a row open the channel's breaker: the next calls
+// fail at once with ErrChannelUnavailable without reaching the provider, and the gauge
+// says open; after the open period one trial call goes through. Refusals (*orderly.Error)
+// never open it.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	m := telemetry.NewMetrics()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f := &flakyAdapter{err: errors.New("connection reset")}
+	g := newGuardedGateway(f, time.Second, BreakerConfig{Open: 200 * time.Millisecond}, m, log)
+	ctx := t.Context()
+	for i := range DefaultBreakerFailures {
+		if _, err := g.Cancel(ctx, "p"); err == nil || errors.Is(err, ErrChannelUnavailable) {
+			t.Fatalf("call %d: %v, want the provider's error", i+1, err)
+		}
+	}
+	for range 3 {
+		if _, err := g.Query(ctx, "p"); !errors.Is(err, ErrChannelUnavailable) {
+			t.Fatalf("call with the breaker open: %v, want ErrChannelUnavailable", err)
+		}
+	}
+	if got := f.calls.Load(); got != DefaultBreakerFailures {
+		t.Errorf("calls that reached the provider: %d, want %d", got, DefaultBreakerFailures)
+	}
+	if v := gaugeValue(t, m, "flaky"); v != 2 {
+		t.Errorf("breaker gauge %v, want 2 (open)", v)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.calls.Load() == DefaultBreakerFailures {
+		if time.Now().After(deadline) {
+			t.Fatal("no trial call after the open period")
+		}
+		_, _ = g.Query(ctx, "p")
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := f.calls.Load(); got != DefaultBreakerFailures+1 {
+		t.Errorf("calls after the open period: %d, want one trial call", got)
+	}
+
+	refusing := &flakyAdapter{err: orderly.Errorf(orderly.EINVALID, "refused")}
+	g = newGuardedGateway(refusing, time.Second, BreakerConfig{}, m, log)
+	for range 2 * DefaultBreakerFailures {
+		if err := g.Refund(ctx, &orderly.GatewayRefund{PaymentID: "p"}); orderly.ErrorCode(err) != orderly.EINVALID {
+			t.Fatalf("refund: %v, want the refusal", err)
+		}
+	}
+	if got := refusing.calls.Load(); got != 2*DefaultBreakerFailures {
+		t.Errorf("refusals: %d calls reached the provider, want all %d (refusals never open the breaker)", got, 2*DefaultBreakerFailures)
+	}
+}
+
+// TestCallTimeout: a provider that does not answer is cut at the per-call timeout.
+func TestCallTimeout(t *testing.T) {
+	t.Parallel()
+	f := &flakyAdapter{hang: true}
+	g := newGuardedGateway(f, 50*time.Millisecond, BreakerConfig{}, telemetry.NewMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	start := time.Now()
+	_, err := g.Cancel(t.Context(), "p")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Cancel: %v, want a deadline exceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Cancel took %s, want about 50ms", d)
+	}
+}
+
+func gaugeValue(t *testing.T, m *telemetry.Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "orderly_channel_breaker_state" {
+			continue
+		}
+		for _, mm := range f.GetMetric() {
+			for _, l := range mm.GetLabel() {
+				if l.GetName() == "channel" && l.GetValue() == name {
+					return mm.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no breaker gauge for %s", name)
+	return 0
+}
