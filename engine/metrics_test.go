@@ -45,8 +45,8 @@ func TestMetricsMoveOnRealActions(t *testing.T) {
 		Amount: p.Amount, Currency: p.Currency, Status: orderly.CallbackSucceeded, OccurredAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.PaymentOutcomes.WithLabelValues(p.Channel, orderly.CallbackSucceeded)); got != 1 {
-		t.Errorf("payment outcomes %s succeeded = %v, want 1", p.Channel, got)
+	if got := testutil.ToFloat64(m.ChannelPayments.WithLabelValues(p.Channel, "captured")); got != 1 {
+		t.Errorf("channel payments %s captured = %v, want 1", p.Channel, got)
 	}
 	if n := testutil.CollectAndCount(m.GatewayLatency); n < 1 {
 		t.Errorf("gateway latency series = %d, want the create call", n)

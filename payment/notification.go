@@ -85,11 +85,7 @@ func (s *Service) HandleNotification(ctx context.Context, n *channel.Notificatio
 	case res.Refund:
 		result = "refund"
 	case res.Applied:
-		result = "applied"
-		if (n.Kind == channel.PaymentSucceeded || n.Kind == channel.PaymentFailed) && res.Payment != nil {
-			// The attempt's own channel: two versions of a provider may share one endpoint.
-			s.outcome(res.Payment.Channel, n.Kind == channel.PaymentSucceeded)
-		}
+		result = "applied" // its outcome is counted by callbackDone
 	case n.Kind == channel.PaymentSucceeded || n.Kind == channel.PaymentFailed:
 		result = "duplicate"
 	}

@@ -270,7 +270,8 @@ func (s *Service) callbackDone(ctx context.Context, cb *orderly.Callback, res *o
 		s.cfg.WakeRelay()
 	}
 	if (res.Applied || res.Refund) && res.Payment != nil {
-		s.cfg.Metrics.PaymentOutcomes.WithLabelValues(res.Payment.Channel, cb.Status).Inc()
+		// The attempt's own channel: two versions of a provider may share one endpoint.
+		s.outcome(res.Payment.Channel, cb.Status == orderly.CallbackSucceeded)
 	}
 	s.cfg.Metrics.Callbacks.WithLabelValues(cb.Status, result).Inc()
 	return res, nil

@@ -38,8 +38,9 @@ type Metrics struct {
 	// ChannelNotifications counts verified notifications of payment channels (package
 	// channel) by channel, kind and result (applied, duplicate, refund, refused, recorded).
 	ChannelNotifications *prometheus.CounterVec
-	// ChannelPayments counts attempts' outcomes by channel (captured, failed): the
-	// success rate of each channel and gray-release variant.
+	// ChannelPayments counts attempts' outcomes by channel (captured, failed), whichever
+	// way they arrived (signed callback, channel notification, inspection of a failed
+	// create): the success rate of each channel and gray-release variant is captured / all.
 	ChannelPayments *prometheus.CounterVec
 	// ChannelOutOfRotation counts channels taken out of rotation by the router (their
 	// success rate stayed below the floor).
@@ -83,9 +84,6 @@ type Metrics struct {
 	// cancel, refund) and outcome (ok, error); GatewayErrors counts the failed ones.
 	GatewayLatency *prometheus.HistogramVec
 	GatewayErrors  *prometheus.CounterVec
-	// PaymentOutcomes counts applied payment outcomes by channel and status (succeeded,
-	// failed, expired): the success rate per channel is succeeded / all.
-	PaymentOutcomes *prometheus.CounterVec
 	// JobDuration observes periodic job runs in seconds by job and outcome (ok, error);
 	// JobChanged counts what the runs changed or found, by job (for the deep check the
 	// overdue orders it closed, for reconciliation its findings).
@@ -189,9 +187,6 @@ func NewMetrics() *Metrics {
 		GatewayErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_gateway_errors_total", Help: "Failed payment gateway calls, by operation.",
 		}, []string{"op"}),
-		PaymentOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orderly_payment_outcomes_total", Help: "Applied payment outcomes, by channel and status.",
-		}, []string{"channel", "status"}),
 		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "orderly_job_run_seconds", Help: "Periodic job runs, by job and outcome.", Buckets: latencyBuckets,
 		}, []string{"job", "outcome"}),
@@ -209,7 +204,7 @@ func NewMetrics() *Metrics {
 		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
-		m.GatewayLatency, m.GatewayErrors, m.PaymentOutcomes, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
+		m.GatewayLatency, m.GatewayErrors, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
 	)
 	return m
 }
