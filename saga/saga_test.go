@@ -559,8 +559,11 @@ func TestLocalTxSteps(t *testing.T) {
 	}
 	err = db.Read(t.Context(), func(tx store.Tx) error {
 		_, err := tx.CouponGet(t.Context(), fl.ID+"/flaky-lost")
-		if orderly.ErrorCode(err) != orderly.ENOTFOUND {
-			return fmt.Errorf("the failed attempt's write: %v, want rolled back", err)
+		switch {
+		case err == nil:
+			return errors.New("the failed attempt's write is there, want it rolled back")
+		case orderly.ErrorCode(err) != orderly.ENOTFOUND:
+			return fmt.Errorf("read the failed attempt's write: %w", err)
 		}
 		return nil
 	})

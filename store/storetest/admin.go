@@ -43,7 +43,7 @@ func testOperatorActions(t *testing.T, open opener) {
 	for _, a := range in {
 		inTx(t, s, func(tx store.Tx) error { return tx.OperatorActionInsert(ctx, a) })
 	}
-	if !(in[0].ID > 0 && in[1].ID > in[0].ID && in[2].ID > in[1].ID) {
+	if in[0].ID <= 0 || in[1].ID <= in[0].ID || in[2].ID <= in[1].ID {
 		t.Fatalf("ids %d, %d, %d: want set and increasing", in[0].ID, in[1].ID, in[2].ID)
 	}
 	all := listActions(t, s, &store.OperatorActionListParams{Limit: 10})

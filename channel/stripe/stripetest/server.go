@@ -26,7 +26,7 @@ import (
 // sign with.
 const (
 	APIKey        = "sk_test_orderly"
-	WebhookSecret = "whsec_test_secret"
+	WebhookSecret = "whsec_test_secret" //nolint:gosec // G101: a published test secret, never a real one
 )
 
 // CancelMode says how the imitation answers a cancel.
@@ -416,7 +416,7 @@ func (s *Server) Deliver(ctx context.Context, events [][]byte, copies int, shuff
 	}
 	if shuffle {
 		if rnd == nil {
-			rnd = rand.New(rand.NewPCG(1, 2))
+			rnd = rand.New(rand.NewPCG(1, 2)) //nolint:gosec // G404: a reproducible delivery order, not a secret
 		}
 		rnd.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	}
