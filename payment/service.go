@@ -224,6 +224,9 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 //     new attempt is refused: EUNAVAILABLE (503, retry), so that an order never has two
 //     attempts that could both take the buyer's money.
 func (s *Service) supersede(ctx context.Context, orderID string) error {
+	if len(s.gateways) == 0 {
+		return nil
+	}
 	var prev *orderly.Payment
 	err := s.cfg.Store.Read(ctx, func(tx store.Tx) error {
 		o, err := tx.OrderGet(ctx, orderID)
