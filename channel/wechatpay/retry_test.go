@@ -2,6 +2,7 @@ package wechatpay_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -33,7 +34,7 @@ func TestRetryClosesPreviousAttempt(t *testing.T) {
 		wantCreatedAtWeChat int
 	}{
 		{name: "failed at WeChat Pay, not notified", play: func(t *testing.T, srv *wechatpaytest.Server, id string) {
-			if _, _, _, err := srv.Webhook(id, orderly.CallbackFailed); err != wechatpaytest.ErrNotNotified {
+			if _, _, _, err := srv.Webhook(id, orderly.CallbackFailed); !errors.Is(err, wechatpaytest.ErrNotNotified) {
 				t.Fatalf("Webhook(failed): %v, want ErrNotNotified", err)
 			}
 		}, wantFirst: orderly.PaymentFailed, wantOrder: orderly.StatePendingPayment, wantPay: orderly.PayPaying,
