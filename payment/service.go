@@ -135,6 +135,9 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if _, known := s.gateways[params.Channel]; params.Channel != "" && len(s.gateways) > 0 && !known && params.Channel != s.cfg.Channel {
 		return nil, orderly.Errorf(orderly.EINVALID, "channel %q is not configured", params.Channel)
 	}
+	if err := s.supersede(ctx, params.OrderID); err != nil {
+		return nil, err
+	}
 	id, err := order.NewID()
 	if err != nil {
 		return nil, err
@@ -144,6 +147,13 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		o, err := tx.OrderGet(ctx, params.OrderID)
 		if err != nil {
 			return err
+		}
+		if prev, err := s.providerAttemptInFlight(ctx, tx, o); err != nil {
+			return err
+		} else if prev != nil {
+			// Another StartPayment wrote it after supersede looked: two live attempts
+			// could both be paid.
+			return orderly.Errorf(orderly.ECONFLICT, "payment %s of order %s started concurrently and is in flight; retry", prev.ID, o.ID)
 		}
 		now, err := tx.Now(ctx)
 		if err != nil {
@@ -195,6 +205,80 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 			return nil, errors.Join(gerr, err)
 		}
 		return nil, fmt.Errorf("start payment for order %s: %w", p.OrderID, gerr)
+	}
+	return p, nil
+}
+
+// supersede closes the order's current attempt at its provider before a new attempt
+// starts (README.md "Payment channels", "A new attempt closes the previous one"). A
+// provider need not notify a failed payment (WeChat Pay never does), so an attempt that
+// failed at the provider or that the buyer abandoned would otherwise stay initiated while
+// the order moves on. Only attempts on one of Config.Channels are closed this way; the
+// built-in simulated gateway and Config.Gateway report failures themselves. The
+// provider's answer to the close (channel.Adapter Cancel) decides:
+//   - closed, or failed earlier → the attempt is marked failed (fail_reason "superseded:
+//     closed at the provider") and the new attempt may start;
+//   - paid before it could be closed → the payment is applied as a notification would be
+//     (the order becomes paid) and the new attempt is refused: ENOTPAYABLE;
+//   - the provider cannot tell or errs (timeout, breaker open) → nothing changes and the
+//     new attempt is refused: EUNAVAILABLE (503, retry), so that an order never has two
+//     attempts that could both take the buyer's money.
+func (s *Service) supersede(ctx context.Context, orderID string) error {
+	if len(s.gateways) == 0 {
+		return nil
+	}
+	var prev *orderly.Payment
+	err := s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		o, err := tx.OrderGet(ctx, orderID)
+		if err != nil {
+			return err
+		}
+		prev, err = s.providerAttemptInFlight(ctx, tx, o)
+		return err
+	})
+	if err != nil || prev == nil {
+		return err
+	}
+	gp, err := s.gateways[prev.Channel].Cancel(ctx, prev.ID)
+	if err != nil {
+		s.cfg.Logger.Warn("closing the previous attempt at its provider failed", "payment_id", prev.ID, "order_id", orderID, "channel", prev.Channel, "error", err)
+		return orderly.Errorf(orderly.EUNAVAILABLE, "payment %s of order %s is in flight and %s could not close it; retry", prev.ID, orderID, prev.Channel)
+	}
+	switch gp.Status {
+	case orderly.GatewayFailed:
+		if _, err := s.fail(ctx, prev, "superseded: closed at the provider", "payment"); err != nil {
+			return fmt.Errorf("mark superseded payment %s failed: %w", prev.ID, err)
+		}
+		return nil
+	case orderly.GatewaySucceeded:
+		var res *orderly.CallbackResult
+		err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			res, err = s.applySuccess(ctx, tx, prev, gp.ChannelTxnID, "payment")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("apply the capture of payment %s: %w", prev.ID, err)
+		}
+		if res.Applied {
+			s.cfg.WakeRelay()
+		}
+		return orderly.Errorf(orderly.ENOTPAYABLE, "order %s was paid by payment %s", orderID, prev.ID)
+	}
+	return orderly.Errorf(orderly.EUNAVAILABLE, "payment %s of order %s is in flight and %s cannot tell its outcome yet; retry", prev.ID, orderID, prev.Channel)
+}
+
+// providerAttemptInFlight returns order o's current attempt when it is still initiated on
+// one of Config.Channels, else nil.
+func (s *Service) providerAttemptInFlight(ctx context.Context, tx store.Tx, o *orderly.Order) (*orderly.Payment, error) {
+	if o.CurrentPaymentID == "" || len(s.gateways) == 0 {
+		return nil, nil
+	}
+	p, err := tx.PaymentGet(ctx, o.CurrentPaymentID)
+	if err != nil {
+		return nil, err
+	}
+	if _, real := s.gateways[p.Channel]; !real || p.State != orderly.PaymentInitiated {
+		return nil, nil
 	}
 	return p, nil
 }

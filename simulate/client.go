@@ -422,6 +422,9 @@ func (c *client) callback(ctx context.Context, body []byte) error {
 			return fmt.Errorf("callback body: %w", err)
 		}
 		path, ev, header, err := c.provider.Webhook(cb.PaymentID, cb.Status)
+		if errors.Is(err, ErrNoWebhook) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}

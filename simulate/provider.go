@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -22,6 +23,11 @@ type Provider interface {
 	// id).
 	Webhook(paymentID, status string) (path string, body []byte, header http.Header, err error)
 }
+
+// ErrNoWebhook is returned by a Provider for an outcome its provider does not notify
+// (WeChat Pay notifies successes only): nothing is delivered, and the outcome reaches the
+// server by its own query or close.
+var ErrNoWebhook = errors.New("the provider sends no webhook for this outcome")
 
 // StripeProvider plays outcomes at an imitation of Stripe (package stripetest) whose
 // intents the server's Stripe channel created, and delivers them to

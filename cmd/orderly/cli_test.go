@@ -55,9 +55,11 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"serve", "--sweep-interval", "0s"}, 2, "--sweep-interval must be positive, got 0 (leave it out for the default, 15s)"},
 		{[]string{"simulate", "--orders", "0"}, 2, "--orders must be at least 1, got 0"},
 		{[]string{"simulate", "--rate", "0"}, 2, "--rate must be positive, got 0"},
-		{[]string{"simulate", "--gateway", "paypal"}, 2, `--gateway must be sim or stripe, not "paypal"`},
+		{[]string{"simulate", "--gateway", "paypal"}, 2, `--gateway must be sim, stripe, alipay or wechat, not "paypal"`},
 		{[]string{"simulate", "--gateway", "stripe", "--target", "http://127.0.0.1:1"}, 2,
-			"--gateway stripe runs against the server simulate starts in process (its imitation of Stripe lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults"},
+			"--gateway stripe, alipay and wechat run against the server simulate starts in process (the imitation of the provider lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults"},
+		{[]string{"simulate", "--gateway", "wechat", "--instances", "2"}, 2,
+			"--gateway stripe, alipay and wechat run against the server simulate starts in process (the imitation of the provider lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults"},
 		{[]string{"serve", "--default-channel", "stripe"}, 2, `--default-channel "stripe" is not one of the configured channels`},
 		{[]string{"verify", "--tolerance", "0s"}, 2, "--tolerance must be positive, got 0 (leave it out for the default, 1m0s); 1ms is the strictest"},
 		// A SQLite file in a missing directory: the directory is named, once, and no
@@ -297,6 +299,32 @@ overdue          1
 	if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "orders           0\n") || strings.Contains(stdout, "map[") ||
 		!strings.HasSuffix(stdout, "all invariants hold\n") {
 		t.Errorf("verify: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+// TestSimulateChinaChannels: `orderly simulate --gateway alipay` and `--gateway wechat`
+// drive payments through the imitation of the provider (trades created by the server's
+// channel, outcomes delivered as notifications signed the provider's way, closes made
+// there; WeChat Pay notifies no failure, so a buyer's retry closes the failed attempt
+// first) and report no violation.
+func TestSimulateChinaChannels(t *testing.T) {
+	t.Parallel()
+	for _, gateway := range []string{"alipay", "wechat"} {
+		t.Run(gateway, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runCLI(t, "simulate", "--gateway", gateway, "--orders", "60", "--rate", "100", "--payment-timeout", "1s", "--json")
+			var res struct {
+				Created    int      `json:"created"`
+				Paid       int      `json:"paid"`
+				Violations []string `json:"violations"`
+			}
+			if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil {
+				t.Fatalf("simulate --gateway %s: exit %d\n%s%s", gateway, code, stdout, stderr)
+			}
+			if res.Created == 0 || res.Paid == 0 || res.Violations == nil || len(res.Violations) != 0 {
+				t.Errorf("created %d, paid %d, violations %v; want orders created and paid, violations []", res.Created, res.Paid, res.Violations)
+			}
+		})
 	}
 }
 

@@ -198,7 +198,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 
 // serveFlags are the flags of `serve`, shared with `simulate` for its in-process server.
 func serveFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "addr", Value: ":8080", Usage: "HTTP listen address", Sources: env("addr")},
 		&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
 		&cli.IntFlag{Name: "database-max-conns", Value: engine.DefaultDatabaseMaxConns, Usage: "PostgreSQL/MySQL connections of this instance (keep instances × this under the server's limit)", Sources: env("database-max-conns")},
@@ -228,11 +228,12 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "stripe-api-url", Usage: "Stripe API address (default https://api.stripe.com; an imitation in tests)", Sources: env("stripe-api-url")},
 		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); empty: the built-in simulated gateway", Sources: env("default-channel")},
 		&cli.DurationFlag{Name: "channel-call-timeout", Usage: "bound of each call to a payment provider (0: 10s)", Sources: env("channel-call-timeout")},
-	}
+	}, cnChannelFlags()...)
 }
 
-// channels returns the payment channels serve's flags turn on.
-func channels(cmd *cli.Command) []channel.Adapter {
+// channels returns the payment channels serve's flags turn on: Stripe, Alipay and WeChat
+// Pay. Errors: see cnChannels.
+func channels(cmd *cli.Command) ([]channel.Adapter, error) {
 	var out []channel.Adapter
 	if key := cmd.String("stripe-api-key"); key != "" {
 		var secrets []string
@@ -243,7 +244,8 @@ func channels(cmd *cli.Command) []channel.Adapter {
 		}
 		out = append(out, stripe.New(stripe.Config{APIKey: key, WebhookSecrets: secrets, BaseURL: cmd.String("stripe-api-url")}))
 	}
-	return out
+	cn, err := cnChannels(cmd)
+	return append(out, cn...), err
 }
 
 // positiveFlags returns an error naming the first of the duration flags that was given as 0:
@@ -269,8 +271,10 @@ func defaultOf(cmd *cli.Command, name string) string {
 	return "its default"
 }
 
-// engineConfig is the engine.Config of serve's flags.
-func engineConfig(cmd *cli.Command, logger *slog.Logger) engine.Config {
+// engineConfig is the engine.Config of serve's flags. Errors: the payment channels' flags
+// (see channels).
+func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) {
+	chans, err := channels(cmd)
 	return engine.Config{
 		Addr: cmd.String("addr"), DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte(cmd.String("callback-secret")),
 		AdminToken:     cmd.String("admin-token"),
@@ -284,9 +288,9 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) engine.Config {
 		DatabaseMaxConns: cmd.Int("database-max-conns"), RedisPrefix: cmd.String("redis-prefix"),
 		DatabaseLockTimeout:              cmd.Duration("database-lock-timeout"),
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
-		Channels:                         channels(cmd), DefaultChannel: cmd.String("default-channel"),
+		Channels:                         chans, DefaultChannel: cmd.String("default-channel"),
 		ChannelCallTimeout: cmd.Duration("channel-call-timeout"),
-	}
+	}, err
 }
 
 // flagOf names the serve flag of each engine.Config field that has one.
@@ -298,7 +302,7 @@ var flagOf = map[string]string{
 	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "OutboxMaxAttempts": "outbox-max-attempts",
 	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
-	"DefaultChannel": "default-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key",
+	"DefaultChannel": "default-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
 }
 
 // flagError turns an *engine.ConfigError into a usage error (exit status 2) that names the
@@ -356,7 +360,10 @@ func serveCommand() *cli.Command {
 				}
 				defer stop()
 			}
-			cfg := engineConfig(cmd, logger)
+			cfg, err := engineConfig(cmd, logger)
+			if err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
 			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",
 				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention", "reconcile-interval"); err != nil {
 				return cli.Exit(err.Error(), exitUsage)

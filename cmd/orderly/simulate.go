@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,8 +19,12 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/alipay"
+	"github.com/orderlyhq/orderly/channel/alipay/alipaytest"
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
+	"github.com/orderlyhq/orderly/channel/wechatpay"
+	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/simulate"
@@ -70,7 +75,7 @@ func simulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "nats-url", Usage: "given to the instances as serve --nats-url"},
 			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
 				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
-			&cli.StringFlag{Name: "gateway", Value: "sim", Usage: "the payment provider: sim (orderly callbacks) or stripe (an imitation of Stripe's API in process, its signed webhooks; in-process server only)"},
+			&cli.StringFlag{Name: "gateway", Value: "sim", Usage: "the payment provider: sim (orderly callbacks), or stripe, alipay or wechat (an imitation of that provider's API in process, its signed notifications; in-process server only)"},
 			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups) or mixed (both at once)"},
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
@@ -131,10 +136,10 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit("--kill-every must not be negative", 2)
 	case cfg.Target != "" && (instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
 		return cli.Exit("--instances, --kill-every, --timer, --redis-url, --nats-url and --faults are for the servers simulate starts; they do not go with --target", 2)
-	case cmd.String("gateway") != "sim" && cmd.String("gateway") != "stripe":
-		return cli.Exit(fmt.Sprintf("--gateway must be sim or stripe, not %q", cmd.String("gateway")), 2)
-	case cmd.String("gateway") == "stripe" && (cfg.Target != "" || dbURL != "" || instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
-		return cli.Exit("--gateway stripe runs against the server simulate starts in process (its imitation of Stripe lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults", 2)
+	case !slices.Contains([]string{"sim", "stripe", "alipay", "wechat"}, cmd.String("gateway")):
+		return cli.Exit(fmt.Sprintf("--gateway must be sim, stripe, alipay or wechat, not %q", cmd.String("gateway")), 2)
+	case cmd.String("gateway") != "sim" && (cfg.Target != "" || dbURL != "" || instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
+		return cli.Exit("--gateway stripe, alipay and wechat run against the server simulate starts in process (the imitation of the provider lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults", 2)
 	case cfg.Target != "":
 		return simulateTarget(ctx, cmd, cfg)
 	case instances > 1 && !sharedDatabase(dbURL) && !ownsDatabase(cmd):
@@ -161,13 +166,34 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 		SweepInterval: cmd.Duration("sweep-interval"), Logger: logger,
 	}
 	var fake *stripetest.Server
-	if cmd.String("gateway") == "stripe" {
+	switch cmd.String("gateway") {
+	case "stripe":
 		fake = stripetest.NewServer()
 		defer fake.Close()
 		ecfg.Channels = []channel.Adapter{stripe.New(stripe.Config{APIKey: stripetest.APIKey,
 			WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})}
 		ecfg.DefaultChannel = "stripe"
 		cfg.Provider = &simulate.StripeProvider{Fake: fake}
+	case "alipay":
+		srv := alipaytest.NewServer()
+		defer srv.Close()
+		acfg := srv.Config()
+		acfg.Currency = "USD"
+		a, err := alipay.New(acfg)
+		if err != nil {
+			return err
+		}
+		ecfg.Channels, ecfg.DefaultChannel, cfg.Provider = []channel.Adapter{a}, alipay.Name, srv
+	case "wechat":
+		srv := wechatpaytest.NewServer()
+		defer srv.Close()
+		wcfg := srv.Config()
+		wcfg.Currency, wcfg.NotifyURL = "USD", "https://orderly.invalid/v1/channels/wechat/webhook"
+		a, err := wechatpay.New(wcfg)
+		if err != nil {
+			return err
+		}
+		ecfg.Channels, ecfg.DefaultChannel, cfg.Provider = []channel.Adapter{a}, wechatpay.Name, wechatProvider{srv}
 	}
 	e, err := engine.Open(ctx, ecfg)
 	if err != nil {
@@ -180,7 +206,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	cfg.Target, cfg.CallbackSecret, cfg.Store = e.URL(), secret, e.Store()
 	if fake != nil {
 		fake.SetWebhook(e.URL() + "/v1/channels/stripe/webhook")
-	} else {
+	} else if cmd.String("gateway") == "sim" {
 		cfg.GatewayLedger = e.SimGateway().Ledger
 	}
 	res, err := simulate.Run(ctx, cfg)
@@ -480,4 +506,16 @@ func faultFlags() []cli.Flag {
 func ownsDatabase(cmd *cli.Command) bool {
 	kinds, err := cluster.ParseFaults(cmd.String("faults"))
 	return err == nil && slices.Contains(kinds, cluster.FaultDBRestart) && cmd.String("database-url") == ""
+}
+
+// wechatProvider is the WeChat Pay imitation as simulate's provider: an outcome WeChat Pay
+// does not notify (a failed payment) is simulate.ErrNoWebhook.
+type wechatProvider struct{ *wechatpaytest.Server }
+
+func (p wechatProvider) Webhook(paymentID, status string) (string, []byte, http.Header, error) {
+	path, body, h, err := p.Server.Webhook(paymentID, status)
+	if errors.Is(err, wechatpaytest.ErrNotNotified) {
+		return "", nil, nil, simulate.ErrNoWebhook
+	}
+	return path, body, h, err
 }
