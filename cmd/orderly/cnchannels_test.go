@@ -130,6 +130,8 @@ func TestServeChannelFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
+		{[]string{"--stripe-webhook-secret", "whsec_x"}, "the stripe channel is half configured: --stripe-webhook-secret is set, so --stripe-api-key is required too"},
+		{[]string{"--stripe-api-key", "sk_test_x"}, "the stripe channel is half configured: --stripe-api-key is set, so --stripe-webhook-secret is required too"},
 		{[]string{"--alipay-app-id", "2021"}, "the alipay channel is half configured: --alipay-app-id is set, so --alipay-seller-id, --alipay-private-key, --alipay-public-key are required too"},
 		{[]string{"--alipay-api-url", "https://openapi-sandbox.dl.alipaydev.com/gateway.do"}, "the alipay channel is half configured: some of its flags are set, so --alipay-app-id, --alipay-seller-id, --alipay-private-key, --alipay-public-key are required too"},
 		{[]string{"--alipay-app-id", "2021", "--alipay-seller-id", "2088", "--alipay-private-key", secret, "--alipay-public-key", secret},

@@ -232,10 +232,16 @@ func serveFlags() []cli.Flag {
 }
 
 // channels returns the payment channels serve's flags turn on: Stripe, Alipay and WeChat
-// Pay. Errors: see cnChannels.
+// Pay. Errors: a channel with some of its flags but not all that it needs is half
+// configured (a Stripe key without a webhook secret would refuse every webhook, a secret
+// without a key would be ignored); see also cnChannels.
 func channels(cmd *cli.Command) ([]channel.Adapter, error) {
 	var out []channel.Adapter
-	if key := cmd.String("stripe-api-key"); key != "" {
+	if cmd.IsSet("stripe-api-key") || cmd.IsSet("stripe-webhook-secret") || cmd.IsSet("stripe-api-url") {
+		if err := required(cmd, "stripe-api-key", "stripe-webhook-secret"); err != nil {
+			return nil, err
+		}
+		key := cmd.String("stripe-api-key")
 		var secrets []string
 		for sec := range strings.SplitSeq(cmd.String("stripe-webhook-secret"), ",") {
 			if sec = strings.TrimSpace(sec); sec != "" {
