@@ -38,14 +38,26 @@ func mac(secret []byte, ts string, body []byte) []byte {
 // time. Several v1 entries are allowed (secret rotation). It returns an *orderly.Error with
 // code EUNAUTHORIZED saying what is wrong, or nil.
 func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	return VerifyHeader(SignatureHeader, [][]byte{secret}, header, body, now, tolerance)
+}
+
+// VerifyHeader checks a "t=<unix seconds>,v1=<hex>[,v1=…]" header value, sent in the
+// header named name, against body as received, byte for byte: the timestamp must be within
+// tolerance of now (either way), and one of its v1 signatures must be HMAC-SHA256 of
+// "<t>." + body under one of secrets (several while a secret is rolled), compared in
+// constant time; other schemes (Stripe's v0) are ignored. This is the scheme of
+// Orderly-Signature and of Stripe-Signature (package channel/stripe). It returns an
+// *orderly.Error with code EUNAUTHORIZED naming what is wrong (never a secret or an
+// expected signature), or nil.
+func VerifyHeader(name string, secrets [][]byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
 	if header == "" {
-		return orderly.Errorf(orderly.EUNAUTHORIZED, "missing %s header", SignatureHeader)
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "missing %s header", name)
 	}
 	var (
 		ts   string
 		sigs [][]byte
 	)
-	for _, part := range strings.Split(header, ",") {
+	for part := range strings.SplitSeq(header, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
 			continue
@@ -61,16 +73,26 @@ func Verify(secret []byte, header string, body []byte, now time.Time, tolerance 
 	}
 	secs, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s has no valid timestamp", SignatureHeader)
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s has no valid timestamp", name)
+	}
+	if len(sigs) == 0 {
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s has no v1 signature", name)
 	}
 	if d := now.Sub(time.Unix(secs, 0)); d > tolerance || d < -tolerance {
-		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s timestamp is outside the %s tolerance", SignatureHeader, tolerance)
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s timestamp is outside the %s tolerance", name, tolerance)
 	}
-	want := mac(secret, ts, body)
-	for _, s := range sigs {
-		if hmac.Equal(s, want) {
-			return nil
+	match := false
+	for _, secret := range secrets {
+		want := mac(secret, ts, body)
+		for _, sig := range sigs {
+			// Every comparison runs: the time taken does not tell which one matched.
+			if hmac.Equal(want, sig) {
+				match = true
+			}
 		}
 	}
-	return orderly.Errorf(orderly.EUNAUTHORIZED, "%s does not match the body", SignatureHeader)
+	if !match {
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s does not match the body", name)
+	}
+	return nil
 }
