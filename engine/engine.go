@@ -258,6 +258,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	if e.recon, err = reconcile.New(reconcile.Config{
 		Store: st, Machine: e.machine, Payments: e.payments, WakeRelay: wakeRelay, Registerer: e.metrics.Registry, Logger: log,
+		Checks: wallet.ReconcileChecks(),
 		CloseDue: func(ctx context.Context) error {
 			_, err := e.closer.CloseDue(ctx, reconcile.OperatorReconcile)
 			return err

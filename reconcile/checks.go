@@ -23,9 +23,10 @@ func builtinChecks() []Check {
 	}
 }
 
-// pages runs read, one read transaction per batch, until a batch comes back short.
-// read returns the batch's size and its last key.
-func pages[K any](ctx context.Context, r *Reconciler, start K, read func(tx store.Tx, after K, limit int) (int, K, error)) (int64, error) {
+// Pages runs read, one read transaction per batch of r's BatchSize rows, until a batch
+// comes back short; read returns the batch's size and its last key. It returns the rows
+// read. A Check's Scan of another package walks its rows with it.
+func Pages[K any](ctx context.Context, r *Reconciler, start K, read func(tx store.Tx, after K, limit int) (int, K, error)) (int64, error) {
 	var scanned int64
 	after := start
 	for {
@@ -49,7 +50,7 @@ func closedPaidFinding(p *orderly.Payment) *Finding {
 }
 
 func scanClosedPaid(ctx context.Context, r *Reconciler, since time.Time, emit func(*Finding)) (int64, error) {
-	return pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
+	return Pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
 		ps, err := tx.ReconcileClosedPaid(ctx, after, limit)
 		for _, p := range ps {
 			emit(closedPaidFinding(p))
@@ -112,7 +113,7 @@ func closedHoldsFinding(o *orderly.Order, what string) *Finding {
 }
 
 func scanClosedHolds(ctx context.Context, r *Reconciler, since time.Time, emit func(*Finding)) (int64, error) {
-	return pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
+	return Pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
 		os, err := tx.ReconcileClosedHeld(ctx, after, limit)
 		if err != nil {
 			return 0, after, err
@@ -187,7 +188,7 @@ func paidUnbackedFinding(o *orderly.Order) *Finding {
 }
 
 func scanPaidUnbacked(ctx context.Context, r *Reconciler, since time.Time, emit func(*Finding)) (int64, error) {
-	return pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
+	return Pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
 		os, err := tx.ReconcilePaidUnbacked(ctx, after, limit)
 		for _, o := range os {
 			emit(paidUnbackedFinding(o))
@@ -217,7 +218,7 @@ func stockFinding(l *store.StockLedger, orderID string) *Finding {
 }
 
 func scanStock(ctx context.Context, r *Reconciler, _ time.Time, emit func(*Finding)) (int64, error) {
-	return pages(ctx, r, "", func(tx store.Tx, after string, limit int) (int, string, error) {
+	return Pages(ctx, r, "", func(tx store.Tx, after string, limit int) (int, string, error) {
 		ls, err := tx.StockLedgers(ctx, after, limit)
 		for _, l := range ls {
 			if !l.Agrees() {
@@ -271,7 +272,7 @@ func (r *Reconciler) overdue(o *store.DueOrder, now time.Time) bool {
 }
 
 func scanOverdue(ctx context.Context, r *Reconciler, since time.Time, emit func(*Finding)) (int64, error) {
-	return pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
+	return Pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return 0, after, err
@@ -329,7 +330,7 @@ func outboxFinding(k Kind, m *orderly.Message, orderID string, now time.Time) *F
 }
 
 func scanOutboxDead(ctx context.Context, r *Reconciler, _ time.Time, emit func(*Finding)) (int64, error) {
-	return pages(ctx, r, int64(0), func(tx store.Tx, after int64, limit int) (int, int64, error) {
+	return Pages(ctx, r, int64(0), func(tx store.Tx, after int64, limit int) (int, int64, error) {
 		ms, err := tx.OutboxDeadList(ctx, &store.OutboxFilter{AfterID: after, Limit: limit})
 		for _, m := range ms {
 			emit(outboxFinding(KindOutboxDead, m, "", time.Time{}))
@@ -340,7 +341,7 @@ func scanOutboxDead(ctx context.Context, r *Reconciler, _ time.Time, emit func(*
 }
 
 func scanOutboxStuck(ctx context.Context, r *Reconciler, _ time.Time, emit func(*Finding)) (int64, error) {
-	return pages(ctx, r, int64(0), func(tx store.Tx, after int64, limit int) (int, int64, error) {
+	return Pages(ctx, r, int64(0), func(tx store.Tx, after int64, limit int) (int, int64, error) {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return 0, after, err

@@ -293,6 +293,36 @@ func audit(ctx context.Context, tx store.Tx, by Actor, f *Finding, target string
 		Target: target, Reason: f.Detail, Detail: b, TraceID: by.TraceID})
 }
 
+// OverdueTolerance is Config.OverdueTolerance: how far past its deadline a timed thing
+// must be to be a finding.
+func (r *Reconciler) OverdueTolerance() time.Duration { return r.cfg.OverdueTolerance }
+
+// RepairInTx is the frame of a Check's Repair in another package: it runs fn in a write
+// transaction behind by's fence, with the database's now, and when fn reports a change it
+// audits it in operator_actions in the same transaction (target names what changed, detail
+// is stored as JSON). It reports whether fn changed something; errors are fn's and the
+// store's.
+func (r *Reconciler) RepairInTx(ctx context.Context, by Actor, f *Finding, target string,
+	fn func(tx store.Tx, now time.Time) (changed bool, detail any, err error)) (bool, error) {
+	var changed bool
+	err := r.inTx(ctx, by, func(tx store.Tx, now time.Time) error {
+		var (
+			detail any
+			err    error
+		)
+		if changed, detail, err = fn(tx, now); err != nil || !changed {
+			return err
+		}
+		return audit(ctx, tx, by, f, target, now, detail)
+	})
+	return changed && err == nil, err
+}
+
+// Read runs fn in one read transaction of the reconciler's store.
+func (r *Reconciler) Read(ctx context.Context, fn func(tx store.Tx) error) error {
+	return r.cfg.Store.Read(ctx, fn)
+}
+
 // inTx runs fn in a write transaction behind by's fence, with the database's now.
 func (r *Reconciler) inTx(ctx context.Context, by Actor, fn func(tx store.Tx, now time.Time) error) error {
 	return r.cfg.Store.InTx(ctx, func(tx store.Tx) error {

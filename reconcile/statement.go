@@ -125,7 +125,7 @@ func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*F
 	if len(listed) == 0 {
 		return out, nil
 	}
-	_, err := pages(ctx, r, "", func(tx store.Tx, after string, limit int) (int, string, error) {
+	_, err := Pages(ctx, r, "", func(tx store.Tx, after string, limit int) (int, string, error) {
 		ps, err := tx.ReconcilePaymentsCaptured(ctx, from, to, after, limit)
 		for _, p := range ps {
 			if !listed[p.ChannelTxnID] {

@@ -82,6 +82,24 @@ type WalletTx interface {
 	// by hold id, the number of transfers that resolved them (post, void, expire): one per
 	// resolved hold, none per pending hold.
 	WalletHoldResolutions(ctx context.Context, params *ListParams) ([]*WalletHoldResolutions, error)
+	// WalletLedgers returns up to Limit accounts with id > AfterID, by id, each beside the
+	// sums of its entries per bucket, read in one statement (one snapshot, so a move
+	// committing meanwhile cannot make an account disagree with its own entries).
+	WalletLedgers(ctx context.Context, params *ListParams) ([]*WalletLedger, error)
+}
+
+// WalletLedger is one account's balances beside what its ledger entries give (minor
+// units): an account agrees with its ledger when Available = LedgerAvailable and Held =
+// LedgerHeld (README.md "Wallets").
+type WalletLedger struct {
+	Account         *orderly.WalletAccount
+	LedgerAvailable int64
+	LedgerHeld      int64
+}
+
+// Agrees reports whether the account's balances equal its entries' sums.
+func (l *WalletLedger) Agrees() bool {
+	return l.Account.Available == l.LedgerAvailable && l.Account.Held == l.LedgerHeld
 }
 
 // WalletHoldResolutions counts the transfers that resolved one hold.

@@ -69,6 +69,12 @@ var (
 	qWalletHoldResolutions   = sqlText(`SELECT hold_id, COUNT(*) FROM wallet_transfers
 		WHERE hold_id > ? AND kind IN ('post', 'void', 'expire') GROUP BY hold_id ORDER BY hold_id LIMIT ?`)
 	qWalletHoldList = sqlText(`SELECT ` + walletHoldColumns + ` FROM wallet_holds WHERE id > ? ORDER BY id LIMIT ?`)
+	// qWalletLedgers sums each account's entries through wallet_entries_account (account_id,
+	// id): one index range per account of the page.
+	qWalletLedgers = sqlText(`SELECT ` + walletAccountColumns + `,
+		COALESCE((SELECT SUM(e.amount) FROM wallet_entries e WHERE e.account_id = wallet_accounts.id AND e.bucket = 'available'), 0),
+		COALESCE((SELECT SUM(e.amount) FROM wallet_entries e WHERE e.account_id = wallet_accounts.id AND e.bucket = 'held'), 0)
+		FROM wallet_accounts WHERE id > ? ORDER BY id LIMIT ?`)
 )
 
 // WalletAccountEnsure implements store.Tx.
@@ -272,6 +278,24 @@ func (t *tx) WalletHoldResolutions(ctx context.Context, p *store.ListParams) ([]
 		var n store.WalletHoldResolutions
 		return &n, r.Scan(&n.HoldID, &n.Transfers)
 	}, qWalletHoldResolutions, p.AfterID, p.Limit)
+}
+
+// WalletLedgers implements store.Tx.
+func (t *tx) WalletLedgers(ctx context.Context, p *store.ListParams) ([]*store.WalletLedger, error) {
+	return scanAll(t, ctx, "wallet ledgers", func(r rowScanner) (*store.WalletLedger, error) {
+		var (
+			l                  store.WalletLedger
+			a                  orderly.WalletAccount
+			created, updatedAt int64
+		)
+		if err := r.Scan(&a.ID, &a.Kind, &a.Owner, &a.Currency, &a.Available, &a.Held, &a.Version, &created, &updatedAt,
+			&l.LedgerAvailable, &l.LedgerHeld); err != nil {
+			return nil, err
+		}
+		a.CreatedAt, a.UpdatedAt = fromMS(created), fromMS(updatedAt)
+		l.Account = &a
+		return &l, nil
+	}, qWalletLedgers, p.AfterID, p.Limit)
 }
 
 // scanAll runs a query and scans every row with scan; errors are wrapped with what.

@@ -184,6 +184,25 @@ func testWalletEntries(t *testing.T, open opener) {
 		return tx.WalletEntrySums(ctx, &store.ListParams{Limit: 10})
 	})
 	equal(t, "sums", sums, []*store.WalletEntrySum{{AccountID: ext.ID(), Available: -510}, {AccountID: user.ID(), Available: 510}})
+	ledgers := func() map[string][4]int64 {
+		ls := read(t, s, func(tx store.Tx) ([]*store.WalletLedger, error) {
+			return tx.WalletLedgers(ctx, &store.ListParams{Limit: 10})
+		})
+		out := map[string][4]int64{}
+		for i, l := range ls {
+			if i > 0 && ls[i-1].Account.ID >= l.Account.ID {
+				t.Errorf("wallet ledgers not in id order: %s then %s", ls[i-1].Account.ID, l.Account.ID)
+			}
+			out[l.Account.ID] = [4]int64{l.Account.Available, l.Account.Held, l.LedgerAvailable, l.LedgerHeld}
+		}
+		return out
+	}
+	equal(t, "ledgers", ledgers(), map[string][4]int64{ext.ID(): {-510, 0, -510, 0}, user.ID(): {510, 0, 510, 0}})
+	if after := read(t, s, func(tx store.Tx) ([]*store.WalletLedger, error) {
+		return tx.WalletLedgers(ctx, &store.ListParams{AfterID: min(ext.ID(), user.ID()), Limit: 10})
+	}); len(after) != 1 || after[0].Account.ID != max(ext.ID(), user.ID()) || !after[0].Agrees() {
+		t.Errorf("ledgers after %s: %+v", min(ext.ID(), user.ID()), after)
+	}
 	none := read(t, s, func(tx store.Tx) ([]string, error) { return tx.WalletTransfersUnbalanced(ctx, 10) })
 	if len(none) != 0 {
 		t.Errorf("unbalanced transfers in a balanced ledger: %v", none)
@@ -209,6 +228,8 @@ func testWalletEntries(t *testing.T, open opener) {
 		want = []string{skew, lone}
 	}
 	equal(t, "unbalanced", bad, want)
+	// Entries written without moving the balances: the ledger disagrees with both accounts.
+	equal(t, "ledgers after stray entries", ledgers(), map[string][4]int64{ext.ID(): {-510, 0, -512, 0}, user.ID(): {510, 0, 512, 0}})
 }
 
 func testWalletHolds(t *testing.T, open opener) {
