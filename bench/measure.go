@@ -93,7 +93,7 @@ func (db *DB) OpenCount(ctx context.Context) (int64, error) {
 func (db *DB) Effects(ctx context.Context) (heldReservations, frozenCoupons int64, err error) {
 	err = db.SQL.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM reservations r JOIN orders o ON o.id = r.order_id WHERE o.state = 'closed' AND r.state = 'held'),
-		(SELECT count(*) FROM coupons c JOIN orders o ON o.id = c.order_id WHERE o.state = 'closed' AND c.state = 'frozen')`).
+		(SELECT count(*) FROM orders o JOIN coupons c ON c.id = o.coupon_id AND c.order_id = o.id WHERE o.state = 'closed' AND c.state = 'frozen')`).
 		Scan(&heldReservations, &frozenCoupons)
 	return heldReservations, frozenCoupons, err
 }

@@ -32,8 +32,11 @@ var (
 		AND (? = '' OR topic = ?) AND created_at >= ? AND created_at < ? ORDER BY id LIMIT ?`)
 	qOutboxStuckList = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE state = 'pending' AND id > ?
 		AND next_attempt_at < ? ORDER BY id LIMIT ?`)
-	qOutboxKeyUndelivered = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE message_key = ?
-		AND state IN ('pending', 'dead') ORDER BY id LIMIT ?`)
+	// qOutboxKeyUndelivered reads the pending and the dead messages of a key apart, so that
+	// each half has its index (the partial outbox_pending_key_id and outbox_dead on SQLite
+	// and PostgreSQL): state IN (…) matches neither partial index and read the whole outbox.
+	qOutboxKeyUndelivered = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE message_key = ? AND state = 'pending'
+		UNION ALL SELECT ` + messageColumns + ` FROM outbox WHERE message_key = ? AND state = 'dead' ORDER BY id LIMIT ?`)
 	qOutboxGetDead = newQuery(func(d *dialect) string {
 		return `SELECT ` + messageColumns + ` FROM outbox WHERE id = ? AND state = 'dead'` + d.lockRows
 	})
@@ -44,7 +47,7 @@ var (
 		ORDER BY id LIMIT ?`)
 	qReconcileClosedHeld = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? AND state = 'closed'
 		AND (EXISTS (SELECT 1 FROM reservations r WHERE r.order_id = orders.id AND r.state = 'held')
-		  OR EXISTS (SELECT 1 FROM coupons c WHERE c.order_id = orders.id AND c.state = 'frozen'))
+		  OR EXISTS (SELECT 1 FROM coupons c WHERE c.id = orders.coupon_id AND c.order_id = orders.id AND c.state = 'frozen'))
 		ORDER BY id LIMIT ?`)
 	qReconcilePaidUnbacked = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? AND pay_status = 'paid'
 		AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.id
@@ -187,7 +190,7 @@ func (t *tx) OutboxStuckList(ctx context.Context, before time.Time, afterID int6
 
 // OutboxKeyUndelivered implements store.Tx.
 func (t *tx) OutboxKeyUndelivered(ctx context.Context, key string, limit int) ([]*orderly.Message, error) {
-	rows, err := t.query(ctx, qOutboxKeyUndelivered, key, limit)
+	rows, err := t.query(ctx, qOutboxKeyUndelivered, key, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("undelivered messages of %s: %w", key, err)
 	}
