@@ -80,6 +80,9 @@ type Config struct {
 	RedisPrefix string // key prefix of the delay queue; redisq.DefaultPrefix ("orderly")
 	// DatabaseMaxConns caps this instance's PostgreSQL/MySQL connections; 20.
 	DatabaseMaxConns int
+	// DatabaseMustExist refuses a SQLite file that does not exist instead of creating it
+	// (sqlstore.Config.MustExist): `orderly reconcile` sets it.
+	DatabaseMustExist bool
 	// DatabaseLockTimeout and DatabaseIdleInTransactionTimeout bound how long a statement
 	// waits for a row lock (sqlstore.DefaultLockTimeout, 10 s) and how long the database lets
 	// a session sit idle inside a transaction before ending it

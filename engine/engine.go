@@ -108,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
-		LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
+		MustExist: cfg.DatabaseMustExist, LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
 		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
 	}
 	var st store.Store = e.db

@@ -34,6 +34,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func TestCommandLineErrors(t *testing.T) {
 	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
+	typo := filepath.Join(t.TempDir(), "typo.db") // its directory exists, the file does not
 	for _, tc := range []struct {
 		args     []string
 		wantCode int
@@ -70,6 +71,9 @@ func TestCommandLineErrors(t *testing.T) {
 			"database file " + filepath.Join(missing, "o.db") + ": directory " + missing + " does not exist; create it or give another path"},
 		{[]string{"verify", "--database-url", filepath.Join(missing, "o.db")}, 1,
 			"database file " + filepath.Join(missing, "o.db") + " does not exist"},
+		// A mistyped path must not pass for an empty shop in agreement (reconcile said
+		// "0 findings" and created the file).
+		{[]string{"reconcile", "--database-url", typo}, 1, "database file " + typo + " does not exist"},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		if code != tc.wantCode || stderr != "orderly: "+tc.want+"\n" || stdout != "" {

@@ -40,8 +40,8 @@ func reconcileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			e, err := engine.Open(ctx, engine.Config{DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte("unused"),
-				Logger: logger})
+			e, err := engine.Open(ctx, engine.Config{DatabaseURL: cmd.String("database-url"), DatabaseMustExist: true,
+				CallbackSecret: []byte("unused"), Logger: logger})
 			if err != nil {
 				return flagError(err)
 			}

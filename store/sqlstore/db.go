@@ -52,6 +52,11 @@ type Config struct {
 	Now func() time.Time
 	// SkipMigrate skips applying migrations at open.
 	SkipMigrate bool
+	// MustExist refuses a SQLite file that does not exist yet (EINVALID "database file …
+	// does not exist") instead of creating an empty database: for the commands that read
+	// a database an engine has written (reconcile), where a mistyped path must not pass
+	// for an empty shop in agreement. SkipMigrate implies it.
+	MustExist bool
 	// MaxConns caps the pool of PostgreSQL and MySQL connections; 20. Mind the server's
 	// limit across instances (PostgreSQL's max_connections is 100 by default).
 	MaxConns int
@@ -111,7 +116,7 @@ func open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	db := &DB{d: d, dsn: dsn, now: cfg.Now, lockTimeout: max(sessionTimeouts{lock: cfg.LockTimeout}.withDefaults().lock, 0)}
 	if d == sqliteDialect {
-		err = db.openSQLite(ctx, dsn, cfg.SkipMigrate)
+		err = db.openSQLite(ctx, dsn, cfg.SkipMigrate, cfg.MustExist)
 	} else {
 		err = db.openPool(ctx, dsn, cfg)
 	}
@@ -176,8 +181,8 @@ func mysqlDSN(raw string) (string, error) {
 	return c.FormatDSN(), nil
 }
 
-func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate bool) error {
-	if skipMigrate {
+func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate, mustExist bool) error {
+	if skipMigrate || mustExist {
 		// Reading an existing database (verify, simulate --target): don't create one.
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return orderly.Errorf(orderly.EINVALID, "database file %s does not exist", path)
