@@ -227,6 +227,7 @@ type findingResponse struct {
 	SKU      string `json:"sku,omitempty"`
 	Detail   string `json:"detail"`
 	Repaired bool   `json:"repaired"`
+	Error    string `json:"error,omitempty"`
 }
 
 // reconcileResponse is the body of GET and POST /v1/admin/orders/{id}/reconcile.
@@ -238,7 +239,7 @@ type reconcileResponse struct {
 func (s *Server) writeFindings(w http.ResponseWriter, r *http.Request, id string, fs []*reconcile.Finding) {
 	resp := &reconcileResponse{OrderID: id, Findings: make([]*findingResponse, len(fs))}
 	for i, f := range fs {
-		resp.Findings[i] = &findingResponse{Kind: string(f.Kind), OrderID: f.OrderID, SKU: f.SKU, Detail: f.Detail, Repaired: f.Repaired}
+		resp.Findings[i] = &findingResponse{Kind: string(f.Kind), OrderID: f.OrderID, SKU: f.SKU, Detail: f.Detail, Repaired: f.Repaired, Error: f.Error}
 	}
 	s.writeJSON(w, r, http.StatusOK, resp)
 }

@@ -49,6 +49,8 @@ const (
 	// KindStatementAmountMismatch: a transaction whose amount or currency differs between the
 	// statement and our payment.
 	KindStatementAmountMismatch Kind = "statement_amount_mismatch"
+	// KindStatementDuplicate: a transaction the statement lists more than once.
+	KindStatementDuplicate Kind = "statement_duplicate"
 )
 
 // Finding is one disagreement. Its JSON is {"kind","order_id"?,"sku"?,"detail","repaired"}
@@ -62,6 +64,9 @@ type Finding struct {
 	// Repaired is true when this run repaired it; false for a finding found only, for
 	// one whose repair changed nothing (already repaired meanwhile) and for an operator task.
 	Repaired bool `json:"repaired"`
+	// Error is why its repair failed (a repair run only); the other findings were still
+	// repaired.
+	Error string `json:"error,omitempty"`
 	// Target is what a repair acts on (a payment id, an outbox message id) when it is
 	// neither the order nor the SKU.
 	Target string `json:"-"`
@@ -69,11 +74,13 @@ type Finding struct {
 
 // Report is the outcome of one run. Findings is never nil: all agree → [].
 type Report struct {
-	Findings   []*Finding `json:"findings"`
-	Scanned    int64      `json:"scanned"` // rows looked at
-	Repaired   int64      `json:"repaired"`
-	StartedAt  time.Time  `json:"started_at"`
-	FinishedAt time.Time  `json:"finished_at"`
+	Findings []*Finding `json:"findings"`
+	Scanned  int64      `json:"scanned"` // rows looked at
+	Repaired int64      `json:"repaired"`
+	// RepairErrors counts the repairs that failed (their findings carry the error).
+	RepairErrors int64     `json:"repair_errors,omitempty"`
+	StartedAt    time.Time `json:"started_at"`
+	FinishedAt   time.Time `json:"finished_at"`
 }
 
 // Counts returns the number of findings per kind.

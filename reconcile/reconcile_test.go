@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -32,11 +33,12 @@ type fixture struct {
 	reg *prometheus.Registry
 }
 
-func setup(t testing.TB, dialect string) *fixture {
+func setup(t testing.TB, dialect string, checks ...reconcile.Check) *fixture {
 	t.Helper()
 	e := enginetest.New(t, enginetest.Options{Dialect: dialect})
 	reg := prometheus.NewRegistry()
 	r, err := reconcile.New(reconcile.Config{
+		Checks:     checks,
 		Registerer: reg,
 		Store:      e.Store, Machine: e.Engine.Machine(), Payments: e.Payments, BatchSize: 2, // small batches: pages are crossed
 		Logger:   slog.New(slog.DiscardHandler),
@@ -314,8 +316,8 @@ func TestCheckOrder(t *testing.T) {
 	}
 }
 
-// TestStatement compares a statement with one unknown transaction, one amount mismatch and
-// one capture of ours it does not list.
+// TestStatement compares a statement with one unknown transaction, one amount mismatch,
+// one capture of ours it does not list and one transaction listed twice.
 func TestStatement(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "sqlite")
@@ -337,13 +339,16 @@ func TestStatement(t *testing.T) {
 	}
 	at := enginetest.Start.Format(time.RFC3339)
 	end := e.Clock.Now().Format(time.RFC3339)
-	csv := "channel_txn_id,amount,currency,status,time\n" +
+	// The header starts with the byte order mark a spreadsheet program writes; txn-ok is
+	// listed twice.
+	csv := "\ufeffchannel_txn_id,amount,currency,status,time\n" +
+		fmt.Sprintf("txn-ok,%d,USD,succeeded,%s\n", captured[0].Amount, at) +
 		fmt.Sprintf("txn-ok,%d,USD,succeeded,%s\n", captured[0].Amount, at) +
 		fmt.Sprintf("txn-amount,%d,USD,succeeded,%s\n", captured[1].Amount+1, at) +
 		fmt.Sprintf("txn-unknown,500,USD,succeeded,%s\n", end) +
 		fmt.Sprintf("txn-failed,700,USD,failed,%s\n", end)
 	lines, err := reconcile.ReadStatement(strings.NewReader(csv))
-	if err != nil || len(lines) != 4 {
+	if err != nil || len(lines) != 5 {
 		t.Fatalf("ReadStatement = %d lines, %v", len(lines), err)
 	}
 	fs, err := f.r.Statement(ctx, lines)
@@ -358,8 +363,9 @@ func TestStatement(t *testing.T) {
 		reconcile.KindStatementMissingOurs:    "txn-unknown",
 		reconcile.KindStatementAmountMismatch: "txn-amount",
 		reconcile.KindStatementMissingTheirs:  "txn-theirs",
+		reconcile.KindStatementDuplicate:      "txn-ok",
 	}
-	if len(fs) != 3 || fmt.Sprint(got) != fmt.Sprint(want) {
+	if len(fs) != 4 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("findings = %v (%d), want %v", got, len(fs), want)
 	}
 }
@@ -394,5 +400,62 @@ func BenchmarkCheckOrder(b *testing.B) {
 		if _, err := f.r.CheckOrder(ctx, id); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestRepairsGoOn: a repair that fails leaves its finding with the error and the other
+// repairs still run; stock counters are corrected before a closed order's release, so a
+// closed order whose reservation reads held again on a SKU whose counters never saw it
+// (held 0) is repaired instead of failing on CHECK held >= 0 and stopping the run (as it
+// did: `reconcile --repair` exited with the constraint's error and repaired nothing).
+func TestRepairsGoOn(t *testing.T) {
+	failing := reconcile.Check{Kind: "test_failing",
+		Scan: func(_ context.Context, _ *reconcile.Reconciler, _ time.Time, emit func(*reconcile.Finding)) (int64, error) {
+			emit(&reconcile.Finding{Kind: "test_failing", Detail: "a repair that cannot succeed"})
+			return 1, nil
+		},
+		Repair: func(context.Context, *reconcile.Reconciler, *reconcile.Finding, reconcile.Actor) (bool, error) {
+			return false, errors.New("participant refused")
+		},
+	}
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, dialect, failing)
+			ctx := context.Background()
+			f.e.SetStock(t, "SKU-Y", 10)
+			o := f.e.CreateOrder(t, enginetest.CreateOrderOpts{UserID: "uy", SKU: "SKU-Y", Quantity: 2})
+			f.closeOrder(t, o)
+			f.exec(t, `UPDATE reservations SET state = 'held' WHERE order_id = '%s'`, o.ID)
+
+			rep, err := f.r.Run(ctx, reconcile.RunOptions{Repair: true, By: reconcile.Actor{Operator: "reconcile"}})
+			if err != nil {
+				t.Fatalf("run: %v (a failed repair must not fail the run)", err)
+			}
+			want := []string{
+				"closed_order_holds " + o.ID + " repaired=true",
+				"stock_mismatch SKU-Y repaired=true",
+				"test_failing  repaired=false",
+			}
+			if got := kinds(rep.Findings); !slices.Equal(got, want) {
+				t.Fatalf("findings:\n got %q\nwant %q", got, want)
+			}
+			for _, fd := range rep.Findings {
+				if wantErr := fd.Kind == "test_failing"; (fd.Error != "") != wantErr ||
+					wantErr && !strings.Contains(fd.Error, "participant refused") {
+					t.Errorf("finding %s: error %q", fd.Kind, fd.Error)
+				}
+			}
+			if rep.RepairErrors != 1 || rep.Repaired != 2 {
+				t.Errorf("report: %d repaired, %d repair errors; want 2 and 1", rep.Repaired, rep.RepairErrors)
+			}
+			if st := f.e.StockOf(t, "SKU-Y"); st.Available != 10 || st.Held != 0 || st.Sold != 0 {
+				t.Errorf("SKU-Y after the repairs: %+v, want 10 available, 0 held, 0 sold", st)
+			}
+			again, err := f.r.Run(ctx, reconcile.RunOptions{Repair: true})
+			if err != nil || !slices.Equal(kinds(again.Findings), want[2:]) {
+				t.Errorf("second run: %q, %v; want only %q", kinds(again.Findings), err, want[2:])
+			}
+		})
 	}
 }

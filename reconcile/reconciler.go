@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,10 +69,11 @@ type Config struct {
 // machine, never around them, and each is audited in operator_actions. Safe for
 // concurrent use.
 type Reconciler struct {
-	cfg      Config
-	checks   []Check
-	findings *prometheus.GaugeVec
-	repairs  *prometheus.CounterVec
+	cfg          Config
+	checks       []Check
+	findings     *prometheus.GaugeVec
+	repairs      *prometheus.CounterVec
+	repairErrors *prometheus.CounterVec
 }
 
 // New returns a Reconciler; it returns an error when a required field is missing or the
@@ -97,9 +99,11 @@ func New(cfg Config) (*Reconciler, error) {
 			Help: "Findings of the last full reconciliation run, by kind."}, []string{"kind"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderly_reconcile_repairs_total",
 			Help: "Reconciliation repairs that changed something, by kind."}, []string{"kind"}),
+		repairErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderly_reconcile_repair_errors_total",
+			Help: "Reconciliation repairs that failed (the finding stays, with its error), by kind."}, []string{"kind"}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.findings, r.repairs} {
+		for _, c := range []prometheus.Collector{r.findings, r.repairs, r.repairErrors} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("reconcile: register metrics: %w", err)
 			}
@@ -148,11 +152,7 @@ func (r *Reconciler) Run(ctx context.Context, opts RunOptions) (*Report, error) 
 		}
 	}
 	if opts.Repair {
-		if err := r.repair(ctx, rep.Findings, opts.By); err != nil {
-			rep.Repaired = countRepaired(rep.Findings)
-			rep.FinishedAt = time.Now().UTC()
-			return rep, err
-		}
+		rep.RepairErrors = int64(r.repair(ctx, rep.Findings, opts.By))
 	}
 	for _, c := range r.checks {
 		r.findings.WithLabelValues(string(c.Kind)).Set(float64(byKind[c.Kind]))
@@ -172,19 +172,41 @@ func countRepaired(fs []*Finding) int64 {
 	return n
 }
 
-// repair repairs each finding whose check has a repair, in order; findings whose repair
-// changed nothing stay Repaired=false.
-func (r *Reconciler) repair(ctx context.Context, fs []*Finding, by Actor) error {
+// repairOrder is the order in which kinds are repaired: stock counters first, so that a
+// closed order's release, repaired next, moves counters that agree with the reservations
+// (a held reservation of a closed order whose SKU's held counter was already 0 could not
+// be released before the counter was corrected: the CHECK held >= 0 refused it). Kinds not
+// listed follow in the order they were found.
+var repairOrder = map[Kind]int{KindStockMismatch: -1}
+
+// repair repairs each finding whose check has a repair (stock counters first, see
+// repairOrder); findings whose repair changed nothing stay Repaired=false. A repair that
+// fails does not stop the others: its finding keeps the error (Finding.Error), which is
+// logged and counted in orderly_reconcile_repair_errors_total{kind}; the count of failed
+// repairs is returned.
+func (r *Reconciler) repair(ctx context.Context, fs []*Finding, by Actor) int {
 	by.Operator = cmp.Or(by.Operator, OperatorReconcile)
-	wake := false
-	for _, f := range fs {
+	ordered := slices.Clone(fs)
+	slices.SortStableFunc(ordered, func(a, b *Finding) int { return cmp.Compare(repairOrder[a.Kind], repairOrder[b.Kind]) })
+	wake, failed := false, 0
+	for _, f := range ordered {
 		c := r.check(f.Kind)
 		if c == nil || c.Repair == nil {
 			continue
 		}
 		ok, err := c.Repair(ctx, r, f, by)
 		if err != nil {
-			return fmt.Errorf("reconcile: repair %s (order %q, sku %q): %w", f.Kind, f.OrderID, f.SKU, err)
+			if ctx.Err() != nil {
+				f.Error = ctx.Err().Error()
+				failed++
+				continue
+			}
+			f.Error = err.Error()
+			failed++
+			r.repairErrors.WithLabelValues(string(f.Kind)).Inc()
+			r.cfg.Logger.ErrorContext(ctx, "reconciliation repair failed", "kind", f.Kind, "order_id", f.OrderID, "sku", f.SKU,
+				"target", f.Target, "error", err)
+			continue
 		}
 		if ok {
 			f.Repaired = true
@@ -197,7 +219,7 @@ func (r *Reconciler) repair(ctx context.Context, fs []*Finding, by Actor) error 
 	if wake {
 		r.cfg.WakeRelay()
 	}
-	return nil
+	return failed
 }
 
 func (r *Reconciler) check(k Kind) *Check {
@@ -239,7 +261,8 @@ func (r *Reconciler) RepairOrder(ctx context.Context, orderID string, by Actor) 
 	if err != nil {
 		return nil, err
 	}
-	return fs, r.repair(ctx, fs, by)
+	r.repair(ctx, fs, by)
+	return fs, nil
 }
 
 // snapshot reads one order and what the per-order checks compare it with.

@@ -40,6 +40,9 @@ func ReadStatement(in io.Reader) ([]StatementLine, error) {
 	}
 	col := map[string]int{}
 	for i, h := range header {
+		if i == 0 {
+			h = strings.TrimPrefix(h, "\ufeff") // the byte order mark spreadsheet programs write first
+		}
 		col[strings.ToLower(strings.TrimSpace(h))] = i
 	}
 	for _, c := range statementColumns {
@@ -75,7 +78,8 @@ func ReadStatement(in io.Reader) ([]StatementLine, error) {
 // Statement compares a settlement statement with the payments table and returns its
 // findings (never nil): a transaction of the statement that no payment records
 // (KindStatementMissingOurs), one whose amount or currency differs
-// (KindStatementAmountMismatch), and a capture of ours between the statement's first and
+// (KindStatementAmountMismatch), a transaction listed twice (KindStatementDuplicate: the
+// gateway settled it twice, or the file repeats it), and a capture of ours between the statement's first and
 // last time that the statement does not list (KindStatementMissingTheirs). Lines with
 // status failed are skipped. Nothing is repaired: each is an operator task.
 func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*Finding, error) {
@@ -85,6 +89,11 @@ func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*F
 	for _, l := range lines {
 		if l.Status == "failed" {
 			continue
+		}
+		if listed[l.ChannelTxnID] {
+			out = append(out, &Finding{Kind: KindStatementDuplicate, Target: l.ChannelTxnID,
+				Detail: fmt.Sprintf("transaction %s is listed more than once (again with %d %s, %s at %s)", l.ChannelTxnID,
+					l.Amount, l.Currency, l.Status, l.Time.Format(time.RFC3339))})
 		}
 		listed[l.ChannelTxnID] = true
 		if from.IsZero() || l.Time.Before(from) {

@@ -22,8 +22,9 @@ func reconcileCommand() *cli.Command {
 		Usage: "find (and with --repair, repair) disagreements between orders, payments, stock, coupons and the outbox",
 		Description: "Exits 0 when nothing is left to do (no finding, or every finding repaired), 1 when a finding needs an operator.\n" +
 			"Repairs go through the services and are audited (operator \"reconcile\"); refunds they request leave through the\n" +
-			"outbox of the running instances. With --statement, compares a gateway's settlement CSV (channel_txn_id, amount,\n" +
-			"currency, status, time) with the payments table instead.",
+			"outbox of the running instances. A repair that fails leaves its finding with the error and the others go on.\n" +
+			"With --statement, also compares a gateway's settlement CSV (channel_txn_id, amount, currency, status, time) with\n" +
+			"the payments table.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
 			&cli.BoolFlag{Name: "repair", Usage: "repair what can be repaired (through the state machine and the services, audited)"},
@@ -46,19 +47,23 @@ func reconcileCommand() *cli.Command {
 				return flagError(err)
 			}
 			defer e.Close(context.WithoutCancel(ctx))
-			rep := &reconcile.Report{Findings: []*reconcile.Finding{}, StartedAt: time.Now().UTC()}
+			rep, err := e.Reconciler().Run(ctx, reconcile.RunOptions{Repair: cmd.Bool("repair"), Since: since,
+				By: reconcile.Actor{Operator: reconcile.OperatorReconcile}})
+			if err != nil {
+				return err
+			}
 			if path := cmd.String("statement"); path != "" {
 				lines, err := readStatement(path)
 				if err != nil {
 					return err
 				}
-				if rep.Findings, err = e.Reconciler().Statement(ctx, lines); err != nil {
+				fs, err := e.Reconciler().Statement(ctx, lines)
+				if err != nil {
 					return err
 				}
-				rep.Scanned, rep.FinishedAt = int64(len(lines)), time.Now().UTC()
-			} else if rep, err = e.Reconciler().Run(ctx, reconcile.RunOptions{Repair: cmd.Bool("repair"), Since: since,
-				By: reconcile.Actor{Operator: reconcile.OperatorReconcile}}); err != nil {
-				return err
+				rep.Findings = append(rep.Findings, fs...)
+				rep.Scanned += int64(len(lines))
+				rep.FinishedAt = time.Now().UTC()
 			}
 			out := cmd.Root().Writer
 			if cmd.Bool("json") {
@@ -109,11 +114,14 @@ func printFindings(w io.Writer, rep *reconcile.Report) {
 		if f.SKU != "" {
 			what = "sku " + f.SKU
 		}
-		state := "found"
-		if f.Repaired {
+		state, detail := "found", f.Detail
+		switch {
+		case f.Repaired:
 			state = "repaired"
+		case f.Error != "":
+			state, detail = "failed", detail+" (repair failed: "+f.Error+")"
 		}
-		fmt.Fprintf(w, "%-9s %-26s %s: %s\n", state, f.Kind, what, f.Detail)
+		fmt.Fprintf(w, "%-9s %-26s %s: %s\n", state, f.Kind, what, detail)
 	}
 	fmt.Fprintf(w, "%d findings, %d repaired, %d rows scanned\n", len(rep.Findings), rep.Repaired, rep.Scanned)
 }

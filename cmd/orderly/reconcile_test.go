@@ -82,15 +82,23 @@ func TestReconcileCommand(t *testing.T) {
 		t.Errorf("after the repair: %v, want no findings", r.Findings)
 	}
 
-	// The statement: a transaction nobody recorded.
+	// The statement: a transaction nobody recorded. The statement adds to the checks of the
+	// database, which still run: a drift injected again is reported beside it.
+	if raw, err = sql.Open("sqlite", path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`UPDATE stock SET held = 3, available = 7 WHERE sku = 'SKU-X'`); err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.Close()
 	csv := filepath.Join(t.TempDir(), "statement.csv")
 	if err := os.WriteFile(csv, []byte("channel_txn_id,amount,currency,status,time\ntxn-9,500,USD,succeeded,"+
 		time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = runJSON(exitFailure, "--statement", csv)
-	if len(r.Findings) != 1 || r.Findings[0]["kind"] != "statement_missing_ours" {
-		t.Errorf("statement findings = %v, want one statement_missing_ours", r.Findings)
+	if len(r.Findings) != 2 || r.Findings[0]["kind"] != "stock_mismatch" || r.Findings[1]["kind"] != "statement_missing_ours" {
+		t.Errorf("statement findings = %v, want stock_mismatch and statement_missing_ours", r.Findings)
 	}
 	if code, _, errOut := runCLI(t, "reconcile", "--database-url", path, "--since", "yesterday"); code != exitUsage {
 		t.Errorf("--since yesterday: exit %d (%s), want %d", code, errOut, exitUsage)
