@@ -13,8 +13,9 @@ import (
 type SagaService interface {
 	// Get returns a saga and its step log; ENOTFOUND if there is none.
 	Get(ctx context.Context, id string) (*saga.Instance, []*saga.StepRecord, error)
-	// Redrive resumes a stuck saga; ENOTFOUND, or ESAGANOTSTUCK when it is not stuck.
-	Redrive(ctx context.Context, id string) (*saga.Instance, error)
+	// RedriveBy resumes a stuck saga and audits it under by; ENOTFOUND, or ESAGANOTSTUCK
+	// when it is not stuck.
+	RedriveBy(ctx context.Context, id string, by saga.Actor) (*saga.Instance, error)
 }
 
 var _ SagaService = (*saga.Orchestrator)(nil)
@@ -74,10 +75,16 @@ func (s *Server) getSaga(w http.ResponseWriter, r *http.Request) {
 }
 
 // redriveSaga handles POST /v1/admin/sagas/{id}/redrive: 200 with the saga, compensating
-// again from its stuck step, and its log; 409 saga-not-stuck when it is not stuck.
+// again from its stuck step, and its log; 409 saga-not-stuck when it is not stuck. The
+// re-drive is audited under the Orderly-Operator header (GET /v1/admin/actions).
 func (s *Server) redriveSaga(w http.ResponseWriter, r *http.Request) {
 	id := pathParam(r, "id")
-	if _, err := s.sagas.Redrive(r.Context(), id); err != nil {
+	by, err := actor(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if _, err := s.sagas.RedriveBy(r.Context(), id, saga.Actor{Operator: by.Operator, TraceID: by.TraceID}); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -97,4 +104,6 @@ var errNoSagas = orderly.Errorf(orderly.ENOTFOUND, "sagas are not enabled on thi
 func (noSagas) Get(context.Context, string) (*saga.Instance, []*saga.StepRecord, error) {
 	return nil, nil, errNoSagas
 }
-func (noSagas) Redrive(context.Context, string) (*saga.Instance, error) { return nil, errNoSagas }
+func (noSagas) RedriveBy(context.Context, string, saga.Actor) (*saga.Instance, error) {
+	return nil, errNoSagas
+}

@@ -16,6 +16,7 @@ type fakeSagas struct {
 	inst     *saga.Instance
 	log      []*saga.StepRecord
 	redriven []string
+	by       []saga.Actor
 }
 
 func (f *fakeSagas) Get(_ context.Context, id string) (*saga.Instance, []*saga.StepRecord, error) {
@@ -25,7 +26,7 @@ func (f *fakeSagas) Get(_ context.Context, id string) (*saga.Instance, []*saga.S
 	return f.inst, f.log, nil
 }
 
-func (f *fakeSagas) Redrive(_ context.Context, id string) (*saga.Instance, error) {
+func (f *fakeSagas) RedriveBy(_ context.Context, id string, by saga.Actor) (*saga.Instance, error) {
 	if id != f.inst.ID {
 		return nil, orderly.Errorf(orderly.ENOTFOUND, "saga %s not found", id)
 	}
@@ -33,6 +34,7 @@ func (f *fakeSagas) Redrive(_ context.Context, id string) (*saga.Instance, error
 		return nil, orderly.Errorf(orderly.ESAGANOTSTUCK, "saga %s is %s, not stuck", id, f.inst.State)
 	}
 	f.redriven = append(f.redriven, id)
+	f.by = append(f.by, by)
 	f.inst.State = saga.StateCompensating
 	return f.inst, nil
 }
@@ -72,9 +74,13 @@ func TestSagaRoutes(t *testing.T) {
 			if c.auth != "" {
 				req.Header.Set("Authorization", c.auth)
 			}
+			req.Header.Set(OperatorHeader, "ops-ana")
 			rec := f.do(req)
 			if len(fake.redriven) != c.redriven {
 				t.Fatalf("re-driven %v, want %d", fake.redriven, c.redriven)
+			}
+			if c.redriven == 1 && fake.by[0].Operator != "ops-ana" {
+				t.Fatalf("re-driven by %+v, want the Orderly-Operator header's ops-ana", fake.by[0])
 			}
 			if c.problem != "" {
 				assertProblem(t, rec, c.status, c.problem)

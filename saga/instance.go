@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -93,11 +94,28 @@ func (o *Orchestrator) ListStuck(ctx context.Context, afterID string, limit int)
 	return out, err
 }
 
-// Redrive resumes a stuck saga: it compensates again from the step that was stuck, with
-// its attempts counted from zero, due now (the timer runs it). It returns the instance as
-// re-driven. Errors: ENOTFOUND when there is no such saga; ESAGANOTSTUCK when it is not
-// stuck (a saga that is running or compensating is not re-driven: it is on its way).
+// Actor is who re-drives a saga, written to the operator_actions audit with the re-drive.
+type Actor struct {
+	Operator string // "admin" when empty
+	Reason   string
+	TraceID  string
+}
+
+// ActionRedrive is the audit action of a re-drive (the same word as a dead letter's).
+const ActionRedrive = "redrive"
+
+// Redrive is RedriveBy for the operator "admin" without a reason.
 func (o *Orchestrator) Redrive(ctx context.Context, id string) (*Instance, error) {
+	return o.RedriveBy(ctx, id, Actor{})
+}
+
+// RedriveBy resumes a stuck saga: it compensates again from the step that was stuck, with
+// its attempts counted from zero, due now (the timer runs it), and audits it in
+// operator_actions (action "redrive", target the saga id) in the same transaction. It
+// returns the instance as re-driven. Errors: ENOTFOUND when there is no such saga;
+// ESAGANOTSTUCK when it is not stuck (a saga that is running or compensating is not
+// re-driven: it is on its way).
+func (o *Orchestrator) RedriveBy(ctx context.Context, id string, by Actor) (*Instance, error) {
 	var s *store.SagaInstance
 	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		var err error
@@ -112,11 +130,20 @@ func (o *Orchestrator) Redrive(ctx context.Context, id string) (*Instance, error
 			return err
 		}
 		s.State, s.Attempts, s.AttemptStartedAt, s.WakeAt, s.UpdatedAt = string(StateCompensating), 0, nil, &now, now
+		stuckStep := s.CurrentStep
 		ok, err := tx.SagaUpdate(ctx, s)
 		if err == nil && !ok {
 			err = fmt.Errorf("redrive saga %s: changed concurrently", id)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		detail, err := json.Marshal(map[string]any{"saga": s.Definition, "step": stuckStep})
+		if err != nil {
+			return err
+		}
+		return tx.OperatorActionInsert(ctx, &store.OperatorAction{At: now, Operator: cmp.Or(by.Operator, "admin"),
+			Action: ActionRedrive, Target: id, Reason: by.Reason, Detail: detail, TraceID: by.TraceID})
 	})
 	if err != nil {
 		return nil, err

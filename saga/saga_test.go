@@ -469,8 +469,17 @@ func TestStuckAndRedrive(t *testing.T) {
 		t.Fatalf("ListStuck: %v, %v", list, err)
 	}
 	broken.Store(false)
-	if _, err := e.orch.Redrive(t.Context(), inst.ID); err != nil {
+	if _, err := e.orch.RedriveBy(t.Context(), inst.ID, saga.Actor{Operator: "ops-ana", Reason: "participant fixed", TraceID: "tr-9"}); err != nil {
 		t.Fatal(err)
+	}
+	var actions []*store.OperatorAction
+	err = e.store.Read(t.Context(), func(tx store.Tx) (err error) {
+		actions, err = tx.OperatorActionList(t.Context(), &store.OperatorActionListParams{Target: inst.ID, Limit: 10})
+		return err
+	})
+	if err != nil || len(actions) != 1 || actions[0].Action != "redrive" || actions[0].Operator != "ops-ana" ||
+		actions[0].Reason != "participant fixed" || actions[0].TraceID != "tr-9" {
+		t.Fatalf("audit of the re-drive: %+v, %v; want one redrive by ops-ana", actions, err)
 	}
 	done, log := e.waitState(t, inst.ID, saga.StateCompensated)
 	if attempts.Load() != 4 || done.EndedAt == nil || log[len(log)-1].Outcome != saga.OutcomeSucceeded || log[len(log)-1].Attempt != 1 {
