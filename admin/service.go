@@ -11,7 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -43,6 +46,12 @@ type Config struct {
 	Reconciler *reconcile.Reconciler
 	// WakeRelay is called after a re-drive; nil means none.
 	WakeRelay func()
+	// Flows are the engine's flows: an order search by a flow or a state none of them has
+	// is refused (EINVALID) instead of answering an empty page. nil: not checked.
+	Flows orderly.Flows
+	// Jobs are the names of the periodic jobs: a job-run listing by another name is
+	// refused (EINVALID). Empty: not checked.
+	Jobs []string
 }
 
 // Service is the operator's service. Safe for concurrent use.
@@ -81,6 +90,9 @@ func (s *Service) SearchOrders(ctx context.Context, p store.OrderSearchParams) (
 	if err != nil {
 		return nil, "", err
 	}
+	if err := s.checkFlowState(p.Flow, p.State); err != nil {
+		return nil, "", err
+	}
 	if !p.CreatedFrom.IsZero() && !p.CreatedTo.IsZero() && !p.CreatedTo.After(p.CreatedFrom) ||
 		!p.ClosedFrom.IsZero() && !p.ClosedTo.IsZero() && !p.ClosedTo.After(p.ClosedFrom) {
 		return nil, "", orderly.Errorf(orderly.EINVALID, "a time range's end must be after its start")
@@ -98,6 +110,38 @@ func (s *Service) SearchOrders(ctx context.Context, p store.OrderSearchParams) (
 		return os, "", nil
 	}
 	return os[:n], os[n-1].ID, nil
+}
+
+// checkFlowState refuses a flow that is not registered and a state that no flow (or not
+// the given flow) has, naming the ones there are.
+func (s *Service) checkFlowState(flow string, state orderly.State) error {
+	if s.cfg.Flows == nil {
+		return nil
+	}
+	flows := slices.Collect(maps.Values(s.cfg.Flows))
+	if flow != "" {
+		f, ok := s.cfg.Flows[flow]
+		if !ok {
+			return orderly.Errorf(orderly.EINVALID, "flow: %q is not a flow of this engine (%s)", flow,
+				strings.Join(s.cfg.Flows.Names(), ", "))
+		}
+		flows = []*orderly.Flow{f}
+	}
+	if state == "" {
+		return nil
+	}
+	var states []string
+	for _, f := range flows {
+		for _, st := range f.States() {
+			if st == state {
+				return nil
+			}
+			states = append(states, string(st))
+		}
+	}
+	slices.Sort(states)
+	return orderly.Errorf(orderly.EINVALID, "state: %q is not a state of %s (%s)", state,
+		cmp.Or(flow, "any flow"), strings.Join(slices.Compact(states), ", "))
 }
 
 // OrderDetail is one order with its audit trail and the operator actions on it.
@@ -256,6 +300,9 @@ func (s *Service) JobRuns(ctx context.Context, job string, n int) ([]*store.JobR
 	n, err := limit(n)
 	if err != nil {
 		return nil, err
+	}
+	if job != "" && len(s.cfg.Jobs) > 0 && !slices.Contains(s.cfg.Jobs, job) {
+		return nil, orderly.Errorf(orderly.EINVALID, "job: %q is not a job of this engine (%s)", job, strings.Join(s.cfg.Jobs, ", "))
 	}
 	var runs []*store.JobRun
 	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {

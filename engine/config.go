@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
@@ -224,6 +226,10 @@ func configErrorf(field, format string, args ...any) *ConfigError {
 func (c *Config) Validate() error {
 	if len(c.CallbackSecret) == 0 {
 		return configErrorf("CallbackSecret", "%s is required")
+	}
+	if c.AdminToken != "" && (strings.TrimSpace(c.AdminToken) != c.AdminToken || strings.ContainsFunc(c.AdminToken, unicode.IsControl)) {
+		// " " turned the admin routes on with a token no client sends (a header value is trimmed).
+		return configErrorf("AdminToken", "%s must not have spaces or control characters at either end or control characters within")
 	}
 	switch c.Timer {
 	case "", TimerDB:

@@ -266,7 +266,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("engine: reconciler: %w", err)
 	}
-	if e.admin, err = admin.New(admin.Config{Store: st, Reconciler: e.recon, WakeRelay: wakeRelay}); err != nil {
+	if e.admin, err = admin.New(admin.Config{Store: st, Reconciler: e.recon, WakeRelay: wakeRelay, Flows: cfg.Flows,
+		Jobs: []string{"sweep", "deep_check", "outbox_retention", "reconcile"}}); err != nil {
 		return nil, fmt.Errorf("engine: admin service: %w", err)
 	}
 

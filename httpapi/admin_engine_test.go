@@ -262,10 +262,18 @@ func TestAdminSearchOrders(t *testing.T) {
 	if _, v := g.do(t, http.MethodGet, "/v1/admin/orders?state=closed", adminToken, ""); len(v["orders"].([]any)) != 0 {
 		t.Errorf("closed orders: %v, want none", v)
 	}
-	for _, bad := range []string{"created_from=yesterday", "limit=0", "cursor=%21%21"} {
+	// A filter nothing can match is a mistake, not an empty page (they answered 200 []).
+	for _, bad := range []string{"created_from=yesterday", "limit=0", "cursor=%21%21", "state=bogus", "flow=nope",
+		"flow=standard&state=group_failed", "cursor=garbage"} {
 		if code, v := g.do(t, http.MethodGet, "/v1/admin/orders?"+bad, adminToken, ""); code != http.StatusUnprocessableEntity {
 			t.Errorf("?%s = %d %v, want 422", bad, code, v)
 		}
+	}
+	if code, v := g.do(t, http.MethodGet, "/v1/admin/jobs/runs?job=bogus", adminToken, ""); code != http.StatusUnprocessableEntity {
+		t.Errorf("job runs of job bogus = %d %v, want 422", code, v)
+	}
+	if code, _ := g.do(t, http.MethodGet, "/v1/admin/jobs/runs?job=sweep", adminToken, ""); code != http.StatusOK {
+		t.Errorf("job runs of the sweep = %d, want 200", code)
 	}
 	code, v := g.do(t, http.MethodGet, "/v1/admin/orders/"+want[0], adminToken, "")
 	if code != http.StatusOK || v["order"].(map[string]any)["id"] != want[0] || len(v["transitions"].([]any)) != 1 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/admin"
+	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -117,7 +118,7 @@ func decodeCursor(q url.Values) (string, error) {
 		return "", nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) == 0 {
+	if err != nil || len(b) == 0 || !order.ValidID(string(b)) {
 		return "", invalidf("cursor is not a cursor of this list: pass next_cursor as it was given")
 	}
 	return string(b), nil

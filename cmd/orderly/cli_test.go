@@ -50,6 +50,8 @@ func TestCommandLineErrors(t *testing.T) {
 		// Flags are validated before a callback secret is generated or printed.
 		{[]string{"serve", "--timer", "redis"}, 2, "--timer redis needs --redis-url"},
 		{[]string{"serve", "--timer", "cron"}, 2, `--timer must be db or redis, not "cron"`},
+		// A blank token turned the admin routes on with a token no client can send.
+		{[]string{"serve", "--admin-token", " "}, 2, "--admin-token must not have spaces or control characters at either end or control characters within"},
 		{[]string{"serve", "--grace-period", "-1s"}, 2, "--grace-period must not be negative, got -1s"},
 		// A zero would silently become the default (found by a first-time user): refused.
 		{[]string{"serve", "--payment-timeout", "0"}, 2, "--payment-timeout must be positive, got 0 (leave it out for the default, 30m0s)"},
