@@ -136,6 +136,10 @@ type Config struct {
 	// step deadlines and retries are timed on the closer's one timer, and GET
 	// /v1/sagas/{id} and the admin re-drive serve their instances. README.md "Sagas".
 	Sagas []saga.Definition
+	// SagaFaults injects failures into the wallet checkout's participants (package
+	// checkout): for tests and `orderly simulate` only (serve --test-saga-fail-rate,
+	// --test-saga-slow-rate, --test-saga-timeout-after-apply-rate). Zero: none.
+	SagaFaults saga.Faults
 	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
 	// Engine.SimGateway).
@@ -221,6 +225,9 @@ func configErrorf(field, format string, args ...any) *ConfigError {
 func (c *Config) Validate() error {
 	if len(c.CallbackSecret) == 0 {
 		return configErrorf("CallbackSecret", "%s is required")
+	}
+	if err := c.SagaFaults.Validate(); err != nil {
+		return configErrorf("SagaFaults", "%s: "+err.Error())
 	}
 	switch c.Timer {
 	case "", TimerDB:
