@@ -35,7 +35,8 @@ func NewService(st store.Store, orders *order.Service, sagas *saga.Orchestrator)
 //
 // Outcomes: the saga succeeded → the order, paid, created=true. A step waits for a retry
 // (a transient failure) → the order as it stands, pending_payment, created=true: the
-// engine's timer runs the retry, and GET /v1/sagas/{order id} shows the log. The saga
+// engine's timer runs the retry, and GET /v1/sagas/{order id} shows the log; when that
+// step is the first, so that no order exists yet, EUNAVAILABLE naming the saga. The saga
 // compensated → an error whose code is the failure's: EINSUFFICIENT (the wallet's available
 // balance is less than the amount, or the user has no wallet in the currency; 409
 // insufficient-funds), EOUTOFSTOCK, ECOUPONUNAVAIL, EINVALID, EIDEMPOTENCY, ENOTPAYABLE,
@@ -84,7 +85,11 @@ func (s *Service) Checkout(ctx context.Context, p *orderly.CreateOrderParams) (*
 			o.ID, o.State, o.CloseReason, inst.ID, inst.State, inst.LastError)
 	}
 	o, err := s.orders.Order(ctx, id)
-	if err != nil {
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+		// The order step itself waits for its retry: nothing to show yet.
+		return nil, false, orderly.Errorf(orderly.EUNAVAILABLE, "wallet checkout %s is in progress: its first step waits for a retry "+
+			"(GET /v1/sagas/%s; the same Idempotency-Key answers its order)", id, id)
+	} else if err != nil {
 		return nil, false, err
 	}
 	s.orders.Created(ctx, o) // the timer learns its deadline (a pending order waits for a retry)

@@ -227,7 +227,7 @@ func (c *Config) Validate() error {
 		return configErrorf("CallbackSecret", "%s is required")
 	}
 	if err := c.SagaFaults.Validate(); err != nil {
-		return configErrorf("SagaFaults", "%s: "+err.Error())
+		return configErrorf("SagaFaults", "%s: %v", err)
 	}
 	switch c.Timer {
 	case "", TimerDB:
