@@ -22,7 +22,6 @@ const (
 	StepOrder  = "order"
 	StepStock  = "stock"
 	StepCoupon = "coupon"
-	StepDebit  = "debit"
 	StepPay    = "pay"
 )
 
@@ -77,8 +76,7 @@ func Definition(d Deps) (saga.Definition, error) {
 		step(StepOrder, s.createOrder, s.closeOrder),
 		step(StepStock, s.reserve, s.release),
 		step(StepCoupon, s.freeze, s.releaseCoupon),
-		step(StepDebit, s.debit, s.creditBack),
-		step(StepPay, s.pay, nil),
+		step(StepPay, s.pay, s.creditBack),
 	}}, nil
 }
 
@@ -178,25 +176,13 @@ func (s *steps) releaseCoupon(ctx context.Context, tx store.Tx, c *saga.Call) er
 	return err
 }
 
-// debit takes the order's amount from the buyer's wallet to the platform account, under
-// the operation's key. A user without a wallet in the order's currency has no funds.
-func (s *steps) debit(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	o, now, err := pending(ctx, tx, c.SagaID)
-	if err != nil {
-		return err
-	}
-	_, err = s.Wallets.DebitTx(ctx, tx, &orderly.WalletMoveParams{UserID: o.UserID, Currency: o.Currency, Amount: o.Amount,
-		IdempotencyKey: c.IdempotencyKey}, now)
-	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
-		return saga.Business(orderly.Errorf(orderly.EINSUFFICIENT, "user %s has no wallet in %s: no funds for %d", o.UserID, o.Currency, o.Amount))
-	}
-	return business(err)
-}
-
-// creditBack refunds the debit written under the action's key, in full, under the
-// compensation's key; no such debit is a null compensation.
+// creditBack refunds the debit written under the pay action's key, in full, under the
+// compensation's key; no such debit is a null compensation. The pay step runs in the
+// transaction that records it, so it is compensated only when its outcome stayed unknown
+// past its deadline, and then nothing was debited: this is the guard of that rule, and of
+// a pay participant that one day runs outside the recording transaction.
 func (s *steps) creditBack(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	tr, err := tx.WalletTransferByKey(ctx, saga.IdempotencyKey(c.SagaID, StepDebit, saga.PhaseAction))
+	tr, err := tx.WalletTransferByKey(ctx, saga.IdempotencyKey(c.SagaID, StepPay, saga.PhaseAction))
 	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
 		return nil
 	} else if err != nil {
@@ -210,10 +196,15 @@ func (s *steps) creditBack(ctx context.Context, tx store.Tx, c *saga.Call) error
 	return err
 }
 
-// pay records the wallet payment (succeeded, channel "wallet") and moves the order to paid
-// through the machine's pay transition: reservations committed, coupon used, order.paid
-// published. Past the payment deadline (database clock) the order is not payable, as for
-// any payment attempt.
+// pay takes the order's amount from the buyer's wallet to the platform account and moves
+// the order to paid, in one step: the payment is recorded (succeeded, channel "wallet",
+// channel_txn_id "wallet:<transfer id>"), the machine's pay transition runs (reservations
+// committed, coupon used, order.paid published), and the debit is written last, under the
+// operation's key, so that the platform account's row, which every checkout updates, is
+// held only from its update to the commit. Past the payment deadline (database clock) the
+// order is not payable, as for any payment attempt. A user without a wallet in the
+// order's currency, or whose available balance is short, is a business failure
+// (EINSUFFICIENT), and the step's writes roll back with its savepoint.
 func (s *steps) pay(ctx context.Context, tx store.Tx, c *saga.Call) error {
 	o, now, err := pending(ctx, tx, c.SagaID)
 	if err != nil {
@@ -222,15 +213,15 @@ func (s *steps) pay(ctx context.Context, tx store.Tx, c *saga.Call) error {
 	if !now.Before(o.ExpiresAt) {
 		return saga.Business(orderly.Errorf(orderly.ENOTPAYABLE, "the payment deadline of order %s passed", o.ID))
 	}
-	tr, err := tx.WalletTransferByKey(ctx, saga.IdempotencyKey(c.SagaID, StepDebit, saga.PhaseAction))
-	if err != nil {
-		return fmt.Errorf("the debit of order %s: %w", o.ID, err)
-	}
-	id, err := order.NewID()
+	transferID, err := order.NewID()
 	if err != nil {
 		return err
 	}
-	p := &orderly.Payment{ID: id, OrderID: o.ID, Channel: Channel, ChannelTxnID: "wallet:" + tr.ID, Amount: o.Amount,
+	paymentID, err := order.NewID()
+	if err != nil {
+		return err
+	}
+	p := &orderly.Payment{ID: paymentID, OrderID: o.ID, Channel: Channel, ChannelTxnID: "wallet:" + transferID, Amount: o.Amount,
 		Currency: o.Currency, State: orderly.PaymentSucceeded, CreatedAt: now, SucceededAt: &now}
 	if err := tx.PaymentInsert(ctx, p); err != nil {
 		return err
@@ -243,12 +234,21 @@ func (s *steps) pay(ctx context.Context, tx store.Tx, c *saga.Call) error {
 	changed, err := m.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 		IDs: []string{o.ID}, From: o.State, Event: orderly.EventPay,
 		PayStatusIn:  []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
-		SetPayStatus: orderly.PayPaid, SetPaidAt: true, Now: now, Cause: "payment " + p.ID + " (wallet transfer " + tr.ID + ")", Actor: "checkout",
+		SetPayStatus: orderly.PayPaid, SetPaidAt: true, Now: now, Cause: "payment " + p.ID + " (wallet transfer " + transferID + ")", Actor: "checkout",
 	}, map[string]string{o.ID: o.CouponID})
 	if err != nil {
 		return business(err)
 	} else if len(changed) != 1 {
 		return saga.Business(orderly.Errorf(orderly.ENOTPAYABLE, "order %s changed concurrently and no longer takes a payment", o.ID))
+	}
+	tr, err := s.Wallets.DebitTx(ctx, tx, transferID, &orderly.WalletMoveParams{UserID: o.UserID, Currency: o.Currency, Amount: o.Amount,
+		IdempotencyKey: c.IdempotencyKey}, now)
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+		return saga.Business(orderly.Errorf(orderly.EINSUFFICIENT, "user %s has no wallet in %s: no funds for %d", o.UserID, o.Currency, o.Amount))
+	} else if err != nil {
+		return business(err)
+	} else if tr.ID != transferID {
+		return fmt.Errorf("the debit of order %s is transfer %s, written before this attempt", o.ID, tr.ID)
 	}
 	return nil
 }
@@ -299,7 +299,7 @@ func failure(ctx context.Context, tx store.Tx, sagaID string) (orderly.CloseReas
 			continue
 		}
 		if st.Outcome == string(saga.OutcomeBusinessFailure) {
-			return reasonOf(st.StepName), nil
+			return reasonOf(codeOf(st.Error)), nil
 		}
 		if st.Outcome == string(saga.OutcomeUnknown) {
 			return orderly.CloseReasonCheckoutFailed, nil
@@ -308,13 +308,14 @@ func failure(ctx context.Context, tx store.Tx, sagaID string) (orderly.CloseReas
 	return orderly.CloseReasonCheckoutFailed, nil
 }
 
-func reasonOf(step string) orderly.CloseReason {
-	switch step {
-	case StepStock:
+// reasonOf is the close reason of a business failure's error code.
+func reasonOf(code string) orderly.CloseReason {
+	switch code {
+	case orderly.EOUTOFSTOCK:
 		return orderly.CloseReasonOutOfStock
-	case StepCoupon:
+	case orderly.ECOUPONUNAVAIL:
 		return orderly.CloseReasonCouponUnavailable
-	case StepDebit:
+	case orderly.EINSUFFICIENT:
 		return orderly.CloseReasonInsufficientFunds
 	}
 	return orderly.CloseReasonCheckoutFailed

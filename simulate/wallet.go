@@ -238,9 +238,12 @@ func (w *walletFlow) Settle(ctx context.Context, r *runner) bool {
 		c.mu.Lock()
 		id, state := c.orderID, c.saga
 		c.mu.Unlock()
-		if state == "succeeded" || state == "compensated" || (c.answer == "error" && id == "") {
+		if state == "succeeded" || state == "compensated" || ctx.Err() != nil {
 			continue
 		}
+		// No order known yet: the answer was 503 (a first step waits for its retry), or
+		// none at all (an instance died with the request), and the server may have begun
+		// the checkout: the same key answers its order, or begins it now.
 		if id == "" {
 			w.checkout(ctx, c, false)
 			done = false

@@ -14,8 +14,10 @@ import (
 // participant whose writes must commit with its own (a saga's LocalTx step, package
 // checkout): the same validation, guard and entries, and the same idempotency (a key used
 // already returns the first transfer with Replay set, or EIDEMPOTENCY for another
-// operation). Errors as Debit; on error the caller rolls tx (or its savepoint) back.
-func (s *Service) DebitTx(ctx context.Context, tx store.Tx, p *orderly.WalletMoveParams, now time.Time) (*orderly.WalletTransfer, error) {
+// operation). id is the new transfer's id (a UUID the caller minted, e.g. to name it in a
+// payment written before); "" mints one. Errors as Debit; on error the caller rolls tx
+// (or its savepoint) back.
+func (s *Service) DebitTx(ctx context.Context, tx store.Tx, id string, p *orderly.WalletMoveParams, now time.Time) (*orderly.WalletTransfer, error) {
 	if err := validateMove(p); err != nil {
 		return nil, err
 	}
@@ -34,9 +36,11 @@ func (s *Service) DebitTx(ctx context.Context, tx store.Tx, p *orderly.WalletMov
 	if first, err := replayTx(ctx, tx, tr); first != nil || err != nil {
 		return first, err
 	}
-	id, err := order.NewID()
-	if err != nil {
-		return nil, err
+	if id == "" {
+		var err error
+		if id, err = order.NewID(); err != nil {
+			return nil, err
+		}
 	}
 	tr.ID = id
 	if err := book(ctx, tx, tr, now, []leg{
