@@ -113,6 +113,17 @@ func (s *steps) createOrder(ctx context.Context, tx store.Tx, c *saga.Call) erro
 	return nil
 }
 
+// namesCoupon reports whether the checkout's order names a coupon; true when the input
+// cannot be read (the order then says).
+func namesCoupon(c *saga.Call) bool {
+	var in struct {
+		Order struct {
+			CouponID string `json:"coupon_id"`
+		} `json:"order"`
+	}
+	return json.Unmarshal(c.Input, &in) != nil || in.Order.CouponID != ""
+}
+
 // pending reads the checkout's order; a business failure when it is no longer
 // pending_payment (closed by its deadline or by the buyer while a step waited).
 func pending(ctx context.Context, tx store.Tx, id string) (*orderly.Order, time.Time, error) {
@@ -149,7 +160,12 @@ func (s *steps) release(ctx context.Context, tx store.Tx, c *saga.Call) error {
 	return err
 }
 
+// freeze freezes the order's coupon; an order without one (the saga's input says so)
+// reads nothing.
 func (s *steps) freeze(ctx context.Context, tx store.Tx, c *saga.Call) error {
+	if !namesCoupon(c) {
+		return nil
+	}
 	o, now, err := pending(ctx, tx, c.SagaID)
 	if err != nil {
 		return err
@@ -159,6 +175,9 @@ func (s *steps) freeze(ctx context.Context, tx store.Tx, c *saga.Call) error {
 
 // releaseCoupon releases the coupon the order froze, if it is still frozen for it.
 func (s *steps) releaseCoupon(ctx context.Context, tx store.Tx, c *saga.Call) error {
+	if !namesCoupon(c) {
+		return nil
+	}
 	o, err := tx.OrderGet(ctx, c.SagaID)
 	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
 		return nil // null compensation: no order, no coupon
