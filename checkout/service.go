@@ -41,7 +41,8 @@ func NewService(st store.Store, orders *order.Service, sagas *saga.Orchestrator)
 // balance is less than the amount, or the user has no wallet in the currency; 409
 // insufficient-funds), EOUTOFSTOCK, ECOUPONUNAVAIL, EINVALID, EIDEMPOTENCY, ENOTPAYABLE,
 // or ECONFLICT for a step whose outcome stayed unknown past its deadline; the order, when
-// one was written, is closed with the matching close_reason and the error names it.
+// one was written, is closed with the matching close_reason (once the compensations ran:
+// one may still wait for its retry) and the error names it.
 // Validation errors (EINVALID) are returned before anything is written.
 func (s *Service) Checkout(ctx context.Context, p *orderly.CreateOrderParams) (*orderly.Order, bool, error) {
 	if p.PaymentMethod != orderly.PaymentMethodWallet {
@@ -69,7 +70,8 @@ func (s *Service) Checkout(ctx context.Context, p *orderly.CreateOrderParams) (*
 		return nil, false, fmt.Errorf("wallet checkout %s: %w", id, err)
 	}
 	switch inst.State {
-	case saga.StateCompensated, saga.StateStuck:
+	case saga.StateCompensated, saga.StateStuck, saga.StateCompensating:
+		// Compensating: a compensation waits for its retry; the order closes when it runs.
 		code := codeOf(inst.LastError)
 		if code == orderly.EIDEMPOTENCY {
 			// A concurrent request with the same key won: answer its order.
