@@ -41,7 +41,19 @@ type CloseReason string
 const (
 	CloseReasonPaymentTimeout CloseReason = "payment_timeout" // close_at passed without payment
 	CloseReasonBuyerCancelled CloseReason = "buyer_cancelled" // the buyer cancelled before paying
+	// The wallet checkout (package checkout) closes its order with the reason its saga
+	// failed for: the wallet's balance, the stock, the coupon, or anything else (a step's
+	// outcome unknown past its deadline, the order no longer payable).
+	CloseReasonInsufficientFunds CloseReason = "insufficient_funds"
+	CloseReasonOutOfStock        CloseReason = "out_of_stock"
+	CloseReasonCouponUnavailable CloseReason = "coupon_unavailable"
+	CloseReasonCheckoutFailed    CloseReason = "checkout_failed"
 )
+
+// PaymentMethodWallet is CreateOrderParams.PaymentMethod for a wallet checkout: the order
+// is paid from the user's wallet balance at once (package checkout, README.md "Wallet
+// checkout"); its payment is recorded with channel "wallet".
+const PaymentMethodWallet = "wallet"
 
 // Item is one line of an order: Quantity units of SKU at UnitPrice minor currency units each.
 type Item struct {

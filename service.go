@@ -15,6 +15,10 @@ type CreateOrderParams struct {
 	// configured default (30 min). The payment deadline is created_at + this.
 	PaymentTimeoutSeconds int64  `json:"payment_timeout_seconds,omitempty"`
 	Flow                  string `json:"flow,omitempty"` // "" means FlowStandard
+	// PaymentMethod is how the order is paid: "" for a payment attempt started later
+	// (POST /v1/orders/{id}/payments), PaymentMethodWallet to check out from the user's
+	// wallet at once, as a saga (package checkout). Part of the idempotency fingerprint.
+	PaymentMethod string `json:"payment_method,omitempty"`
 	// IdempotencyKey, when set, makes the call idempotent per user: the same key with the
 	// same parameters returns the first order; with different parameters EIDEMPOTENCY.
 	IdempotencyKey string `json:"-"`

@@ -141,6 +141,10 @@ type Config struct {
 	// step deadlines and retries are timed on the closer's one timer, and GET
 	// /v1/sagas/{id} and the admin re-drive serve their instances. README.md "Sagas".
 	Sagas []saga.Definition
+	// SagaFaults injects failures into the wallet checkout's participants (package
+	// checkout): for tests and `orderly simulate` only (serve --test-saga-fail-rate,
+	// --test-saga-slow-rate, --test-saga-timeout-after-apply-rate). Zero: none.
+	SagaFaults saga.Faults
 	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
 	// Engine.SimGateway).
@@ -230,6 +234,9 @@ func (c *Config) Validate() error {
 	if c.AdminToken != "" && (strings.TrimSpace(c.AdminToken) != c.AdminToken || strings.ContainsFunc(c.AdminToken, unicode.IsControl)) {
 		// " " turned the admin routes on with a token no client sends (a header value is trimmed).
 		return configErrorf("AdminToken", "%s must not have spaces or control characters at either end or control characters within")
+	}
+	if err := c.SagaFaults.Validate(); err != nil {
+		return configErrorf("SagaFaults", "%s: %v", err)
 	}
 	switch c.Timer {
 	case "", TimerDB:

@@ -20,6 +20,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/admin"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/job"
@@ -58,6 +59,7 @@ type Engine struct {
 	router   *channel.Router // nil without Config.ChannelRoutes
 	closer   *timeout.Closer
 	sagas    *saga.Orchestrator
+	checkout *checkout.Service
 	relay    *outbox.Relay
 	jobs     []*job.Runner
 	recon    *reconcile.Reconciler
@@ -184,14 +186,22 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	timed = append(slices.Clone(timed), wallet.NewExpiries(log))
 
-	// The saga orchestrator: its due instances are one more timed kind of the closer.
+	// The saga orchestrator: its due instances are one more timed kind of the closer. The
+	// wallet checkout (package checkout) is one of its definitions.
+	walletCheckout, err := checkout.Definition(checkout.Deps{Orders: e.orders, Wallets: e.wallets, Faults: &cfg.SagaFaults})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	if e.sagas, err = saga.New(saga.Config{
-		Store: st, Definitions: cfg.Sagas, Logger: log, Metrics: e.metrics,
+		Store: st, Definitions: append(slices.Clone(cfg.Sagas), walletCheckout), Logger: log, Metrics: e.metrics,
 		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
 	}); err != nil {
 		return nil, fmt.Errorf("engine: sagas: %w", err)
 	}
 	timed = append(slices.Clone(timed), e.sagas.Timed())
+	if e.checkout, err = checkout.NewService(st, e.orders, e.sagas); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = e.payments.RefundHandler()
@@ -289,7 +299,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		e.jobs = append(e.jobs, r)
 	}
 
-	var orders orderly.OrderService = e.orders
+	var orders orderly.OrderService = checkout.Orders{OrderService: e.orders, Checkout: e.checkout}
 	if cfg.Wrap.Orders != nil {
 		orders = cfg.Wrap.Orders(orders)
 	}
@@ -539,6 +549,10 @@ func (e *Engine) Store() *sqlstore.DB { return e.db }
 
 // Closer returns the close path (timer, sweep and deep check bodies).
 func (e *Engine) Closer() *timeout.Closer { return e.closer }
+
+// Checkout returns the wallet checkout (package checkout): POST /v1/orders with
+// payment_method "wallet" runs it.
+func (e *Engine) Checkout() *checkout.Service { return e.checkout }
 
 // Sagas returns the saga orchestrator (Run, Begin, Get, Redrive) of Config.Sagas.
 func (e *Engine) Sagas() *saga.Orchestrator { return e.sagas }

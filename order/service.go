@@ -151,6 +151,8 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 		return 0, orderly.Errorf(orderly.EINVALID, "payment_timeout_seconds must be 0 (default) to %d", int64(MaxPaymentTimeout/time.Second))
 	case p.CouponID != "" && !ValidID(p.CouponID):
 		return 0, orderly.Errorf(orderly.EINVALID, "coupon_id %s", idRule)
+	case p.PaymentMethod != "" && p.PaymentMethod != orderly.PaymentMethodWallet:
+		return 0, orderly.Errorf(orderly.EINVALID, "payment_method must be absent or %q", orderly.PaymentMethodWallet)
 	}
 	var total int64
 	seen := make(map[string]bool, len(p.Items))
@@ -195,6 +197,11 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 	} else if flow.Managed {
 		return nil, false, orderly.Errorf(orderly.EINVALID, "orders of flow %s are created by their own routes (group_buy: POST /v1/groups, POST /v1/groups/{id}/join)", flow.Name)
 	}
+	if p.PaymentMethod != "" {
+		// The wallet checkout is a saga of its own (package checkout), which the engine
+		// puts in front of this service.
+		return nil, false, orderly.Errorf(orderly.EINVALID, "payment_method %q is not served here: no wallet checkout is configured", p.PaymentMethod)
+	}
 	var (
 		o       *orderly.Order
 		created bool
@@ -237,6 +244,13 @@ type CreateOptions struct {
 	// rows, which every create, payment and close of those SKUs updates, are taken last
 	// and held only until the commit.
 	Inserted func(o *orderly.Order) error
+	// ID, when set, is the new order's id (a valid UUID chosen by the caller: the wallet
+	// checkout gives its order its saga's id); a new UUIDv7 otherwise.
+	ID string
+	// NoResources writes the order and its creation audit row only: the caller reserves
+	// the stock and freezes the coupon itself, later (the wallet checkout's own saga steps,
+	// package checkout). The amount still takes the coupon off.
+	NoResources bool
 }
 
 // CreateInTx is the body of CreateOrder in the caller's transaction tx, so that a domain
@@ -294,9 +308,11 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 			expiresAt = deadlineCap
 		}
 	}
-	id, err := NewID()
-	if err != nil {
-		return nil, false, err
+	id := opts.ID
+	if id == "" {
+		if id, err = NewID(); err != nil {
+			return nil, false, err
+		}
 	}
 	amount := total
 	if p.CouponID != "" {
@@ -339,25 +355,48 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 			return nil, false, err
 		}
 	}
-	// Reserve in SKU order: every transaction that locks several stock rows takes them
-	// in the same order (release and commit do too), so they cannot deadlock.
-	for _, it := range slices.SortedFunc(slices.Values(p.Items), func(a, b orderly.Item) int { return strings.Compare(a.SKU, b.SKU) }) {
-		ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: id, SKU: it.SKU, Quantity: it.Quantity, Now: now})
-		if err != nil {
-			return nil, false, err
-		} else if !ok {
-			return nil, false, orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", it.SKU, it.Quantity)
-		}
+	if opts.NoResources {
+		return o, true, nil
 	}
-	if p.CouponID != "" {
-		ok, err := tx.CouponFreeze(ctx, &store.CouponFreezeParams{ID: p.CouponID, UserID: p.UserID, OrderID: id, Currency: p.Currency, Now: now})
-		if err != nil {
-			return nil, false, err
-		} else if !ok {
-			return nil, false, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s is not available to user %s in %s (used, frozen, expired or someone else's)", p.CouponID, p.UserID, p.Currency)
-		}
+	if err := Reserve(ctx, tx, o, now); err != nil {
+		return nil, false, err
+	}
+	if err := FreezeCoupon(ctx, tx, o, now); err != nil {
+		return nil, false, err
 	}
 	return o, true, nil
+}
+
+// Reserve reserves the stock of o's items in tx, in SKU order: every transaction that
+// locks several stock rows takes them in the same order (release and commit do too), so
+// they cannot deadlock. Errors: EOUTOFSTOCK naming the first SKU short of units; the
+// caller rolls back (or back to its savepoint).
+func Reserve(ctx context.Context, tx store.Tx, o *orderly.Order, now time.Time) error {
+	id := o.ID
+	for _, it := range slices.SortedFunc(slices.Values(o.Items), func(a, b orderly.Item) int { return strings.Compare(a.SKU, b.SKU) }) {
+		ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: id, SKU: it.SKU, Quantity: it.Quantity, Now: now})
+		if err != nil {
+			return err
+		} else if !ok {
+			return orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", it.SKU, it.Quantity)
+		}
+	}
+	return nil
+}
+
+// FreezeCoupon freezes o's coupon, if it names one, for o in tx. Errors: ECOUPONUNAVAIL
+// when the coupon is used, frozen, expired or someone else's.
+func FreezeCoupon(ctx context.Context, tx store.Tx, o *orderly.Order, now time.Time) error {
+	if o.CouponID == "" {
+		return nil
+	}
+	ok, err := tx.CouponFreeze(ctx, &store.CouponFreezeParams{ID: o.CouponID, UserID: o.UserID, OrderID: o.ID, Currency: o.Currency, Now: now})
+	if err != nil {
+		return err
+	} else if !ok {
+		return orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s is not available to user %s in %s (used, frozen, expired or someone else's)", o.CouponID, o.UserID, o.Currency)
+	}
+	return nil
 }
 
 // Created tells the timer (Config.OnCreated) about an order that a committed transaction
@@ -528,4 +567,30 @@ func (s *Service) ApplyEvent(ctx context.Context, id string, event orderly.Event
 		return nil, err
 	}
 	return o, nil
+}
+
+// ValidateCreate checks p as CreateOrder does before it writes anything (ids, currency,
+// items, payment timeout, payment method). Errors: EINVALID.
+func ValidateCreate(p *orderly.CreateOrderParams) error {
+	_, err := validate(p)
+	return err
+}
+
+// Replay looks up the order that p.UserID created with p.IdempotencyKey in tx: found is
+// false when there is none (or p has no key); EIDEMPOTENCY when the key was used for
+// another request (another body, or another RequestTag).
+func Replay(ctx context.Context, tx store.Tx, p *orderly.CreateOrderParams) (o *orderly.Order, found bool, err error) {
+	if p.IdempotencyKey == "" {
+		return nil, false, nil
+	}
+	prev, prevHash, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+		return nil, false, nil
+	} else if err != nil {
+		return nil, false, err
+	}
+	if prevHash != requestHash(p) {
+		return nil, false, orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey)
+	}
+	return prev, true, nil
 }

@@ -77,7 +77,12 @@ type Config struct {
 	Progress io.Writer
 	// HTTPClient sends the requests. Default: a client with a 30 s timeout and a pool of
 	// keep-alive connections sized for Concurrency.
-	HTTPClient *http.Client
+	// FailRate, SlowRate and TimeoutAfterApplyRate (shares 0 … 1) are the faults the
+	// servers inject into saga participants (engine.Config.SagaFaults, serve
+	// --test-saga-*): `orderly simulate` starts its servers with them; Run itself only
+	// checks that they are within 0 … 1.
+	FailRate, SlowRate, TimeoutAfterApplyRate float64
+	HTTPClient                                *http.Client
 	// Drain is how long after the last order's close_at the run waits at most for closes,
 	// refunds, releases and the outbox to settle. Default DefaultDrain (30 s).
 	Drain time.Duration
@@ -121,6 +126,12 @@ type Config struct {
 // withDefaults returns cfg with defaults applied, or an error saying what is invalid.
 func (cfg Config) withDefaults() (Config, error) {
 	var errs []error
+	for _, r := range []float64{cfg.FailRate, cfg.SlowRate, cfg.TimeoutAfterApplyRate} {
+		if !(r >= 0 && r <= 1) {
+			errs = append(errs, errors.New("fault rates: FailRate, SlowRate and TimeoutAfterApplyRate must be within 0 and 1"))
+			break
+		}
+	}
 	cfg.Target = strings.TrimRight(cfg.Target, "/")
 	targets := make([]string, len(cfg.Targets))
 	for i, t := range cfg.Targets {

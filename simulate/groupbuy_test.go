@@ -66,7 +66,7 @@ func TestGroupPlan(t *testing.T) {
 
 func TestParseFlows(t *testing.T) {
 	t.Parallel()
-	for name, want := range map[string][]string{"standard": {"standard"}, "group_buy": {"group_buy"}, "mixed": {"group_buy", "standard"}} {
+	for name, want := range map[string][]string{"standard": {"standard"}, "group_buy": {"group_buy"}, "wallet": {"wallet"}, "mixed": {"group_buy", "standard", "wallet"}} {
 		if got, err := ParseFlows(name); err != nil || !slices.Equal(got, want) {
 			t.Errorf("ParseFlows(%q) = %v, %v; want %v", name, got, err, want)
 		}

@@ -301,30 +301,35 @@ func (s *Service) Refund(ctx context.Context, p *orderly.WalletRefundParams) (*o
 	}
 	tr := &orderly.WalletTransfer{Kind: orderly.TransferRefund, IdempotencyKey: p.IdempotencyKey, RefundOf: p.TransferID, Amount: p.Amount}
 	return s.run(ctx, tr, func(ctx context.Context, tx store.Tx, now time.Time) error {
-		orig, err := tx.WalletTransferGet(ctx, p.TransferID)
-		if err != nil {
-			return err
-		}
-		if orig.Kind != orderly.TransferDebit && orig.Kind != orderly.TransferPost {
-			return orderly.Errorf(orderly.EINVALID, "transfer %s is a %s: only debits and posts are refunded", orig.ID, orig.Kind)
-		}
-		tr.AccountID, tr.CounterpartyID, tr.Currency = orig.AccountID, orig.CounterpartyID, orig.Currency
-		// The transfer row first (its key), then the refunded transfer, then the accounts:
-		// the lock order of store.WalletTx.
-		tr.CreatedAt = now
-		if err := insertTransfer(ctx, tx, tr); err != nil {
-			return err
-		}
-		if ok, err := tx.WalletTransferAddRefunded(ctx, orig.ID, p.Amount); err != nil {
-			return err
-		} else if !ok {
-			return orderly.Errorf(orderly.EREFUNDEXCEEDS, "transfer %s moved %d, %d of it refunded already: %d more is too much",
-				orig.ID, orig.Amount, orig.Refunded, p.Amount)
-		}
-		return moveLegs(ctx, tx, tr, now, []leg{
-			{account: orig.CounterpartyID, bucket: orderly.BucketAvailable, amount: -p.Amount},
-			{account: orig.AccountID, bucket: orderly.BucketAvailable, amount: p.Amount},
-		})
+		return refund(ctx, tx, tr, p, now)
+	})
+}
+
+// refund books tr, a refund of p.Amount of transfer p.TransferID, in tx.
+func refund(ctx context.Context, tx store.Tx, tr *orderly.WalletTransfer, p *orderly.WalletRefundParams, now time.Time) error {
+	orig, err := tx.WalletTransferGet(ctx, p.TransferID)
+	if err != nil {
+		return err
+	}
+	if orig.Kind != orderly.TransferDebit && orig.Kind != orderly.TransferPost {
+		return orderly.Errorf(orderly.EINVALID, "transfer %s is a %s: only debits and posts are refunded", orig.ID, orig.Kind)
+	}
+	tr.AccountID, tr.CounterpartyID, tr.Currency = orig.AccountID, orig.CounterpartyID, orig.Currency
+	// The transfer row first (its key), then the refunded transfer, then the accounts:
+	// the lock order of store.WalletTx.
+	tr.CreatedAt = now
+	if err := insertTransfer(ctx, tx, tr); err != nil {
+		return err
+	}
+	if ok, err := tx.WalletTransferAddRefunded(ctx, orig.ID, p.Amount); err != nil {
+		return err
+	} else if !ok {
+		return orderly.Errorf(orderly.EREFUNDEXCEEDS, "transfer %s moved %d, %d of it refunded already: %d more is too much",
+			orig.ID, orig.Amount, orig.Refunded, p.Amount)
+	}
+	return moveLegs(ctx, tx, tr, now, []leg{
+		{account: orig.CounterpartyID, bucket: orderly.BucketAvailable, amount: -p.Amount},
+		{account: orig.AccountID, bucket: orderly.BucketAvailable, amount: p.Amount},
 	})
 }
 

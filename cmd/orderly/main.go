@@ -31,6 +31,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
+	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -228,7 +229,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "stripe-api-url", Usage: "Stripe API address (default https://api.stripe.com; an imitation in tests)", Sources: env("stripe-api-url")},
 		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); empty: the built-in simulated gateway", Sources: env("default-channel")},
 		&cli.DurationFlag{Name: "channel-call-timeout", Usage: "bound of each call to a payment provider (0: 10s)", Sources: env("channel-call-timeout")},
-	}, cnChannelFlags()...)
+	}, append(cnChannelFlags(), sagaFaultFlags()...)...)
 }
 
 // channels returns the payment channels serve's flags turn on: Stripe, Alipay and WeChat
@@ -277,6 +278,16 @@ func defaultOf(cmd *cli.Command, name string) string {
 	return "its default"
 }
 
+// sagaFaultFlags are serve's flags that inject failures into the wallet checkout's saga
+// participants (engine.Config.SagaFaults): for tests and `orderly simulate` only.
+func sagaFaultFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.FloatFlag{Name: "test-saga-fail-rate", Usage: "TESTING ONLY: share (0–1) of wallet checkout saga calls that fail transiently before running"},
+		&cli.FloatFlag{Name: "test-saga-slow-rate", Usage: "TESTING ONLY: share (0–1) of wallet checkout saga calls delayed 20 ms"},
+		&cli.FloatFlag{Name: "test-saga-timeout-after-apply-rate", Usage: "TESTING ONLY: share (0–1) of wallet checkout saga calls that run and then report a timeout"},
+	}
+}
+
 // engineConfig is the engine.Config of serve's flags. Errors: the payment channels' flags
 // (see channels).
 func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) {
@@ -296,6 +307,8 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
 		Channels:                         chans, DefaultChannel: cmd.String("default-channel"),
 		ChannelCallTimeout: cmd.Duration("channel-call-timeout"),
+		SagaFaults: saga.Faults{FailRate: cmd.Float("test-saga-fail-rate"), SlowRate: cmd.Float("test-saga-slow-rate"),
+			TimeoutAfterApplyRate: cmd.Float("test-saga-timeout-after-apply-rate")},
 	}, err
 }
 
@@ -308,6 +321,7 @@ var flagOf = map[string]string{
 	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "OutboxMaxAttempts": "outbox-max-attempts",
 	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
+	"SagaFaults":     "test-saga-fail-rate, --test-saga-slow-rate or --test-saga-timeout-after-apply-rate",
 	"DefaultChannel": "default-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
+	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/simulate"
 	"github.com/orderlyhq/orderly/simulate/cluster"
 	"github.com/orderlyhq/orderly/store"
@@ -76,9 +78,12 @@ func simulateCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
 				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
 			&cli.StringFlag{Name: "gateway", Value: "sim", Usage: "the payment provider: sim (orderly callbacks), or stripe, alipay or wechat (an imitation of that provider's API in process, its signed notifications; in-process server only)"},
-			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups) or mixed (both at once)"},
+			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups), wallet (wallet checkouts, sagas) or mixed (all at once)"},
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
+			&cli.FloatFlag{Name: "fail-rate", Usage: "share (0–1) of saga participant calls that fail transiently (the servers' --test-saga-fail-rate)"},
+			&cli.FloatFlag{Name: "slow-rate", Usage: "share (0–1) of saga participant calls delayed (the servers' --test-saga-slow-rate)"},
+			&cli.FloatFlag{Name: "timeout-after-apply-rate", Usage: "share (0–1) of saga participant calls that apply and then time out (the servers' --test-saga-timeout-after-apply-rate)"},
 		}, faultFlags()...),
 		Action: runSimulate,
 	}
@@ -90,6 +95,20 @@ func passThrough(cmd *cli.Command) []string {
 	for _, name := range []string{"timer", "redis-url", "nats-url"} {
 		if v := cmd.String(name); v != "" {
 			args = append(args, "--"+name, v)
+		}
+	}
+	return args
+}
+
+// sagaFaultArgs are the serve flags that give the instances the run's saga fault rates.
+func sagaFaultArgs(cfg simulate.Config) []string {
+	var args []string
+	for _, f := range []struct {
+		name string
+		rate float64
+	}{{"test-saga-fail-rate", cfg.FailRate}, {"test-saga-slow-rate", cfg.SlowRate}, {"test-saga-timeout-after-apply-rate", cfg.TimeoutAfterApplyRate}} {
+		if f.rate > 0 {
+			args = append(args, "--"+f.name, strconv.FormatFloat(f.rate, 'g', -1, 64))
 		}
 	}
 	return args
@@ -112,6 +131,7 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		Orders: cmd.Int("orders"), Rate: cmd.Float("rate"), PaymentTimeout: cmd.Duration("payment-timeout"),
 		Seed: cmd.Int64("seed"), Concurrency: cmd.Int("concurrency"),
 		MaxLateness: cmd.Duration("max-lateness"), MinCreatedShare: cmd.Float("min-created-share"),
+		FailRate: cmd.Float("fail-rate"), SlowRate: cmd.Float("slow-rate"), TimeoutAfterApplyRate: cmd.Float("timeout-after-apply-rate"),
 	}
 	flows, err := simulate.ParseFlows(cmd.String("flow"))
 	if err != nil {
@@ -164,6 +184,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	ecfg := engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: secret,
 		SweepInterval: cmd.Duration("sweep-interval"), Logger: logger,
+		SagaFaults: saga.Faults{FailRate: cfg.FailRate, SlowRate: cfg.SlowRate, TimeoutAfterApplyRate: cfg.TimeoutAfterApplyRate},
 	}
 	var fake *stripetest.Server
 	switch cmd.String("gateway") {
@@ -315,7 +336,7 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	run := &clusterRun{instances: cmd.Int("instances"), killEvery: cmd.Duration("kill-every")}
 	cl, err := cluster.Start(ctx, cluster.Config{
 		Binary: exe, Instances: run.instances, DatabaseURL: dbURL, CallbackSecret: string(cfg.CallbackSecret),
-		SweepInterval: cmd.Duration("sweep-interval"), Extra: env.Overrides(passThrough(cmd), own), LogDir: logDir,
+		SweepInterval: cmd.Duration("sweep-interval"), Extra: append(env.Overrides(passThrough(cmd), own), sagaFaultArgs(cfg)...), LogDir: logDir,
 	})
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)

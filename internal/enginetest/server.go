@@ -14,6 +14,7 @@ import (
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/timeout"
@@ -39,6 +40,9 @@ type ServerOptions struct {
 	WrapPayments func(orderly.PaymentService) orderly.PaymentService
 	// WrapGateway wraps the simulated gateway the payment service calls.
 	WrapGateway func(*payment.SimGateway) orderly.Gateway
+	// SagaFaults are injected into the wallet checkout's participants
+	// (engine.Config.SagaFaults).
+	SagaFaults saga.Faults
 }
 
 // Server is a whole engine (package engine, as `orderly serve` composes it) on the real
@@ -69,7 +73,7 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: opts.CallbackSecret,
 		InstanceID: t.Name(), SweepInterval: cmp.Or(opts.SweepInterval, time.Hour), Gateway: gateway,
 		Wrap:   engine.Wrap{Store: opts.WrapStore, Orders: opts.WrapOrders, Payments: opts.WrapPayments},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SagaFaults: opts.SagaFaults,
 	})
 	if err != nil {
 		t.Fatalf("open engine: %v", err)
