@@ -120,6 +120,10 @@ func (s *Server) creditWallet(w http.ResponseWriter, r *http.Request) {
 	userID := pathParam(r, "user_id")
 	tr, err := s.wallets.Credit(r.Context(), &orderly.WalletMoveParams{UserID: userID, Currency: req.Currency, Amount: req.Amount,
 		IdempotencyKey: creditKey(userID, key)})
+	if orderly.ErrorCode(err) == orderly.EIDEMPOTENCY {
+		// The ledger's key is a hash of the user and the client's key: name the client's.
+		err = orderly.Errorf(orderly.EIDEMPOTENCY, "%s %q was used for another top-up of user %s", IdempotencyKeyHeader, key, userID)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

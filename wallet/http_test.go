@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,12 @@ func TestWalletOverHTTP(t *testing.T) {
 		code, body := do(t, http.MethodPost, credits, p.key, p.body)
 		if code != p.status || body["type"] != httpapi.ProblemTypeBase+p.code {
 			t.Errorf("%s: %d %v, want %d %s", p.name, code, body, p.status, p.code)
+		}
+		// The ledger keys a top-up by a hash of the user and the client's key; the answer
+		// names the client's key, not the hash.
+		if detail, _ := body["detail"].(string); p.code == orderly.EIDEMPOTENCY &&
+			(!strings.Contains(detail, `"topup-1"`) || strings.Contains(detail, "http-credit")) {
+			t.Errorf("%s: detail %q, want the client's key topup-1 named", p.name, detail)
 		}
 	}
 	if code, _ := do(t, http.MethodPost, credits, "topup-2", map[string]any{"amount": 500, "currency": "USD"}); code != 201 {
