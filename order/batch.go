@@ -27,20 +27,25 @@ const (
 // creates of that SKU run one after another whatever the pool size; joined, they share
 // one row lock, one gate (store/sqlstore/gate.go) and one commit. Per SKU, one goroutine
 // runs the batches while creates wait: each batch takes up to max waiting creates in
-// arrival order. Each member runs in its own savepoint: a member refused for a domain
-// reason (out-of-stock, coupon-unavailable, an idempotency conflict) is rolled back to
-// its savepoint and answered with its error, and the others go on; stock is reserved by
-// the same guarded update as a single create, so a batch never oversells. An error that
-// is not a domain error (the database's) fails the whole batch, like a single create.
+// arrival order. A member refused for a domain reason (out-of-stock, coupon-unavailable,
+// an idempotency conflict) does not fail the others: the batch runs with each member in
+// its own savepoint (createBatch), the refused member is rolled back to its savepoint and
+// answered with its error, and the others go on. Stock is reserved by the same guarded
+// update as a single create, so a batch never oversells; an idempotency key is looked up
+// in the batch's transaction, so two creates with one key in one batch make one order.
+// An error that is not a domain error (the database's) fails the whole batch, like a
+// single create.
 //
 // When queue creates of a SKU already wait, a create is refused at once with
 // EUNAVAILABLE (load shedding): waiting longer than the request's deadline would end in
 // the same 503, and another instance may take it now.
 type createBatcher struct {
 	max, queue int
-	run        func(calls []*createCall)
-	mu         sync.Mutex
-	skus       map[string]*skuQueue
+	// run runs a batch; careful says that the SKU's previous batch had a refused member.
+	// It reports whether this one had.
+	run  func(calls []*createCall, careful bool) (refused bool)
+	mu   sync.Mutex
+	skus map[string]*skuQueue
 }
 
 // skuQueue is the creates of one SKU waiting for a batch.
@@ -98,6 +103,7 @@ func (b *createBatcher) do(ctx context.Context, sku string, p *orderly.CreateOrd
 
 // loop runs the batches of sku until none waits, then drops the queue.
 func (b *createBatcher) loop(sku string, q *skuQueue) {
+	careful := false
 	for {
 		b.mu.Lock()
 		if len(q.waiting) == 0 {
@@ -109,7 +115,7 @@ func (b *createBatcher) loop(sku string, q *skuQueue) {
 		calls := slices.Clone(q.waiting[:n])
 		q.waiting = slices.Delete(q.waiting, 0, n)
 		b.mu.Unlock()
-		b.run(calls)
+		careful = b.run(calls, careful)
 		for _, c := range calls {
 			close(c.done)
 		}
@@ -163,10 +169,18 @@ func batchContext(calls []*createCall) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, deadline)
 }
 
-// createBatch creates the orders of calls in one transaction, each member in its own
-// savepoint (see createBatcher), and sets each call's outcome. A member whose context
+// errMemberRefused ends an attempt of a batch run without savepoints at its first member
+// refused for a domain reason: the batch runs again with savepoints.
+var errMemberRefused = errors.New("a member of the batch was refused")
+
+// createBatch creates the orders of calls in one transaction and sets each call's outcome
+// (see createBatcher); it reports whether a member was refused. A member whose context
 // ended before the batch started is answered with contextError and not run.
-func (s *Service) createBatch(calls []*createCall) {
+//
+// Savepoints cost two round trips per member, and most batches have no refused member:
+// unless careful (the SKU's previous batch had a refused member), the batch first runs
+// without them, and runs again with them only when a member is refused.
+func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) {
 	live := calls[:0:0]
 	for _, c := range calls {
 		if c.ctx.Err() != nil {
@@ -176,20 +190,44 @@ func (s *Service) createBatch(calls []*createCall) {
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return
+		return false
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		if len(live) == 1 { // nothing to isolate it from: no savepoint
-			c := live[0]
-			var err error
-			c.o, c.created, err = s.CreateInTx(memberContext{ctx, c.ctx}, tx, c.p, nil)
-			return err
-		}
-		for _, c := range live { // a run again (a deadlock, a gate) starts from scratch
+	reset := func() {
+		for _, c := range live {
 			c.o, c.created, c.err = nil, false, nil
 		}
+	}
+	var err error
+	if !careful || len(live) == 1 {
+		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			reset() // a run again (a deadlock, a gate) starts from scratch
+			for _, c := range live {
+				var err error
+				if c.o, c.created, err = s.CreateInTx(memberContext{ctx, c.ctx}, tx, c.p, nil); err != nil {
+					if len(live) == 1 {
+						return err
+					}
+					if orderly.ErrorCode(err) != orderly.EINTERNAL {
+						return fmt.Errorf("%w: %w", errMemberRefused, err)
+					}
+					return err
+				}
+			}
+			return nil
+		})
+		if !errors.Is(err, errMemberRefused) {
+			if err != nil {
+				for _, c := range live {
+					c.o, c.created, c.err = nil, false, err
+				}
+			}
+			return err != nil && orderly.ErrorCode(err) != orderly.EINTERNAL && orderly.ErrorCode(err) != orderly.EUNAVAILABLE
+		}
+	}
+	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		reset()
 		for _, c := range live {
 			mctx := memberContext{ctx, c.ctx}
 			err := tx.Savepoint(mctx, func() error {
@@ -204,6 +242,7 @@ func (s *Service) createBatch(calls []*createCall) {
 				return err // the database's: the batch fails (or runs again) as a whole
 			}
 			c.o, c.created, c.err = nil, false, err
+			refused = true
 		}
 		return nil
 	})
@@ -211,5 +250,7 @@ func (s *Service) createBatch(calls []*createCall) {
 		for _, c := range live {
 			c.o, c.created, c.err = nil, false, err
 		}
+		return false
 	}
+	return refused
 }
