@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,6 +116,11 @@ func (b *createBatcher) loop(sku string, q *skuQueue) {
 		calls := slices.Clone(q.waiting[:n])
 		q.waiting = slices.Delete(q.waiting, 0, n)
 		b.mu.Unlock()
+		// Members freeze their coupons in coupon id order: two batches (of two SKUs) whose
+		// members freeze the same coupons then lock them in the same order and cannot
+		// deadlock on them. Every other transaction takes at most one coupon, after its
+		// stock rows.
+		slices.SortStableFunc(calls, func(a, b *createCall) int { return strings.Compare(a.p.CouponID, b.p.CouponID) })
 		careful = b.run(calls, careful)
 		for _, c := range calls {
 			close(c.done)
