@@ -29,6 +29,8 @@ const (
 	DefaultDeepCheckInterval  = 5 * time.Minute
 	DefaultInspectionHold     = time.Minute
 	DefaultCloseBatchSize     = 1000
+	DefaultCreateBatch        = order.DefaultCreateBatch // 32
+	DefaultCreateQueue        = order.DefaultCreateQueue // 512
 	DefaultOutboxBatchSize    = 1000
 	DefaultOutboxMaxAttempts  = 10
 	DefaultOutboxPollInterval = 250 * time.Millisecond
@@ -112,6 +114,14 @@ type Config struct {
 	DeepCheckInterval time.Duration // 5 min
 	InspectionHold    time.Duration // 1 min
 	CloseBatchSize    int           // orders closed per transaction; 1000
+	// CreateBatch is the most concurrent creates of one-line orders of one SKU joined into
+	// one transaction (group commit, order.Config.CreateBatch); DefaultCreateBatch
+	// (32); 1 runs each create in its own transaction.
+	CreateBatch int
+	// CreateQueue is the most creates of one SKU waiting in this instance; past it a create
+	// is answered 503 with Retry-After at once (order.Config.CreateQueue);
+	// DefaultCreateQueue (512).
+	CreateQueue int
 
 	// ReconcileInterval is the period of the reconciliation job (package reconcile, under
 	// its lease: one instance at a time); 24 h. Its reports are kept in reconcile_reports.
@@ -296,6 +306,7 @@ func (c *Config) Validate() error {
 	}{
 		{"CloseBatchSize", int64(c.CloseBatchSize)}, {"DatabaseMaxConns", int64(c.DatabaseMaxConns)},
 		{"OutboxBatchSize", int64(c.OutboxBatchSize)}, {"OutboxMaxAttempts", c.OutboxMaxAttempts},
+		{"CreateBatch", int64(c.CreateBatch)}, {"CreateQueue", int64(c.CreateQueue)},
 	} {
 		if n.value < 0 {
 			return configErrorf(n.field, "%s must not be negative, got %d", n.value)

@@ -160,7 +160,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 			e.closer.Created(ctx, id, closeAt)
 			e.metrics.OrdersCreated.Inc()
 		},
-		WakeRelay: wakeRelay, Payments: e.payments, Logger: log,
+		WakeRelay: wakeRelay, Payments: e.payments, Logger: log, CreateBatch: cfg.CreateBatch, CreateQueue: cfg.CreateQueue,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: order service: %w", err)
 	}

@@ -81,6 +81,15 @@ type Config struct {
 	// and a success that arrives later is refunded (I2).
 	Payments PaymentCanceller
 	Logger   *slog.Logger
+	// CreateBatch is the most concurrent creates of one-line orders of one SKU that
+	// CreateOrder joins into one transaction, each in its own savepoint (batch.go);
+	// DefaultCreateBatch (32); 1 runs each create in its own transaction.
+	CreateBatch int
+	// CreateQueue is the most creates of one-line orders of one SKU that wait in this
+	// process for their transaction; past it CreateOrder answers EUNAVAILABLE at once
+	// (503 with Retry-After over HTTP), so that the client's retry can go to another
+	// instance. DefaultCreateQueue (512).
+	CreateQueue int
 }
 
 // PaymentCanceller stops an order's payment attempt at the gateway (package payment
@@ -95,7 +104,8 @@ type PaymentCanceller interface {
 
 // Service implements orderly.OrderService and orderly.CatalogService.
 type Service struct {
-	cfg Config
+	cfg   Config
+	batch *createBatcher
 }
 
 var (
@@ -109,8 +119,8 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("order: Config.Store is required")
 	}
-	if cfg.DefaultPaymentTimeout < 0 || cfg.GracePeriod < 0 {
-		return nil, errors.New("order: durations must not be negative")
+	if cfg.DefaultPaymentTimeout < 0 || cfg.GracePeriod < 0 || cfg.CreateBatch < 0 || cfg.CreateQueue < 0 {
+		return nil, errors.New("order: durations, CreateBatch and CreateQueue must not be negative")
 	}
 	if cfg.DefaultPaymentTimeout > MaxPaymentTimeout {
 		return nil, fmt.Errorf("order: DefaultPaymentTimeout %s is over MaxPaymentTimeout %s", cfg.DefaultPaymentTimeout, MaxPaymentTimeout)
@@ -126,7 +136,11 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.WakeRelay == nil {
 		cfg.WakeRelay = func() {}
 	}
-	return &Service{cfg: cfg}, nil
+	cfg.CreateBatch = cmp.Or(cfg.CreateBatch, DefaultCreateBatch)
+	cfg.CreateQueue = cmp.Or(cfg.CreateQueue, DefaultCreateQueue)
+	s := &Service{cfg: cfg}
+	s.batch = &createBatcher{max: cfg.CreateBatch, queue: cfg.CreateQueue, run: s.createBatch, skus: map[string]*skuQueue{}}
+	return s, nil
 }
 
 // NewID returns a new time-ordered unique id (UUIDv7).
@@ -190,7 +204,10 @@ func requestHash(p *orderly.CreateOrderParams) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CreateOrder implements orderly.OrderService.
+// CreateOrder implements orderly.OrderService. Concurrent creates of one-line orders of
+// the same SKU share a transaction (Config.CreateBatch, batch.go); when Config.CreateQueue
+// creates of the SKU already wait, it returns EUNAVAILABLE at once without changing
+// anything.
 func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams) (*orderly.Order, bool, error) {
 	if flow, err := s.cfg.Machine.Flow(cmp.Or(p.Flow, orderly.FlowStandard)); err != nil {
 		return nil, false, err
@@ -210,11 +227,15 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 	// Two attempts: a concurrent create with the same idempotency key can win the unique
 	// index between our lookup and our insert; the second attempt then finds its order.
 	for attempt := 0; attempt < 2; attempt++ {
-		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-			var err error
-			o, created, err = s.CreateInTx(ctx, tx, p, nil)
-			return err
-		})
+		if len(p.Items) == 1 && ValidID(p.Items[0].SKU) {
+			o, created, err = s.batch.do(ctx, p.Items[0].SKU, p)
+		} else {
+			err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+				var err error
+				o, created, err = s.CreateInTx(ctx, tx, p, nil)
+				return err
+			})
+		}
 		if p.IdempotencyKey == "" || orderly.ErrorCode(err) != orderly.ECONFLICT {
 			break
 		}

@@ -183,9 +183,11 @@ func (h heldGates) wait(ctx context.Context, g *rowGates, key string, timeout ti
 
 // gate takes key's gate for the rest of the call of InTx (see rowGates). When another
 // transaction of the process holds it, gate returns a gateBusyError, and the attempt
-// fails whatever the caller does with the error (run checks tx.busy).
+// fails whatever the caller does with the error (run checks tx.busy). On SQLite gate does
+// nothing: its one writer connection already admits one transaction at a time, and no
+// session of it can wait in a lock queue.
 func (t *tx) gate(key string) error {
-	if t.gates == nil { // Read: no row locks to take
+	if t.gates == nil || t.db.d == sqliteDialect { // Read: no row locks to take
 		return nil
 	}
 	if _, ok := t.gates[key]; ok {

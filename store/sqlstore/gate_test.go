@@ -228,3 +228,41 @@ func TestGateWaitOutsideTransaction(t *testing.T) {
 		})
 	}
 }
+
+// TestNoGatesOnSQLite: SQLite's one writer connection admits one transaction at a time, so
+// a reservation there takes no row gate (no mutex and map entry per SKU for nothing).
+func TestNoGatesOnSQLite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := Open(ctx, Config{URL: "sqlite:" + t.TempDir() + "/orderly.db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	var gates int
+	err = db.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.StockSet(ctx, "hot", 10); err != nil {
+			return err
+		}
+		o := &orderly.Order{ID: "o1", UserID: "u", Flow: orderly.FlowStandard, State: orderly.StatePendingPayment,
+			PayStatus: orderly.PayUnpaid, Items: []orderly.Item{{SKU: "hot", Quantity: 1, UnitPrice: 100}}, Amount: 100,
+			Currency: "EUR", CreatedAt: now, ExpiresAt: now.Add(time.Minute), CloseAt: now.Add(time.Minute), Version: 1}
+		if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o}); err != nil {
+			return err
+		}
+		if ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: "o1", SKU: "hot", Quantity: 1, Now: now}); err != nil || !ok {
+			return fmt.Errorf("reserve: %v, %w", ok, err)
+		}
+		db.gates.mu.Lock()
+		gates = len(db.gates.gates)
+		db.gates.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gates != 0 {
+		t.Errorf("%d row gates held by a reservation on SQLite, want 0", gates)
+	}
+}

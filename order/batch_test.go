@@ -1,0 +1,276 @@
+package order_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/verify"
+)
+
+// txCounter is a store whose InTx counts its calls and, when hold is set, lets the first
+// call begin only once hold returns.
+type txCounter struct {
+	store.Store
+	calls atomic.Int64
+	hold  func()
+}
+
+func (s *txCounter) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	if s.calls.Add(1) == 1 && s.hold != nil {
+		s.hold()
+	}
+	return s.Store.InTx(ctx, fn)
+}
+
+// waitFor waits until cond holds (polling), failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// createAll creates ps at once behind a barrier and returns each outcome in order.
+func createAll(svc *order.Service, ps []*orderly.CreateOrderParams) ([]*orderly.Order, []bool, []error) {
+	orders, created, errs := make([]*orderly.Order, len(ps)), make([]bool, len(ps)), make([]error, len(ps))
+	var ready, done sync.WaitGroup
+	barrier := make(chan struct{})
+	ready.Add(len(ps))
+	for i, p := range ps {
+		done.Go(func() {
+			ready.Done()
+			<-barrier
+			orders[i], created[i], errs[i] = svc.CreateOrder(context.Background(), p)
+		})
+	}
+	ready.Wait()
+	close(barrier)
+	done.Wait()
+	return orders, created, errs
+}
+
+// TestCreateBatch is group commit for a hot SKU (batch.go), on every dialect. 40 buyers of a
+// SKU with 7 units, the first transaction held until the 39 others wait: they are joined
+// into batches of at most CreateBatch (32) — 4 transactions, not 40 — and exactly 7 are
+// created, 33 refused out-of-stock, the stock exact (7 held, 0 available). Members that fail
+// after their reservation (10 buyers of one coupon: one gets it) are rolled back to their
+// savepoint without failing the others: 1 created, 9 coupon-unavailable, 1 unit held. Six
+// creates with the same Idempotency-Key in one batch make one order, returned to all six.
+func TestCreateBatch(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := enginetest.New(t, enginetest.Options{Dialect: dialect})
+			st := &txCounter{Store: e.Store}
+			svc, err := order.NewService(order.Config{Store: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const buyers, units = 40, 7
+			e.SetStock(t, "hot", units)
+			e.SetStock(t, "plenty", 100)
+			e.SetStock(t, "keyed", 100)
+			e.InTx(t, func(tx store.Tx) error {
+				return tx.CouponInsert(ctx, &orderly.Coupon{ID: "c1", UserID: "u1", AmountOff: 100, Currency: "USD",
+					State: orderly.CouponAvailable, CreatedAt: enginetest.Start})
+			})
+
+			st.hold = func() { waitFor(t, "39 creates queued", func() bool { return svc.CreateWaiters("hot") == buyers-1 }) }
+			ps := make([]*orderly.CreateOrderParams, buyers)
+			for i := range ps {
+				ps[i] = params("hot", 1)
+				ps[i].UserID = fmt.Sprintf("buyer-%02d", i)
+			}
+			first := make(chan error, 1)
+			go func() { _, _, err := svc.CreateOrder(ctx, ps[0]); first <- err }()
+			waitFor(t, "the first transaction", func() bool { return st.calls.Load() == 1 })
+			_, _, errs := createAll(svc, ps[1:])
+			errs = append(errs, <-first)
+			var ok, out int
+			for i, err := range errs {
+				switch orderly.ErrorCode(err) {
+				case "":
+					ok++
+				case orderly.EOUTOFSTOCK:
+					out++
+				default:
+					t.Errorf("buyer %d: %v", i, err)
+				}
+			}
+			if ok != units || out != buyers-units {
+				t.Errorf("%d created, %d out-of-stock; want %d and %d", ok, out, units, buyers-units)
+			}
+			// 1 alone; 32 joined, run again with savepoints when the 7th of them is refused;
+			// 7 joined, with savepoints from the start (the previous batch had a refusal).
+			if got := st.calls.Load(); got != 4 {
+				t.Errorf("%d transactions for %d creates, want 4 (1, then 32 joined twice and 7 joined)", got, buyers)
+			}
+			if s := e.StockOf(t, "hot"); s != (orderly.Stock{SKU: "hot", Held: units}) {
+				t.Errorf("stock %+v, want %d held, 0 available", s, units)
+			}
+
+			st.hold = nil
+			ps = make([]*orderly.CreateOrderParams, 10)
+			for i := range ps {
+				ps[i] = params("plenty", 1)
+				ps[i].CouponID = "c1"
+			}
+			orders, _, errs := createAll(svc, ps)
+			var winner *orderly.Order
+			for i, err := range errs {
+				switch code := orderly.ErrorCode(err); {
+				case code == "" && winner == nil:
+					winner = orders[i]
+				case code == "":
+					t.Errorf("orders %s and %s both created with coupon c1", winner.ID, orders[i].ID)
+				case code != orderly.ECOUPONUNAVAIL:
+					t.Errorf("coupon buyer %d: %v, want %s", i, err, orderly.ECOUPONUNAVAIL)
+				}
+			}
+			if s := e.StockOf(t, "plenty"); s != (orderly.Stock{SKU: "plenty", Available: 99, Held: 1}) {
+				t.Errorf("stock %+v after one coupon order, want 99 available, 1 held (the refused ones rolled back)", s)
+			}
+			if winner == nil || winner.Amount != 400 {
+				t.Errorf("coupon winner %+v, want one order of amount 400", winner)
+			}
+
+			ps = make([]*orderly.CreateOrderParams, 6)
+			for i := range ps {
+				ps[i] = params("keyed", 1)
+				ps[i].IdempotencyKey = "k1"
+			}
+			orders, created, errs := createAll(svc, ps)
+			var made int
+			for i := range ps {
+				if errs[i] != nil || orders[i].ID != orders[0].ID {
+					t.Fatalf("keyed create %d: %v (order %v), want order %s", i, errs[i], orders[i], orders[0].ID)
+				}
+				if created[i] {
+					made++
+				}
+			}
+			if made != 1 {
+				t.Errorf("%d of 6 keyed creates report created, want 1", made)
+			}
+			if s := e.StockOf(t, "keyed"); s.Held != 1 {
+				t.Errorf("stock %+v after 6 creates with one key, want 1 held", s)
+			}
+			if n := countOrders(t, e); n != units+1+1 {
+				t.Errorf("%d orders in the store, want %d", n, units+2)
+			}
+			rep, err := verify.Check(ctx, e.Store, verify.Options{InitialStock: map[string]int64{"hot": units, "plenty": 100, "keyed": 100}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Violations) != 0 {
+				t.Errorf("verify: %v", rep.Violations)
+			}
+		})
+	}
+}
+
+// TestCreateQueueSheds is load shedding (batch.go): while a SKU's batch is stuck, at most
+// CreateQueue (4) creates of it wait; the next is refused at once with EUNAVAILABLE (503
+// with Retry-After over HTTP) and nothing is written for it. A waiting create whose deadline
+// passes leaves the queue with EUNAVAILABLE and is never created. When the batch goes on,
+// the four waiting creates are created.
+func TestCreateQueueSheds(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	unblock := make(chan struct{})
+	st := &txCounter{Store: e.Store, hold: func() { <-unblock }}
+	svc, err := order.NewService(order.Config{Store: st, CreateQueue: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetStock(t, "hot", 100)
+	var done sync.WaitGroup
+	errs := make([]error, 5)
+	create := func(i int) {
+		done.Go(func() { _, _, errs[i] = svc.CreateOrder(context.Background(), params("hot", 1)) })
+	}
+	create(0) // its batch's transaction is held
+	waitFor(t, "the first batch", func() bool { return st.calls.Load() == 1 })
+	for i := 1; i < 5; i++ {
+		create(i)
+	}
+	waitFor(t, "4 creates queued", func() bool { return svc.CreateWaiters("hot") == 4 })
+
+	began := time.Now()
+	_, _, err = svc.CreateOrder(context.Background(), params("hot", 1))
+	if orderly.ErrorCode(err) != orderly.EUNAVAILABLE {
+		t.Errorf("create past the queue bound: %v, want %s", err, orderly.EUNAVAILABLE)
+	}
+	if waited := time.Since(began); waited > time.Second {
+		t.Errorf("shed create answered after %s, want at once", waited)
+	}
+
+	// The bound holds for a create with a deadline too.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := svc.CreateOrder(ctx, params("hot", 1)); orderly.ErrorCode(err) != orderly.EUNAVAILABLE {
+		t.Errorf("second create past the bound: %v, want %s", err, orderly.EUNAVAILABLE)
+	}
+	close(unblock)
+	done.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("queued create %d: %v", i, err)
+		}
+	}
+	if s := e.StockOf(t, "hot"); s.Held != 5 || s.Available != 95 {
+		t.Errorf("stock %+v, want 5 held (the shed creates wrote nothing)", s)
+	}
+	if n := countOrders(t, e); n != 5 {
+		t.Errorf("%d orders, want 5", n)
+	}
+}
+
+// TestCreateQueueDeadline: a create waiting behind a stuck batch whose deadline passes
+// returns EUNAVAILABLE, leaves the queue, and is not created when the batch goes on.
+func TestCreateQueueDeadline(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	unblock := make(chan struct{})
+	st := &txCounter{Store: e.Store, hold: func() { <-unblock }}
+	svc, err := order.NewService(order.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetStock(t, "hot", 100)
+	firstErr := make(chan error, 1)
+	go func() { _, _, err := svc.CreateOrder(context.Background(), params("hot", 1)); firstErr <- err }()
+	waitFor(t, "the first batch", func() bool { return st.calls.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, _, err = svc.CreateOrder(ctx, params("hot", 1))
+	if orderly.ErrorCode(err) != orderly.EUNAVAILABLE || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("queued create past its deadline: %v, want %s (deadline exceeded)", err, orderly.EUNAVAILABLE)
+	}
+	if n := svc.CreateWaiters("hot"); n != 0 {
+		t.Errorf("%d creates still queued, want 0", n)
+	}
+	close(unblock)
+	if err := <-firstErr; err != nil {
+		t.Fatal(err)
+	}
+	if s := e.StockOf(t, "hot"); s.Held != 1 {
+		t.Errorf("stock %+v, want 1 held (the expired create wrote nothing)", s)
+	}
+	if n := countOrders(t, e); n != 1 {
+		t.Errorf("%d orders, want 1", n)
+	}
+}
