@@ -90,3 +90,41 @@ func ErrorMessage(err error) string {
 	}
 	return "Internal error."
 }
+
+// ErrChannelUnavailable is matched (errors.Is) by the errors of calls to a payment channel
+// that were refused without reaching its provider because the channel is known to be down:
+// its circuit breaker is open, or half-open with its one trial call already under way
+// (package payment, payment/channel.go). Such a call says nothing about the payment, so the
+// close path never takes it as the provider's answer: an order whose close waits on that
+// channel keeps waiting in inspection, past the inspection hold, until the channel answers
+// (timeout/closer.go).
+var ErrChannelUnavailable = errors.New("payment channel unavailable")
+
+// ChannelUnavailableError is the error of one call refused because its channel is
+// unavailable (see ErrChannelUnavailable); Channel names the channel ("stripe").
+type ChannelUnavailableError struct {
+	Channel string
+	Op      string // the call: create, query, cancel, refund
+	Cause   error  // the breaker's own error
+}
+
+// Error implements the error interface.
+func (e *ChannelUnavailableError) Error() string {
+	return fmt.Sprintf("%s on payment channel %s: channel unavailable (circuit breaker: %v)", e.Op, e.Channel, e.Cause)
+}
+
+// Is reports whether target is ErrChannelUnavailable.
+func (e *ChannelUnavailableError) Is(target error) bool { return target == ErrChannelUnavailable }
+
+// Unwrap returns the breaker's error.
+func (e *ChannelUnavailableError) Unwrap() error { return e.Cause }
+
+// UnavailableChannel returns the channel named by the first ChannelUnavailableError in err's
+// chain, and false when err does not say that a channel is unavailable.
+func UnavailableChannel(err error) (string, bool) {
+	var e *ChannelUnavailableError
+	if errors.As(err, &e) {
+		return e.Channel, true
+	}
+	return "", errors.Is(err, ErrChannelUnavailable)
+}

@@ -149,6 +149,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
 		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout, Router: router,
+		Breaker: cfg.ChannelBreaker,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
 	}

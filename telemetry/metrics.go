@@ -45,6 +45,10 @@ type Metrics struct {
 	// ChannelOutOfRotation counts channels taken out of rotation by the router (their
 	// success rate stayed below the floor).
 	ChannelOutOfRotation *prometheus.CounterVec
+	// ClosesDeferred counts closes deferred by channel: an order past its inspection hold
+	// whose payment channel was unavailable (circuit breaker open) was kept open and will be
+	// inspected again, never closed blindly (timeout/closer.go).
+	ClosesDeferred *prometheus.CounterVec
 	// ChannelBreakerState is each channel's circuit breaker: 0 closed, 1 half-open, 2 open
 	// (calls to the provider refused at once; closes of its orders wait in inspection).
 	ChannelBreakerState *prometheus.GaugeVec
@@ -142,6 +146,9 @@ func NewMetrics() *Metrics {
 		ChannelOutOfRotation: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_channel_out_of_rotation_total", Help: "Channels taken out of rotation for a success rate below the floor.",
 		}, []string{"channel"}),
+		ClosesDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_close_deferred_total", Help: "Closes of orders past their inspection hold deferred because their payment channel was unavailable, by channel.",
+		}, []string{"channel"}),
 		ChannelBreakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "orderly_channel_breaker_state", Help: "Circuit breaker of each payment channel: 0 closed, 1 half-open, 2 open.",
 		}, []string{"channel"}),
@@ -201,7 +208,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ClosesDeferred, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
 		m.GatewayLatency, m.GatewayErrors, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
