@@ -140,7 +140,9 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if len(cfg.ChannelRoutes) > 0 {
 		if router, err = channel.NewRouter(channel.RouterConfig{Routes: cfg.ChannelRoutes, Floor: cfg.ChannelFloor,
 			For: cfg.ChannelFloorFor, Logger: log,
-			OnRemoved: func(c string, _ float64) { e.metrics.ChannelOutOfRotation.WithLabelValues(c).Inc() },
+			OnRemoved: func(route string, _ float64) {
+				e.metrics.ChannelOutOfRotation.WithLabelValues(orderly.SplitRoute(route)).Inc()
+			},
 		}); err != nil {
 			return nil, fmt.Errorf("engine: channel routes: %w", err)
 		}

@@ -88,16 +88,17 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// outcome counts an attempt's outcome on a channel (orderly_channel_payments_total) and
-// tells the router.
-func (s *Service) outcome(channelName string, captured bool) {
+// outcome counts the outcome of attempt p on its channel and variant
+// (orderly_channel_payments_total{channel,variant,outcome}) and tells the router, which
+// keeps the success rate of each route (p.Route(), "stripe@v2").
+func (s *Service) outcome(p *orderly.Payment, captured bool) {
 	label := "failed"
 	if captured {
 		label = "captured"
 	}
-	s.cfg.Metrics.ChannelPayments.WithLabelValues(channelName, label).Inc()
+	s.cfg.Metrics.ChannelPayments.WithLabelValues(p.Channel, p.Variant, label).Inc()
 	if s.cfg.Router != nil {
-		s.cfg.Router.Record(channelName, captured)
+		s.cfg.Router.Record(p.Route(), captured)
 	}
 }
 
@@ -122,7 +123,7 @@ func (s *Service) gatewayOfPayment(ctx context.Context, id string) (orderly.Gate
 	if err != nil {
 		return nil, fmt.Errorf("the channel of payment %s: %w", id, err)
 	}
-	return s.gatewayFor(p.Channel)
+	return s.gatewayFor(p.Route())
 }
 
 // StartPayment implements orderly.PaymentService. The attempt is written (initiated, order
@@ -168,8 +169,9 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		if name == "" && s.cfg.Router != nil {
 			name = s.cfg.Router.Pick(o.UserID)
 		}
+		ch, variant := orderly.SplitRoute(cmp.Or(name, s.cfg.Channel))
 		p = &orderly.Payment{
-			ID: id, OrderID: o.ID, Channel: cmp.Or(name, s.cfg.Channel), Amount: o.Amount,
+			ID: id, OrderID: o.ID, Channel: ch, Variant: variant, Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now,
 		}
 		if err := tx.PaymentInsert(ctx, p); err != nil {
@@ -194,12 +196,12 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if err != nil {
 		return nil, err
 	}
-	gw, gerr := s.gatewayFor(p.Channel)
+	gw, gerr := s.gatewayFor(p.Route())
 	if gerr == nil {
 		gerr = gw.Create(ctx, p)
 	}
 	if gerr != nil {
-		s.outcome(p.Channel, false)
+		s.outcome(p, false)
 		s.cfg.Logger.Error("gateway create failed", "payment_id", p.ID, "order_id", p.OrderID, "error", gerr)
 		if _, err := s.fail(ctx, p, "gateway: create failed", "gateway"); err != nil {
 			return nil, errors.Join(gerr, err)
@@ -239,7 +241,7 @@ func (s *Service) supersede(ctx context.Context, orderID string) error {
 	if err != nil || prev == nil {
 		return err
 	}
-	gp, err := s.gateways[prev.Channel].Cancel(ctx, prev.ID)
+	gp, err := s.gateways[prev.Route()].Cancel(ctx, prev.ID)
 	if err != nil {
 		s.cfg.Logger.Warn("closing the previous attempt at its provider failed", "payment_id", prev.ID, "order_id", orderID, "channel", prev.Channel, "error", err)
 		return orderly.Errorf(orderly.EUNAVAILABLE, "payment %s of order %s is in flight and %s could not close it; retry", prev.ID, orderID, prev.Channel)
@@ -277,7 +279,7 @@ func (s *Service) providerAttemptInFlight(ctx context.Context, tx store.Tx, o *o
 	if err != nil {
 		return nil, err
 	}
-	if _, real := s.gateways[p.Channel]; !real || p.State != orderly.PaymentInitiated {
+	if _, real := s.gateways[p.Route()]; !real || p.State != orderly.PaymentInitiated {
 		return nil, nil
 	}
 	return p, nil
@@ -355,7 +357,7 @@ func (s *Service) callbackDone(ctx context.Context, cb *orderly.Callback, res *o
 	}
 	if (res.Applied || res.Refund) && res.Payment != nil {
 		// The attempt's own channel: two versions of a provider may share one endpoint.
-		s.outcome(res.Payment.Channel, cb.Status == orderly.CallbackSucceeded)
+		s.outcome(res.Payment, cb.Status == orderly.CallbackSucceeded)
 	}
 	s.cfg.Metrics.Callbacks.WithLabelValues(cb.Status, result).Inc()
 	return res, nil
@@ -570,7 +572,7 @@ func (s *Service) recordExtraCapture(ctx context.Context, tx store.Tx, p *orderl
 		return nil, err
 	}
 	dup := &orderly.Payment{
-		ID: id, OrderID: p.OrderID, Channel: p.Channel, ChannelTxnID: txnID, Amount: p.Amount, Currency: p.Currency,
+		ID: id, OrderID: p.OrderID, Channel: p.Channel, Variant: p.Variant, ChannelTxnID: txnID, Amount: p.Amount, Currency: p.Currency,
 		State: orderly.PaymentRefundPending, CreatedAt: now, SucceededAt: &now, DuplicateOf: cmp.Or(p.DuplicateOf, p.ID),
 	}
 	err = tx.Savepoint(ctx, func() error { return tx.PaymentInsert(ctx, dup) })

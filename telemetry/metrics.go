@@ -38,12 +38,13 @@ type Metrics struct {
 	// ChannelNotifications counts verified notifications of payment channels (package
 	// channel) by channel, kind and result (applied, duplicate, refund, refused, recorded).
 	ChannelNotifications *prometheus.CounterVec
-	// ChannelPayments counts attempts' outcomes by channel (captured, failed), whichever
-	// way they arrived (signed callback, channel notification, inspection of a failed
-	// create): the success rate of each channel and gray-release variant is captured / all.
+	// ChannelPayments counts attempts' outcomes (captured, failed) by channel and variant
+	// ("" for a channel with one version), whichever way they arrived (signed callback,
+	// channel notification, a failed create): the success rate of each channel and
+	// gray-release variant is captured / all.
 	ChannelPayments *prometheus.CounterVec
-	// ChannelOutOfRotation counts channels taken out of rotation by the router (their
-	// success rate stayed below the floor).
+	// ChannelOutOfRotation counts channel variants taken out of rotation by the router
+	// (their success rate stayed below the floor), by channel and variant.
 	ChannelOutOfRotation *prometheus.CounterVec
 	// ClosesDeferred counts closes deferred by channel: an order past its inspection hold
 	// whose payment channel was unavailable (circuit breaker open) was kept open and will be
@@ -141,11 +142,11 @@ func NewMetrics() *Metrics {
 			Name: "orderly_channel_notifications_total", Help: "Verified payment channel notifications, by channel, kind and result.",
 		}, []string{"channel", "kind", "result"}),
 		ChannelPayments: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orderly_channel_payments_total", Help: "Payment attempts' outcomes by channel (captured, failed).",
-		}, []string{"channel", "outcome"}),
+			Name: "orderly_channel_payments_total", Help: "Payment attempts' outcomes by channel and variant (captured, failed).",
+		}, []string{"channel", "variant", "outcome"}),
 		ChannelOutOfRotation: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orderly_channel_out_of_rotation_total", Help: "Channels taken out of rotation for a success rate below the floor.",
-		}, []string{"channel"}),
+			Name: "orderly_channel_out_of_rotation_total", Help: "Channel variants taken out of rotation for a success rate below the floor, by channel and variant.",
+		}, []string{"channel", "variant"}),
 		ClosesDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_close_deferred_total", Help: "Closes of orders past their inspection hold deferred because their payment channel was unavailable, by channel.",
 		}, []string{"channel"}),
