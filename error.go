@@ -22,7 +22,11 @@ const (
 	EORDERMISMATCH  = "payment-order-mismatch" // a callback names a payment of another order (422)
 	ECHANNELTXN     = "channel-txn-conflict"   // the gateway's transaction id is recorded on another payment (409)
 	EUNAVAILABLE    = "unavailable"            // a lock wait, busy database or expired deadline; nothing changed, retry (503)
-	EINTERNAL       = "internal"               // anything else; details are logged, never shown (500)
+	// EPAYMENTRACE: another attempt for the order was started at the same moment and became
+	// its current attempt; this one was not started (409). Use that attempt (the order's
+	// payments), or start again to replace it.
+	EPAYMENTRACE = "payment-started-concurrently"
+	EINTERNAL    = "internal" // anything else; details are logged, never shown (500)
 )
 
 // Error codes of refunds (see RefundService), stable like those above.

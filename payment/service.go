@@ -154,7 +154,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		} else if prev != nil {
 			// Another StartPayment wrote it after supersede looked: two live attempts
 			// could both be paid.
-			return orderly.Errorf(orderly.ECONFLICT, "payment %s of order %s started concurrently and is in flight; retry", prev.ID, o.ID)
+			return orderly.Errorf(orderly.EPAYMENTRACE, "payment %s of order %s was started concurrently and is in flight; use it, or start again to replace it", prev.ID, o.ID)
 		}
 		now, err := tx.Now(ctx)
 		if err != nil {
@@ -174,20 +174,34 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 			ID: id, OrderID: o.ID, Channel: ch, Variant: variant, Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now,
 		}
-		if err := tx.PaymentInsert(ctx, p); err != nil {
+		if err := tx.PaymentInsert(ctx, p); orderly.ErrorCode(err) == orderly.ECONFLICT {
+			// (order_id, attempt) is unique: another attempt of the order took this number
+			// after the read above.
+			return orderly.Errorf(orderly.EPAYMENTRACE, "another payment attempt of order %s was started concurrently; use it, or start again to replace it", o.ID)
+		} else if err != nil {
 			return err
 		}
+		// Guarded on the current attempt read above: of two attempts started at once, the
+		// second to lock the order finds another current attempt and is refused.
 		ok, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
 			ID: o.ID, State: orderly.StatePendingPayment, To: orderly.PayPaying, SetPaymentID: p.ID,
+			IfPaymentID: o.CurrentPaymentID, IfCurrentPayment: true,
 			From:  []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
 			Event: orderly.EventPaymentStarted, Cause: "payment " + p.ID, Actor: "buyer", TraceID: params.TraceID, Now: now,
 		})
 		if err != nil {
 			return err
 		} else if !ok {
-			// The order changed since it was read: most likely closed or paid just now.
-			if cur, err := tx.OrderGet(ctx, o.ID); err == nil && cur.State != orderly.StatePendingPayment {
+			// The order changed since it was read: closed or paid just now, or another
+			// attempt started at the same moment and is now current.
+			cur, err := tx.OrderGet(ctx, o.ID)
+			switch {
+			case err != nil:
+				return err
+			case cur.State != orderly.StatePendingPayment:
 				return orderly.Errorf(orderly.ENOTPAYABLE, "order %s is %s", o.ID, cur.State)
+			case cur.CurrentPaymentID != o.CurrentPaymentID:
+				return orderly.Errorf(orderly.EPAYMENTRACE, "payment %s of order %s was started concurrently and is its current attempt; use it, or start again to replace it", cur.CurrentPaymentID, o.ID)
 			}
 			return orderly.Errorf(orderly.ECONFLICT, "order %s changed concurrently; retry", o.ID)
 		}
