@@ -22,7 +22,11 @@ const (
 	EORDERMISMATCH  = "payment-order-mismatch" // a callback names a payment of another order (422)
 	ECHANNELTXN     = "channel-txn-conflict"   // the gateway's transaction id is recorded on another payment (409)
 	EUNAVAILABLE    = "unavailable"            // a lock wait, busy database or expired deadline; nothing changed, retry (503)
-	EINTERNAL       = "internal"               // anything else; details are logged, never shown (500)
+	// EPAYMENTRACE: another attempt for the order was started at the same moment and became
+	// its current attempt; this one was not started (409). Use that attempt (the order's
+	// payments), or start again to replace it.
+	EPAYMENTRACE = "payment-started-concurrently"
+	EINTERNAL    = "internal" // anything else; details are logged, never shown (500)
 )
 
 // Error codes of refunds (see RefundService), stable like those above.
@@ -89,4 +93,42 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "Internal error."
+}
+
+// ErrChannelUnavailable is matched (errors.Is) by the errors of calls to a payment channel
+// that were refused without reaching its provider because the channel is known to be down:
+// its circuit breaker is open, or half-open with its one trial call already under way
+// (package payment, payment/channel.go). Such a call says nothing about the payment, so the
+// close path never takes it as the provider's answer: an order whose close waits on that
+// channel keeps waiting in inspection, past the inspection hold, until the channel answers
+// (timeout/closer.go).
+var ErrChannelUnavailable = errors.New("payment channel unavailable")
+
+// ChannelUnavailableError is the error of one call refused because its channel is
+// unavailable (see ErrChannelUnavailable); Channel names the channel ("stripe").
+type ChannelUnavailableError struct {
+	Channel string
+	Op      string // the call: create, query, cancel, refund
+	Cause   error  // the breaker's own error
+}
+
+// Error implements the error interface.
+func (e *ChannelUnavailableError) Error() string {
+	return fmt.Sprintf("%s on payment channel %s: channel unavailable (circuit breaker: %v)", e.Op, e.Channel, e.Cause)
+}
+
+// Is reports whether target is ErrChannelUnavailable.
+func (e *ChannelUnavailableError) Is(target error) bool { return target == ErrChannelUnavailable }
+
+// Unwrap returns the breaker's error.
+func (e *ChannelUnavailableError) Unwrap() error { return e.Cause }
+
+// UnavailableChannel returns the channel named by the first ChannelUnavailableError in err's
+// chain, and false when err does not say that a channel is unavailable.
+func UnavailableChannel(err error) (string, bool) {
+	var e *ChannelUnavailableError
+	if errors.As(err, &e) {
+		return e.Channel, true
+	}
+	return "", errors.Is(err, ErrChannelUnavailable)
 }

@@ -2,6 +2,7 @@ package orderly
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -24,10 +25,13 @@ const (
 // Payment is one payment attempt for an order, or one extra capture of an attempt
 // (DuplicateOf set). Amount is in minor units of Currency.
 type Payment struct {
-	ID           string       `json:"payment_id"`
-	OrderID      string       `json:"order_id"`
-	Attempt      int64        `json:"attempt"` // 1, 2, … per order; extra captures are numbered too
-	Channel      string       `json:"channel"`
+	ID      string `json:"payment_id"`
+	OrderID string `json:"order_id"`
+	Attempt int64  `json:"attempt"` // 1, 2, … per order; extra captures are numbered too
+	Channel string `json:"channel"`
+	// Variant is the version of Channel the attempt was made on ("v2"), "" when the channel
+	// has one version; the attempt's route is Channel@Variant (see Route).
+	Variant      string       `json:"variant"`
 	ChannelTxnID string       `json:"channel_txn_id,omitempty"` // the gateway's transaction id, unique
 	Amount       int64        `json:"amount"`
 	Currency     string       `json:"currency"`
@@ -40,6 +44,29 @@ type Payment struct {
 	// reported a second channel transaction for it. Such a row is never applied to its
 	// order; it is refunded.
 	DuplicateOf string `json:"duplicate_of,omitempty"`
+}
+
+// Route returns the name of the channel variant that serves the attempt: Channel, or
+// Channel + "@" + Variant when the attempt was made on a variant ("stripe@v2"). It names the
+// adapter (channel.Adapter.Name) that created the attempt.
+func (p *Payment) Route() string { return RouteName(p.Channel, p.Variant) }
+
+// RouteName joins a channel and its variant: channel, or channel + "@" + variant
+// ("stripe@v2"); SplitRoute reverses it.
+func RouteName(channel, variant string) string {
+	if variant == "" {
+		return channel
+	}
+	return channel + "@" + variant
+}
+
+// SplitRoute splits a channel route name at its last "@" into the channel and the variant
+// ("stripe@v2" → "stripe", "v2"; "stripe" → "stripe", "").
+func SplitRoute(route string) (channel, variant string) {
+	if i := strings.LastIndexByte(route, '@'); i > 0 && i < len(route)-1 {
+		return route[:i], route[i+1:]
+	}
+	return route, ""
 }
 
 // Callback statuses.

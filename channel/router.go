@@ -7,14 +7,19 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/orderlyhq/orderly"
 )
 
-// Route is one channel in a Router's rotation with its share of the traffic: Weight out
-// of the sum of the weights of the routes in rotation. Two versions of one provider are
-// two adapters with their own names (e.g. "stripe" and "stripe_v2"): a gray release.
+// Route is one channel, or one variant of a channel, in a Router's rotation with its share
+// of the traffic: Weight out of the sum of the weights of the routes in rotation. Channel
+// is the Name of the adapter that serves it. Two versions of one provider in a gray release
+// are two adapters named as variants of one channel, "stripe@v1" and "stripe@v2"
+// (orderly.RouteName): their payments record channel "stripe" and variant "v1" or "v2",
+// and Stats compares the variants.
 type Route struct {
-	Channel string
-	Weight  int // > 0
+	Channel string // "stripe", or "stripe@v2" for variant v2 of channel stripe
+	Weight  int    // > 0
 }
 
 // RouterConfig configures a Router. Zero values mean the documented defaults.
@@ -161,8 +166,9 @@ func (r *Router) Record(channel string, ok bool) {
 	}
 	r.mu.Unlock()
 	if removed {
-		r.cfg.Logger.Warn("payment channel taken out of rotation: its success rate stayed below the floor",
-			"channel", channel, "success_rate", rate, "floor", r.cfg.Floor, "for", r.cfg.For)
+		name, variant := orderly.SplitRoute(channel)
+		r.cfg.Logger.Warn("payment channel variant taken out of rotation: its success rate stayed below the floor",
+			"channel", name, "variant", variant, "success_rate", rate, "floor", r.cfg.Floor, "for", r.cfg.For)
 		if r.cfg.OnRemoved != nil {
 			r.cfg.OnRemoved(channel, rate)
 		}
@@ -182,9 +188,11 @@ func successRate(os []outcome, minSamples int) (float64, bool) {
 	return float64(n) / float64(len(os)), true
 }
 
-// Stat is one channel's figures (Stats).
+// Stat is one route's figures (Stats): a channel, or one variant of it.
 type Stat struct {
-	Channel     string  `json:"channel"`
+	Route       string  `json:"route"`   // Route.Channel: "stripe@v2"
+	Channel     string  `json:"channel"` // "stripe"
+	Variant     string  `json:"variant"` // "v2"; "" for a channel routed without variants
 	Weight      int     `json:"weight"`
 	InRotation  bool    `json:"in_rotation"`
 	Outcomes    int     `json:"outcomes"`     // in the window
@@ -199,9 +207,47 @@ func (r *Router) Stats() []Stat {
 	for _, rt := range r.cfg.Routes {
 		os := r.outcomes[rt.Channel]
 		rate, _ := successRate(os, 1)
-		out = append(out, Stat{Channel: rt.Channel, Weight: rt.Weight, InRotation: !r.removed[rt.Channel], Outcomes: len(os), SuccessRate: rate})
+		name, variant := orderly.SplitRoute(rt.Channel)
+		out = append(out, Stat{Route: rt.Channel, Channel: name, Variant: variant, Weight: rt.Weight, InRotation: !r.removed[rt.Channel], Outcomes: len(os), SuccessRate: rate})
 	}
 	return out
+}
+
+// Deviations returns how far success rates differ among stats' routes in rotation that have
+// outcomes: overall, the largest rate minus the smallest among all of them; byChannel, the
+// same among the variants of each channel that has at least two such variants (a gray
+// release: "stripe" → rate of stripe@v1 − rate of stripe@v2, the larger first). Rates and
+// deviations are fractions, 0–1.
+func Deviations(stats []Stat) (overall float64, byChannel map[string]float64) {
+	type span struct{ lo, hi float64 }
+	var all *span
+	per := map[string]*span{}
+	count := map[string]int{}
+	widen := func(s *span, rate float64) *span {
+		if s == nil {
+			return &span{rate, rate}
+		}
+		s.lo, s.hi = min(s.lo, rate), max(s.hi, rate)
+		return s
+	}
+	for _, st := range stats {
+		if !st.InRotation || st.Outcomes == 0 {
+			continue
+		}
+		all = widen(all, st.SuccessRate)
+		per[st.Channel] = widen(per[st.Channel], st.SuccessRate)
+		count[st.Channel]++
+	}
+	byChannel = map[string]float64{}
+	for ch, s := range per {
+		if count[ch] >= 2 {
+			byChannel[ch] = s.hi - s.lo
+		}
+	}
+	if all != nil {
+		overall = all.hi - all.lo
+	}
+	return overall, byChannel
 }
 
 // Restore puts channel back in rotation (an operator's decision) with a fresh window.

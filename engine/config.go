@@ -14,6 +14,7 @@ import (
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -178,6 +179,9 @@ type Config struct {
 	ChannelFloorFor time.Duration
 	// ChannelCallTimeout bounds each call to a channel's provider; payment.DefaultCallTimeout (10 s).
 	ChannelCallTimeout time.Duration
+	// ChannelBreaker configures the circuit breaker of every channel; zero values are
+	// payment.DefaultBreakerFailures (5 failures in a row) and payment.DefaultBreakerOpen (30 s).
+	ChannelBreaker payment.BreakerConfig
 	// Events, when set, handles the event topics (order.closed, order.paid,
 	// payment.refunded, …) instead of NATS or the debug log: an embedder's own broker. It
 	// must be idempotent (delivery is at least once). Not together with NATSURL.

@@ -142,7 +142,9 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if len(cfg.ChannelRoutes) > 0 {
 		if router, err = channel.NewRouter(channel.RouterConfig{Routes: cfg.ChannelRoutes, Floor: cfg.ChannelFloor,
 			For: cfg.ChannelFloorFor, Logger: log,
-			OnRemoved: func(c string, _ float64) { e.metrics.ChannelOutOfRotation.WithLabelValues(c).Inc() },
+			OnRemoved: func(route string, _ float64) {
+				e.metrics.ChannelOutOfRotation.WithLabelValues(orderly.SplitRoute(route)).Inc()
+			},
 		}); err != nil {
 			return nil, fmt.Errorf("engine: channel routes: %w", err)
 		}
@@ -151,6 +153,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
 		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout, Router: router,
+		Breaker: cfg.ChannelBreaker,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
 	}

@@ -45,7 +45,7 @@ func TestMetricsMoveOnRealActions(t *testing.T) {
 		Amount: p.Amount, Currency: p.Currency, Status: orderly.CallbackSucceeded, OccurredAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.ChannelPayments.WithLabelValues(p.Channel, "captured")); got != 1 {
+	if got := testutil.ToFloat64(m.ChannelPayments.WithLabelValues(p.Channel, p.Variant, "captured")); got != 1 {
 		t.Errorf("channel payments %s captured = %v, want 1", p.Channel, got)
 	}
 	if n := testutil.CollectAndCount(m.GatewayLatency); n < 1 {

@@ -54,29 +54,23 @@ func (s *Server) channelWebhook(w http.ResponseWriter, r *http.Request) {
 // channelsResponse is the body of GET /v1/admin/channels.
 type channelsResponse struct {
 	Channels []channel.Stat `json:"channels"`
-	// Deviation is the largest success rate minus the smallest among the channels in
-	// rotation that have outcomes: how far the variants of a gray release differ.
+	// Deviation is the largest success rate minus the smallest among the routes in
+	// rotation that have outcomes (channel.Deviations).
 	Deviation float64 `json:"deviation"`
+	// VariantDeviation is, per channel with two or more variants in rotation that have
+	// outcomes, the largest success rate of its variants minus the smallest: how far the
+	// versions of a gray release differ.
+	VariantDeviation map[string]float64 `json:"variant_deviation"`
 }
 
-// adminChannels handles GET /v1/admin/channels: each routed channel's weight, whether it
-// is in rotation, its outcomes and success rate over the router's window, and the
-// deviation between them. Without routes (Config.ChannelStats nil): {"channels": []}.
+// adminChannels handles GET /v1/admin/channels: each route's channel and variant, weight,
+// whether it is in rotation, its outcomes and success rate over the router's window, the
+// deviation between all routes and between the variants of each channel. Without routes (Config.ChannelStats nil): {"channels": []}.
 func (s *Server) adminChannels(w http.ResponseWriter, r *http.Request) {
 	resp := &channelsResponse{Channels: []channel.Stat{}}
 	if s.channelStats != nil {
 		resp.Channels = s.channelStats()
 	}
-	lo, hi, seen := 0.0, 0.0, false
-	for _, st := range resp.Channels {
-		if !st.InRotation || st.Outcomes == 0 {
-			continue
-		}
-		if !seen {
-			lo, hi, seen = st.SuccessRate, st.SuccessRate, true
-		}
-		lo, hi = min(lo, st.SuccessRate), max(hi, st.SuccessRate)
-	}
-	resp.Deviation = hi - lo
+	resp.Deviation, resp.VariantDeviation = channel.Deviations(resp.Channels)
 	s.writeJSON(w, r, http.StatusOK, resp)
 }

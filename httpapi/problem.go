@@ -55,6 +55,7 @@ var problemKinds = map[string]problemKind{
 	orderly.EILLEGAL:         {http.StatusConflict, "Illegal transition"},
 	orderly.ENOTPAYABLE:      {http.StatusConflict, "Order not payable"},
 	orderly.ECONFLICT:        {http.StatusConflict, "Conflict"},
+	orderly.EPAYMENTRACE:     {http.StatusConflict, "Payment started concurrently"},
 	orderly.EUNAUTHORIZED:    {http.StatusUnauthorized, "Unauthorized"},
 	orderly.EAMOUNTMISMATCH:  {http.StatusUnprocessableEntity, "Amount mismatch"},
 	orderly.EORDERMISMATCH:   {http.StatusUnprocessableEntity, "Payment of another order"},

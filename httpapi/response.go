@@ -97,6 +97,7 @@ type paymentResponse struct {
 	OrderID      string               `json:"order_id"`
 	Attempt      int64                `json:"attempt"`
 	Channel      string               `json:"channel"`
+	Variant      string               `json:"variant"` // "" when the channel has one version
 	ChannelTxnID string               `json:"channel_txn_id,omitempty"`
 	Amount       int64                `json:"amount"`
 	Currency     string               `json:"currency"`
@@ -114,6 +115,7 @@ func newPaymentResponse(p *orderly.Payment) *paymentResponse {
 		OrderID:      p.OrderID,
 		Attempt:      p.Attempt,
 		Channel:      p.Channel,
+		Variant:      p.Variant,
 		ChannelTxnID: p.ChannelTxnID,
 		Amount:       p.Amount,
 		Currency:     p.Currency,

@@ -31,7 +31,7 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		PayStatusFrom: orderly.PayPaying, PayStatusTo: orderly.PayPaid, Cause: "pay_1", Actor: "payment", At: at(6), TraceID: "t",
 	}
 	pay := &orderly.Payment{
-		ID: "pay_1", OrderID: "ord_1", Attempt: 2, Channel: "sim", ChannelTxnID: "txn", Amount: 2, Currency: "EUR",
+		ID: "pay_1", OrderID: "ord_1", Attempt: 2, Channel: "stripe", Variant: "v2", ChannelTxnID: "txn", Amount: 2, Currency: "EUR",
 		State: orderly.PaymentRefunded, FailReason: "x", CreatedAt: at(7), SucceededAt: atp(8), RefundedAt: atp(9),
 		DuplicateOf: "pay_0",
 	}

@@ -32,10 +32,13 @@ type BreakerConfig struct {
 	Open     time.Duration // how long it stays open before a trial call; 30 s
 }
 
-// ErrChannelUnavailable wraps the error of a call refused at once because the channel's
-// circuit breaker is open: the provider failed DefaultBreakerFailures calls in a row. An
-// inspection or a buyer cancel that meets it reports GatewayUnknown, so the order waits.
-var ErrChannelUnavailable = errors.New("payment channel unavailable (circuit breaker open)")
+// ErrChannelUnavailable is orderly.ErrChannelUnavailable: it is matched by the error of a
+// call refused at once because the channel's circuit breaker is open (the provider failed
+// DefaultBreakerFailures calls in a row) or half-open with its trial call under way; the
+// error is an *orderly.ChannelUnavailableError naming the channel. An inspection or a buyer
+// cancel that meets it reports GatewayUnknown with it, and the close path keeps the order
+// waiting while it lasts, past the inspection hold (timeout/closer.go).
+var ErrChannelUnavailable = orderly.ErrChannelUnavailable
 
 // guardedGateway calls one channel's provider with a timeout per call and through the
 // channel's circuit breaker. Refusals by the provider (*orderly.Error) count as answers,
@@ -89,7 +92,7 @@ func (g *guardedGateway) call(ctx context.Context, op, paymentID string, fn func
 		return fn(cctx)
 	})
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return nil, fmt.Errorf("%s %s on channel %s: %w", op, paymentID, g.name, ErrChannelUnavailable)
+		return nil, fmt.Errorf("payment %s: %w", paymentID, &orderly.ChannelUnavailableError{Channel: g.name, Op: op, Cause: err})
 	}
 	return gp, err
 }

@@ -22,7 +22,7 @@ func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string)
 	if p == nil {
 		return settled, err
 	}
-	gw, err := s.gatewayFor(p.Channel)
+	gw, err := s.gatewayFor(p.Route())
 	if err != nil {
 		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: %w", paymentID, err)
 	}
@@ -77,7 +77,7 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 	if p == nil {
 		return settled, err
 	}
-	gw, err := s.gatewayFor(p.Channel)
+	gw, err := s.gatewayFor(p.Route())
 	if err != nil {
 		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: %w", paymentID, err)
 	}

@@ -88,16 +88,17 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// outcome counts an attempt's outcome on a channel (orderly_channel_payments_total) and
-// tells the router.
-func (s *Service) outcome(channelName string, captured bool) {
+// outcome counts the outcome of attempt p on its channel and variant
+// (orderly_channel_payments_total{channel,variant,outcome}) and tells the router, which
+// keeps the success rate of each route (p.Route(), "stripe@v2").
+func (s *Service) outcome(p *orderly.Payment, captured bool) {
 	label := "failed"
 	if captured {
 		label = "captured"
 	}
-	s.cfg.Metrics.ChannelPayments.WithLabelValues(channelName, label).Inc()
+	s.cfg.Metrics.ChannelPayments.WithLabelValues(p.Channel, p.Variant, label).Inc()
 	if s.cfg.Router != nil {
-		s.cfg.Router.Record(channelName, captured)
+		s.cfg.Router.Record(p.Route(), captured)
 	}
 }
 
@@ -122,7 +123,7 @@ func (s *Service) gatewayOfPayment(ctx context.Context, id string) (orderly.Gate
 	if err != nil {
 		return nil, fmt.Errorf("the channel of payment %s: %w", id, err)
 	}
-	return s.gatewayFor(p.Channel)
+	return s.gatewayFor(p.Route())
 }
 
 // StartPayment implements orderly.PaymentService. The attempt is written (initiated, order
@@ -153,7 +154,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		} else if prev != nil {
 			// Another StartPayment wrote it after supersede looked: two live attempts
 			// could both be paid.
-			return orderly.Errorf(orderly.ECONFLICT, "payment %s of order %s started concurrently and is in flight; retry", prev.ID, o.ID)
+			return orderly.Errorf(orderly.EPAYMENTRACE, "payment %s of order %s was started concurrently and is in flight; use it, or start again to replace it", prev.ID, o.ID)
 		}
 		now, err := tx.Now(ctx)
 		if err != nil {
@@ -168,24 +169,39 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		if name == "" && s.cfg.Router != nil {
 			name = s.cfg.Router.Pick(o.UserID)
 		}
+		ch, variant := orderly.SplitRoute(cmp.Or(name, s.cfg.Channel))
 		p = &orderly.Payment{
-			ID: id, OrderID: o.ID, Channel: cmp.Or(name, s.cfg.Channel), Amount: o.Amount,
+			ID: id, OrderID: o.ID, Channel: ch, Variant: variant, Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now,
 		}
-		if err := tx.PaymentInsert(ctx, p); err != nil {
+		if err := tx.PaymentInsert(ctx, p); orderly.ErrorCode(err) == orderly.ECONFLICT {
+			// (order_id, attempt) is unique: another attempt of the order took this number
+			// after the read above.
+			return orderly.Errorf(orderly.EPAYMENTRACE, "another payment attempt of order %s was started concurrently; use it, or start again to replace it", o.ID)
+		} else if err != nil {
 			return err
 		}
+		// Guarded on the current attempt read above: of two attempts started at once, the
+		// second to lock the order finds another current attempt and is refused.
 		ok, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
 			ID: o.ID, State: orderly.StatePendingPayment, To: orderly.PayPaying, SetPaymentID: p.ID,
+			IfPaymentID: o.CurrentPaymentID, IfCurrentPayment: true,
 			From:  []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying, orderly.PayFailed},
 			Event: orderly.EventPaymentStarted, Cause: "payment " + p.ID, Actor: "buyer", TraceID: params.TraceID, Now: now,
 		})
 		if err != nil {
 			return err
 		} else if !ok {
-			// The order changed since it was read: most likely closed or paid just now.
-			if cur, err := tx.OrderGet(ctx, o.ID); err == nil && cur.State != orderly.StatePendingPayment {
+			// The order changed since it was read: closed or paid just now, or another
+			// attempt started at the same moment and is now current.
+			cur, err := tx.OrderGet(ctx, o.ID)
+			switch {
+			case err != nil:
+				return err
+			case cur.State != orderly.StatePendingPayment:
 				return orderly.Errorf(orderly.ENOTPAYABLE, "order %s is %s", o.ID, cur.State)
+			case cur.CurrentPaymentID != o.CurrentPaymentID:
+				return orderly.Errorf(orderly.EPAYMENTRACE, "payment %s of order %s was started concurrently and is its current attempt; use it, or start again to replace it", cur.CurrentPaymentID, o.ID)
 			}
 			return orderly.Errorf(orderly.ECONFLICT, "order %s changed concurrently; retry", o.ID)
 		}
@@ -194,12 +210,12 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if err != nil {
 		return nil, err
 	}
-	gw, gerr := s.gatewayFor(p.Channel)
+	gw, gerr := s.gatewayFor(p.Route())
 	if gerr == nil {
 		gerr = gw.Create(ctx, p)
 	}
 	if gerr != nil {
-		s.outcome(p.Channel, false)
+		s.outcome(p, false)
 		s.cfg.Logger.Error("gateway create failed", "payment_id", p.ID, "order_id", p.OrderID, "error", gerr)
 		if _, err := s.fail(ctx, p, "gateway: create failed", "gateway"); err != nil {
 			return nil, errors.Join(gerr, err)
@@ -239,7 +255,7 @@ func (s *Service) supersede(ctx context.Context, orderID string) error {
 	if err != nil || prev == nil {
 		return err
 	}
-	gp, err := s.gateways[prev.Channel].Cancel(ctx, prev.ID)
+	gp, err := s.gateways[prev.Route()].Cancel(ctx, prev.ID)
 	if err != nil {
 		s.cfg.Logger.Warn("closing the previous attempt at its provider failed", "payment_id", prev.ID, "order_id", orderID, "channel", prev.Channel, "error", err)
 		return orderly.Errorf(orderly.EUNAVAILABLE, "payment %s of order %s is in flight and %s could not close it; retry", prev.ID, orderID, prev.Channel)
@@ -277,7 +293,7 @@ func (s *Service) providerAttemptInFlight(ctx context.Context, tx store.Tx, o *o
 	if err != nil {
 		return nil, err
 	}
-	if _, real := s.gateways[p.Channel]; !real || p.State != orderly.PaymentInitiated {
+	if _, real := s.gateways[p.Route()]; !real || p.State != orderly.PaymentInitiated {
 		return nil, nil
 	}
 	return p, nil
@@ -355,7 +371,7 @@ func (s *Service) callbackDone(ctx context.Context, cb *orderly.Callback, res *o
 	}
 	if (res.Applied || res.Refund) && res.Payment != nil {
 		// The attempt's own channel: two versions of a provider may share one endpoint.
-		s.outcome(res.Payment.Channel, cb.Status == orderly.CallbackSucceeded)
+		s.outcome(res.Payment, cb.Status == orderly.CallbackSucceeded)
 	}
 	s.cfg.Metrics.Callbacks.WithLabelValues(cb.Status, result).Inc()
 	return res, nil
@@ -570,7 +586,7 @@ func (s *Service) recordExtraCapture(ctx context.Context, tx store.Tx, p *orderl
 		return nil, err
 	}
 	dup := &orderly.Payment{
-		ID: id, OrderID: p.OrderID, Channel: p.Channel, ChannelTxnID: txnID, Amount: p.Amount, Currency: p.Currency,
+		ID: id, OrderID: p.OrderID, Channel: p.Channel, Variant: p.Variant, ChannelTxnID: txnID, Amount: p.Amount, Currency: p.Currency,
 		State: orderly.PaymentRefundPending, CreatedAt: now, SucceededAt: &now, DuplicateOf: cmp.Or(p.DuplicateOf, p.ID),
 	}
 	err = tx.Savepoint(ctx, func() error { return tx.PaymentInsert(ctx, dup) })

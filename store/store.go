@@ -277,6 +277,11 @@ type OrderSetPayStatusParams struct {
 	From        []orderly.PayStatus // guard: the order's pay_status is one of these
 	To          orderly.PayStatus
 	IfPaymentID string // guard, when set: current_payment_id = IfPaymentID
+	// IfCurrentPayment makes IfPaymentID a guard even when it is empty: current_payment_id
+	// must be IfPaymentID, or unset when IfPaymentID is "". A new attempt replaces only the
+	// attempt its caller read, so of two attempts started at once for one order exactly one
+	// becomes current (payment.Service.StartPayment).
+	IfCurrentPayment bool
 	// SetPaymentID, when set, becomes current_payment_id.
 	SetPaymentID string
 	// The audit row: Event (EventPaymentStarted, EventPaymentFailed, …), Cause, Actor,

@@ -38,13 +38,18 @@ type Metrics struct {
 	// ChannelNotifications counts verified notifications of payment channels (package
 	// channel) by channel, kind and result (applied, duplicate, refund, refused, recorded).
 	ChannelNotifications *prometheus.CounterVec
-	// ChannelPayments counts attempts' outcomes by channel (captured, failed), whichever
-	// way they arrived (signed callback, channel notification, inspection of a failed
-	// create): the success rate of each channel and gray-release variant is captured / all.
+	// ChannelPayments counts attempts' outcomes (captured, failed) by channel and variant
+	// ("" for a channel with one version), whichever way they arrived (signed callback,
+	// channel notification, a failed create): the success rate of each channel and
+	// gray-release variant is captured / all.
 	ChannelPayments *prometheus.CounterVec
-	// ChannelOutOfRotation counts channels taken out of rotation by the router (their
-	// success rate stayed below the floor).
+	// ChannelOutOfRotation counts channel variants taken out of rotation by the router
+	// (their success rate stayed below the floor), by channel and variant.
 	ChannelOutOfRotation *prometheus.CounterVec
+	// ClosesDeferred counts closes deferred by channel: an order past its inspection hold
+	// whose payment channel was unavailable (circuit breaker open) was kept open and will be
+	// inspected again, never closed blindly (timeout/closer.go).
+	ClosesDeferred *prometheus.CounterVec
 	// ChannelBreakerState is each channel's circuit breaker: 0 closed, 1 half-open, 2 open
 	// (calls to the provider refused at once; closes of its orders wait in inspection).
 	ChannelBreakerState *prometheus.GaugeVec
@@ -137,10 +142,13 @@ func NewMetrics() *Metrics {
 			Name: "orderly_channel_notifications_total", Help: "Verified payment channel notifications, by channel, kind and result.",
 		}, []string{"channel", "kind", "result"}),
 		ChannelPayments: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orderly_channel_payments_total", Help: "Payment attempts' outcomes by channel (captured, failed).",
-		}, []string{"channel", "outcome"}),
+			Name: "orderly_channel_payments_total", Help: "Payment attempts' outcomes by channel and variant (captured, failed).",
+		}, []string{"channel", "variant", "outcome"}),
 		ChannelOutOfRotation: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orderly_channel_out_of_rotation_total", Help: "Channels taken out of rotation for a success rate below the floor.",
+			Name: "orderly_channel_out_of_rotation_total", Help: "Channel variants taken out of rotation for a success rate below the floor, by channel and variant.",
+		}, []string{"channel", "variant"}),
+		ClosesDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_close_deferred_total", Help: "Closes of orders past their inspection hold deferred because their payment channel was unavailable, by channel.",
 		}, []string{"channel"}),
 		ChannelBreakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "orderly_channel_breaker_state", Help: "Circuit breaker of each payment channel: 0 closed, 1 half-open, 2 open.",
@@ -201,7 +209,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ClosesDeferred, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
 		m.GatewayLatency, m.GatewayErrors, m.JobDuration, m.JobChanged, m.WebhookDeliveries,

@@ -115,8 +115,17 @@ type Config struct {
 	// InspectionBackoff is how long a paying order waits between inspections; 2 s.
 	InspectionBackoff time.Duration
 	// InspectionHold is how long after close_at a paying order whose payment stays unknown is
-	// kept open; after it the order closes and a later success is refunded. 1 min.
+	// kept open; after it the order closes (once more inspected, the answer still unknown) and
+	// a later success is refunded. An order whose payment channel is unavailable (an answer
+	// matching orderly.ErrChannelUnavailable: its circuit breaker is open) is never closed
+	// blindly: it keeps waiting past the hold, inspected again with a backoff that grows up
+	// to InspectionBackoffMax, until the channel answers. 1 min.
 	InspectionHold time.Duration
+	// InspectionBackoffMax caps the backoff between inspections of an order held past its
+	// InspectionHold because its payment channel is unavailable: each wait is half the time
+	// spent past the hold, at least InspectionBackoff, at most this. 30 s (the default open
+	// period of a channel's circuit breaker, payment.DefaultBreakerOpen).
+	InspectionBackoffMax time.Duration
 	// InspectionTimeout bounds one inspection; 5 s.
 	InspectionTimeout time.Duration
 	// PassTimeout bounds one claim-and-close pass; 30 s.
@@ -141,7 +150,7 @@ type Closer struct {
 	anchor atomic.Pointer[dbClockAnchor] // the last database clock reading; nil before one (see dbNow)
 	// inspections feeds the background inspection workers while the timer runs; nil
 	// before Start, and then inspections run inline.
-	inspections chan []*store.DueOrder
+	inspections chan []inspection
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -154,7 +163,7 @@ func NewCloser(cfg Config) (*Closer, error) {
 		return nil, errors.New("timeout: Config.Store is required")
 	}
 	if cfg.BatchSize < 0 || cfg.MaxSleep < 0 || cfg.ClockCheckInterval < 0 || cfg.DeepCheckTolerance < 0 ||
-		cfg.InspectionBackoff < 0 || cfg.InspectionHold < 0 || cfg.InspectionTimeout < 0 || cfg.PassTimeout < 0 {
+		cfg.InspectionBackoff < 0 || cfg.InspectionBackoffMax < 0 || cfg.InspectionHold < 0 || cfg.InspectionTimeout < 0 || cfg.PassTimeout < 0 {
 		return nil, errors.New("timeout: Config values must not be negative")
 	}
 	if cfg.Machine == nil {
@@ -166,6 +175,7 @@ func NewCloser(cfg Config) (*Closer, error) {
 	cfg.DeepCheckTolerance = cmp.Or(cfg.DeepCheckTolerance, 5*time.Second)
 	cfg.InspectionBackoff = cmp.Or(cfg.InspectionBackoff, 2*time.Second)
 	cfg.InspectionHold = cmp.Or(cfg.InspectionHold, time.Minute)
+	cfg.InspectionBackoffMax = max(cmp.Or(cfg.InspectionBackoffMax, 30*time.Second), cfg.InspectionBackoff)
 	cfg.InspectionTimeout = cmp.Or(cfg.InspectionTimeout, 5*time.Second)
 	cfg.PassTimeout = cmp.Or(cfg.PassTimeout, 30*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
@@ -199,7 +209,7 @@ func (c *Closer) CloseDue(ctx context.Context, trigger string) (PassResult, erro
 func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) (PassResult, error) {
 	var total PassResult
 	for {
-		res, paying, err := c.closeBatch(ctx, trigger, nil, nil, fence)
+		res, paying, err := c.closeBatch(ctx, trigger, nil, nil, fence, false)
 		total.Claimed += res.Claimed
 		total.Closed += res.Closed
 		if err != nil {
@@ -264,15 +274,27 @@ func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence j
 	}
 }
 
+// inspection is a paying order due for payment inspection, as claimed at now (the database
+// clock of the claim).
+type inspection struct {
+	order *store.DueOrder
+	// holdOver: close_at + InspectionHold had passed; an answer that stays unknown closes the
+	// order, unless the order's payment channel is unavailable.
+	holdOver bool
+	now      time.Time
+}
+
 // closeBatch is one transaction of the close path: claim up to BatchSize due orders (only
 // those of ids when set; or take the orders in only, already claimed), close the unpaid and failed ones with the guarded update,
 // write their outbox messages and audit rows, and push back the wake_at of paying orders
-// that need inspection, which it returns.
+// that need inspection, which it returns. With force, the paying orders of only whose
+// inspection hold has passed are closed too (their last inspection could not tell); without
+// an Inspector, every paying order past its hold is.
 //
 // Tracing: the batch runs in a "close batch" span (attributes orderly.trigger,
 // orderly.claimed, orderly.closed); each order's transition continues the trace of the
 // request that created it, linked to that span (order.ContinueOrderTraces).
-func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence) (_ PassResult, _ []*store.DueOrder, err error) {
+func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence, force bool) (_ PassResult, _ []inspection, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PassTimeout)
 	defer cancel()
 	ctx, span := telemetry.Tracer().Start(order.ContinueOrderTraces(ctx), "close batch",
@@ -286,7 +308,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 	}()
 	var (
 		res    PassResult
-		paying []*store.DueOrder
+		paying []inspection
 		closed []*store.DueOrder
 		now    time.Time
 	)
@@ -321,8 +343,11 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		for _, d := range due {
 			forced := false
 			if d.PayStatus == orderly.PayPaying {
-				if now.Before(d.CloseAt.Add(c.cfg.InspectionHold)) {
-					paying = append(paying, d)
+				holdOver := !now.Before(d.CloseAt.Add(c.cfg.InspectionHold))
+				if !holdOver || (!force && c.cfg.Inspector != nil) {
+					// Past the hold too, the provider is asked once more: an answer, or
+					// its channel being unavailable, must not be overtaken by a blind close.
+					paying = append(paying, inspection{order: d, holdOver: holdOver, now: now})
 					inspect = append(inspect, d.ID)
 					continue
 				}
@@ -398,7 +423,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 // blocking; it reports false when there are none or their queue is full (then the caller
 // inspects inline). The orders' wake_at was pushed back by InspectionBackoff, so nobody
 // else inspects them meanwhile.
-func (c *Closer) inspectAsync(paying []*store.DueOrder) bool {
+func (c *Closer) inspectAsync(paying []inspection) bool {
 	c.mu.Lock()
 	ch := c.inspections
 	c.mu.Unlock()
@@ -414,7 +439,7 @@ func (c *Closer) inspectAsync(paying []*store.DueOrder) bool {
 }
 
 // runInspections is one background inspection worker.
-func (c *Closer) runInspections(ctx context.Context, ch <-chan []*store.DueOrder) {
+func (c *Closer) runInspections(ctx context.Context, ch <-chan []inspection) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -428,19 +453,26 @@ func (c *Closer) runInspections(ctx context.Context, ch <-chan []*store.DueOrder
 }
 
 // inspect settles the payments of paying orders, a few at a time, and closes the orders
-// whose attempt turned out failed. It returns how many it closed.
-func (c *Closer) inspect(ctx context.Context, trigger string, paying []*store.DueOrder, fence job.Fence) (int, error) {
+// whose attempt turned out failed, and those past their inspection hold whose payment is
+// still unknown. An order whose payment channel is unavailable (orderly.ErrChannelUnavailable)
+// is not closed, whatever the hold: its close is deferred (counted in
+// orderly_close_deferred_total{channel}, logged) and it is inspected again after
+// unavailableBackoff. It returns how many orders it closed.
+func (c *Closer) inspect(ctx context.Context, trigger string, paying []inspection, fence job.Fence) (int, error) {
 	if c.cfg.Inspector == nil {
 		return 0, nil
 	}
 	const parallel = 8
 	var (
-		mu     sync.Mutex
-		failed []*store.DueOrder
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, parallel)
+		mu       sync.Mutex
+		failed   []*store.DueOrder
+		forced   []*store.DueOrder
+		deferred = map[time.Time][]string{} // new wake_at → orders whose channel is unavailable
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, parallel)
 	)
-	for _, d := range paying {
+	for _, in := range paying {
+		d := in.order
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -448,20 +480,67 @@ func (c *Closer) inspect(ctx context.Context, trigger string, paying []*store.Du
 			ictx, cancel := context.WithTimeout(ctx, c.cfg.InspectionTimeout)
 			defer cancel()
 			status, err := c.cfg.Inspector.InspectPayment(ictx, d.ID, d.CurrentPaymentID)
-			if err != nil {
-				c.cfg.Logger.Warn("payment inspection failed; will retry", "order_id", d.ID, "payment_id", d.CurrentPaymentID, "error", err)
-			}
-			if status == orderly.GatewayFailed {
+			ch, unavailable := orderly.UnavailableChannel(err)
+			switch {
+			case status == orderly.GatewayFailed:
 				mu.Lock()
 				failed = append(failed, &store.DueOrder{ID: d.ID, Flow: d.Flow, State: d.State, PayStatus: orderly.PayFailed, CouponID: d.CouponID, CloseAt: d.CloseAt})
 				mu.Unlock()
+			case status != orderly.GatewayUnknown:
+			case unavailable && in.holdOver:
+				wake := in.now.Add(c.unavailableBackoff(in.now.Sub(d.CloseAt.Add(c.cfg.InspectionHold))))
+				c.cfg.Metrics.ClosesDeferred.WithLabelValues(cmp.Or(ch, "unknown")).Inc()
+				c.cfg.Logger.Warn("close deferred: the order's payment channel is unavailable; the order waits in inspection past its hold",
+					"order_id", d.ID, "payment_id", d.CurrentPaymentID, "channel", ch, "close_at", d.CloseAt, "next_inspection", wake, "error", err)
+				mu.Lock()
+				deferred[wake] = append(deferred[wake], d.ID)
+				mu.Unlock()
+			case in.holdOver:
+				c.cfg.Logger.Warn("payment still unknown after the inspection hold; closing the order", "order_id", d.ID, "payment_id", d.CurrentPaymentID, "error", err)
+				mu.Lock()
+				forced = append(forced, d)
+				mu.Unlock()
+			case err != nil:
+				c.cfg.Logger.Warn("payment inspection failed; will retry", "order_id", d.ID, "payment_id", d.CurrentPaymentID, "channel", ch, "error", err)
 			}
 		}()
 	}
 	wg.Wait()
-	if len(failed) == 0 {
-		return 0, nil
+	if len(deferred) > 0 {
+		err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			for wake, ids := range deferred {
+				if err := tx.OrdersSetWakeAt(ctx, ids, wake); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			// The claim already pushed their wake_at by InspectionBackoff: they wait anyway.
+			c.cfg.Logger.Warn("could not back off the inspection of orders whose channel is unavailable", "error", err)
+		}
 	}
-	res, _, err := c.closeBatch(ctx, trigger, failed, nil, fence)
-	return res.Closed, err
+	closed := 0
+	if len(failed) > 0 {
+		res, _, err := c.closeBatch(ctx, trigger, failed, nil, fence, false)
+		closed += res.Closed
+		if err != nil {
+			return closed, err
+		}
+	}
+	if len(forced) > 0 {
+		res, _, err := c.closeBatch(ctx, trigger, forced, nil, fence, true)
+		closed += res.Closed
+		if err != nil {
+			return closed, err
+		}
+	}
+	return closed, nil
+}
+
+// unavailableBackoff is the wait before the next inspection of an order held past over its
+// inspection hold because its payment channel is unavailable: over/2, at least
+// InspectionBackoff, at most InspectionBackoffMax (so the waits grow by half each time).
+func (c *Closer) unavailableBackoff(over time.Duration) time.Duration {
+	return min(max(over/2, c.cfg.InspectionBackoff), c.cfg.InspectionBackoffMax)
 }

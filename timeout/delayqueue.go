@@ -77,7 +77,7 @@ func (c *Closer) closeQueued(ctx context.Context) error {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		_, paying, err := c.closeBatch(ctx, TriggerQueue, nil, ids, nil)
+		_, paying, err := c.closeBatch(ctx, TriggerQueue, nil, ids, nil, false)
 		if err == nil && len(paying) > 0 {
 			_, err = c.inspect(ctx, TriggerQueue, paying, nil)
 		}

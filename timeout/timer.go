@@ -63,7 +63,7 @@ func (c *Closer) Start(ctx context.Context) error {
 		return errors.New("timeout: closer already started")
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.inspections = make(chan []*store.DueOrder, 64)
+	c.inspections = make(chan []inspection, 64)
 	const inspectors = 2
 	for range inspectors {
 		c.wg.Add(1)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
@@ -367,17 +368,18 @@ func TestCloseCancelled(t *testing.T) {
 	}
 }
 
-// TestRouting: two versions of the Stripe channel on a 90/10 split: each attempt that
-// names no channel goes where the router's sticky split puts its user and records that
-// channel, its intent created through that version; the Orderly-Channel header picks one
-// explicitly.
+// TestRouting: two versions of the Stripe channel on a 90/10 split, the second an adapter
+// named as variant v2 of channel stripe ("stripe@v2"): each attempt that names no channel
+// goes where the router's sticky split puts its user and records channel stripe and that
+// variant, its intent created through that version; the Orderly-Channel header picks one
+// explicitly; the admin view shows each variant and the deviation between them.
 func TestRouting(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *engine.Config, fake *stripetest.Server) {
-		v2 := stripe.New(stripe.Config{Name: "stripe_v2", APIKey: stripetest.APIKey,
+		v2 := stripe.New(stripe.Config{Name: "stripe@v2", APIKey: stripetest.APIKey,
 			WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})
 		c.Channels = append(c.Channels, v2)
-		c.ChannelRoutes = []channel.Route{{Channel: "stripe", Weight: 90}, {Channel: "stripe_v2", Weight: 10}}
+		c.ChannelRoutes = []channel.Route{{Channel: "stripe", Weight: 90}, {Channel: "stripe@v2", Weight: 10}}
 		c.DefaultChannel = ""
 		c.AdminToken = "adm"
 	})
@@ -397,15 +399,18 @@ func TestRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := b.e.Router().Pick(user); p.Channel != want {
-			t.Errorf("%s (bucket %d): payment on %s, want %s", user, channel.Bucket(user), p.Channel, want)
+		if want := b.e.Router().Pick(user); p.Route() != want || p.Channel != "stripe" || (p.Variant != "" && p.Variant != "v2") {
+			t.Errorf("%s (bucket %d): payment on channel %q variant %q, want route %s", user, channel.Bucket(user), p.Channel, p.Variant, want)
+		}
+		if got, err := b.e.Payments().Payment(ctx, p.ID); err != nil || got.Variant != p.Variant {
+			t.Errorf("payment %s read back: %+v, %v; want variant %q recorded", p.ID, got, err, p.Variant)
 		}
 		if _, ok := b.fake.Intent(p.ID); !ok {
 			t.Errorf("payment %s on %s: no intent at Stripe", p.ID, p.Channel)
 		}
-		got[p.Channel]++
+		got[p.Route()]++
 	}
-	if got["stripe"] == 0 || got["stripe_v2"] == 0 {
+	if got["stripe"] == 0 || got["stripe@v2"] == 0 {
 		t.Errorf("payments per channel %v: want both versions used", got)
 	}
 
@@ -414,7 +419,7 @@ func TestRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := map[string]string{"stripe": "stripe_v2", "stripe_v2": "stripe"}[b.e.Router().Pick("user-0")]
+	other := map[string]string{"stripe": "stripe@v2", "stripe@v2": "stripe"}[b.e.Router().Pick("user-0")]
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.e.URL()+"/v1/orders/"+o.ID+"/payments", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -426,16 +431,18 @@ func TestRouting(t *testing.T) {
 	}
 	var p struct {
 		Channel string `json:"channel"`
+		Variant string `json:"variant"`
 	}
 	err = json.NewDecoder(resp.Body).Decode(&p)
 	_ = resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusCreated || p.Channel != other {
-		t.Errorf("start payment with Orderly-Channel %s: %d, channel %q (%v); want 201 on %s", other, resp.StatusCode, p.Channel, err, other)
+	if err != nil || resp.StatusCode != http.StatusCreated || orderly.RouteName(p.Channel, p.Variant) != other {
+		t.Errorf("start payment with Orderly-Channel %s: %d, channel %q variant %q (%v); want 201 on %s", other, resp.StatusCode, p.Channel, p.Variant, err, other)
 	}
 
 	// The admin view: both variants in rotation with their weights; one captured payment
-	// on each (paid by webhook) makes both success rates 1 and the deviation 0.
-	for _, c := range []string{"stripe", "stripe_v2"} {
+	// on the first and one failed on the second (by webhook, the same endpoint for both)
+	// make success rates 1 and 0 and the deviation between the variants of stripe 1.
+	for _, c := range []string{"stripe", "stripe@v2"} {
 		for i := range 60 {
 			user := fmt.Sprintf("user-%d", i)
 			if b.e.Router().Pick(user) != c {
@@ -447,7 +454,11 @@ func TestRouting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ev, _ := b.fake.Pay(pay.ID)
+			outcome := b.fake.Pay
+			if c == "stripe@v2" {
+				outcome = b.fake.Fail
+			}
+			ev, _ := outcome(pay.ID)
 			if s := send(t, b, ev); s != http.StatusOK {
 				t.Fatalf("webhook for %s: %d", c, s)
 			}
@@ -461,15 +472,22 @@ func TestRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	var view struct {
-		Channels  []channel.Stat `json:"channels"`
-		Deviation float64        `json:"deviation"`
+		Channels         []channel.Stat     `json:"channels"`
+		Deviation        float64            `json:"deviation"`
+		VariantDeviation map[string]float64 `json:"variant_deviation"`
 	}
 	err = json.NewDecoder(resp.Body).Decode(&view)
 	_ = resp.Body.Close()
-	want := []channel.Stat{{Channel: "stripe", Weight: 90, InRotation: true, Outcomes: 1, SuccessRate: 1},
-		{Channel: "stripe_v2", Weight: 10, InRotation: true, Outcomes: 1, SuccessRate: 1}}
-	if err != nil || resp.StatusCode != http.StatusOK || fmt.Sprint(view.Channels) != fmt.Sprint(want) || view.Deviation != 0 {
-		t.Errorf("GET /v1/admin/channels: %d %+v (%v); want %+v, deviation 0", resp.StatusCode, view, err, want)
+	want := []channel.Stat{{Route: "stripe", Channel: "stripe", Weight: 90, InRotation: true, Outcomes: 1, SuccessRate: 1},
+		{Route: "stripe@v2", Channel: "stripe", Variant: "v2", Weight: 10, InRotation: true, Outcomes: 1, SuccessRate: 0}}
+	if err != nil || resp.StatusCode != http.StatusOK || fmt.Sprint(view.Channels) != fmt.Sprint(want) || view.Deviation != 1 ||
+		fmt.Sprint(view.VariantDeviation) != "map[stripe:1]" {
+		t.Errorf("GET /v1/admin/channels: %d %+v (%v); want %+v, deviation 1, variant_deviation map[stripe:1]", resp.StatusCode, view, err, want)
+	}
+	captured := testutil.ToFloat64(b.e.Metrics().ChannelPayments.WithLabelValues("stripe", "", "captured"))
+	failed := testutil.ToFloat64(b.e.Metrics().ChannelPayments.WithLabelValues("stripe", "v2", "failed"))
+	if captured != 1 || failed != 1 {
+		t.Errorf("orderly_channel_payments_total: stripe/\"\" captured %v, stripe/v2 failed %v; want 1 and 1", captured, failed)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/testdb"
@@ -89,6 +90,14 @@ type Options struct {
 	// WrapStore, when set, wraps the store the services and the closer write through
 	// (engine.Wrap.Store); Env.Store stays the database itself.
 	WrapStore func(store.Store) store.Store
+	// Channels are payment channels besides the simulated gateway, DefaultChannel the one
+	// of attempts that name none ("" the simulated gateway), ChannelBreaker their circuit
+	// breakers (engine.Config).
+	Channels       []channel.Adapter
+	DefaultChannel string
+	ChannelBreaker payment.BreakerConfig
+	// InspectionHold is engine.Config.InspectionHold (1 min).
+	InspectionHold time.Duration
 }
 
 // Start is the clock's initial time: a fixed instant with a non-zero millisecond part.
@@ -115,6 +124,8 @@ func New(t testing.TB, opts Options) *Env {
 		DatabaseMaxConns: 10,
 		CloseBatchSize:   opts.CloseBatchSize, OutboxBatchSize: opts.OutboxBatch, OutboxMaxAttempts: opts.MaxAttempts,
 		GracePeriod: opts.GracePeriod, Handlers: opts.Handlers, Wrap: engine.Wrap{Store: opts.WrapStore},
+		Channels: opts.Channels, DefaultChannel: opts.DefaultChannel, ChannelBreaker: opts.ChannelBreaker,
+		InspectionHold: opts.InspectionHold,
 	})
 	if err != nil {
 		t.Fatalf("open engine: %v", err)

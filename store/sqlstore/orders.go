@@ -50,11 +50,11 @@ var (
 	// guards of OrderSetPayStatus, for its audit row; qOrderSetPayStatus then changes it.
 	qOrderPayStatusLock = newQuery(func(d *dialect) string {
 		return `SELECT pay_status FROM orders WHERE id = ? AND state = ? AND pay_status IN (` + stateIn + `)
-			AND (? = '' OR current_payment_id = ?)` + d.lockRows
+			AND (? = 0 OR COALESCE(current_payment_id, '') = ?)` + d.lockRows
 	})
 	qOrderSetPayStatus = newQuery(func(d *dialect) string {
 		return `UPDATE orders SET pay_status = ?, version = version + 1, current_payment_id = COALESCE(?, current_payment_id)
-			WHERE id = ? AND state = ? AND pay_status IN (` + stateIn + `) AND (? = '' OR current_payment_id = ?)`
+			WHERE id = ? AND state = ? AND pay_status IN (` + stateIn + `) AND (? = 0 OR COALESCE(current_payment_id, '') = ?)`
 	})
 	// qOrdersLockIDs locks orders by id whatever their state (store.Tx.OrdersLock).
 	qOrdersLockIDs = newQuery(func(d *dialect) string {
@@ -242,7 +242,7 @@ func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusPa
 	if len(p.From) == 0 {
 		return false, fmt.Errorf("set pay status of order %s: no From statuses", p.ID)
 	}
-	guard := append(append([]any{p.ID, p.State}, stateArgs(p.From)...), p.IfPaymentID, p.IfPaymentID)
+	guard := append(append([]any{p.ID, p.State}, stateArgs(p.From)...), boolInt(p.IfPaymentID != "" || p.IfCurrentPayment), p.IfPaymentID)
 	var from orderly.PayStatus
 	if err := t.queryRow(ctx, qOrderPayStatusLock, guard...).Scan(&from); errors.Is(err, sql.ErrNoRows) {
 		return false, nil

@@ -10,11 +10,11 @@ import (
 )
 
 const paymentColumns = `id, order_id, attempt, channel, channel_txn_id, amount, currency, state, fail_reason,
-	created_at, succeeded_at, refunded_at, duplicate_of`
+	created_at, succeeded_at, refunded_at, duplicate_of, variant`
 
 var (
 	qPaymentNextAttempt = sqlText(`SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?`)
-	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qPaymentGet         = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
 	qPaymentGetByTxnID  = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
 	qPaymentList        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)
@@ -31,7 +31,7 @@ func scanPayment(r rowScanner) (*orderly.Payment, error) {
 		succeededAt, refundedAt sql.NullInt64
 	)
 	if err := r.Scan(&p.ID, &p.OrderID, &p.Attempt, &p.Channel, &txnID, &p.Amount, &p.Currency, &p.State,
-		&p.FailReason, &createdAt, &succeededAt, &refundedAt, &duplicateOf); err != nil {
+		&p.FailReason, &createdAt, &succeededAt, &refundedAt, &duplicateOf, &p.Variant); err != nil {
 		return nil, err
 	}
 	p.ChannelTxnID, p.DuplicateOf, p.CreatedAt = txnID.String, duplicateOf.String, fromMS(createdAt)
@@ -47,7 +47,7 @@ func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 	}
 	_, err := t.exec(ctx, "payment "+p.ID, qPaymentInsert,
 		p.ID, p.OrderID, p.Attempt, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency, p.State,
-		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf))
+		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant)
 	return err
 }
 

@@ -205,6 +205,7 @@ type paymentOpts struct {
 	OrderID      string // required; the order must exist
 	Attempt      int64  // overwritten: PaymentInsert numbers attempts
 	Channel      string // default "sim"
+	Variant      string
 	ChannelTxnID string
 	Amount       int64                // default 1000
 	Currency     string               // default "EUR"
@@ -217,7 +218,7 @@ type paymentOpts struct {
 
 // newPayment builds the payment opts describe.
 func newPayment(o *paymentOpts) *orderly.Payment {
-	p := &orderly.Payment{ID: o.ID, OrderID: o.OrderID, Attempt: o.Attempt, Channel: o.Channel, ChannelTxnID: o.ChannelTxnID,
+	p := &orderly.Payment{ID: o.ID, OrderID: o.OrderID, Attempt: o.Attempt, Channel: o.Channel, Variant: o.Variant, ChannelTxnID: o.ChannelTxnID,
 		Amount: o.Amount, Currency: o.Currency, State: o.State, FailReason: o.FailReason, CreatedAt: o.CreatedAt,
 		SucceededAt: o.SucceededAt, RefundedAt: o.RefundedAt}
 	if p.ID == "" {

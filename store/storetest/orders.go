@@ -482,6 +482,28 @@ func testOrderSetPayStatus(t *testing.T, open opener) {
 				To: orderly.PayFailed, IfPaymentID: "pay-1"},
 		},
 		{
+			// IfCurrentPayment: a first attempt replaces no attempt.
+			name:  "IfCurrentPaymentNone",
+			order: &orderOpts{},
+			params: store.OrderSetPayStatusParams{State: pending, From: anyUnpaid, To: orderly.PayPaying,
+				SetPaymentID: "pay-1", IfCurrentPayment: true},
+			want: true,
+		},
+		{
+			// A first attempt that lost the race: another is current already.
+			name:  "IfCurrentPaymentNoneButStarted",
+			order: &orderOpts{PayStatus: orderly.PayPaying, CurrentPaymentID: "pay-1"},
+			params: store.OrderSetPayStatusParams{State: pending, From: []orderly.PayStatus{orderly.PayUnpaid, orderly.PayPaying},
+				To: orderly.PayPaying, SetPaymentID: "pay-2", IfCurrentPayment: true},
+		},
+		{
+			name:  "IfCurrentPaymentReplacesTheOneRead",
+			order: &orderOpts{PayStatus: orderly.PayFailed, CurrentPaymentID: "pay-1"},
+			params: store.OrderSetPayStatusParams{State: pending, From: anyUnpaid, To: orderly.PayPaying,
+				SetPaymentID: "pay-2", IfPaymentID: "pay-1", IfCurrentPayment: true},
+			want: true,
+		},
+		{
 			name:   "MissingOrder",
 			params: store.OrderSetPayStatusParams{State: pending, From: anyUnpaid, To: orderly.PayPaying},
 		},

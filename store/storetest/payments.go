@@ -43,7 +43,7 @@ func testPayments(t *testing.T, open opener) {
 		ctx, s := setup(t, open)
 		insertOrder(t, s, &orderOpts{ID: "o1"})
 		zone := time.FixedZone("UTC+9", 9*60*60)
-		in := newPayment(&paymentOpts{ID: "p1", OrderID: "o1", Channel: "card", ChannelTxnID: "txn-1", Amount: 12_345,
+		in := newPayment(&paymentOpts{ID: "p1", OrderID: "o1", Channel: "stripe", Variant: "v2", ChannelTxnID: "txn-1", Amount: 12_345,
 			Currency: "JPY", State: orderly.PaymentRefunded, FailReason: "none",
 			CreatedAt:   time.Date(2030, 1, 2, 3, 4, 5, 6_789_999, zone),
 			SucceededAt: ptr(time.Date(2030, 1, 2, 3, 5, 0, 999_999_999, zone)),
