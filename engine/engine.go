@@ -19,6 +19,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/admin"
+	"github.com/orderlyhq/orderly/apikey"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/groupbuy"
@@ -64,6 +65,7 @@ type Engine struct {
 	jobs     []*job.Runner
 	recon    *reconcile.Reconciler
 	admin    *admin.Service
+	keys     *apikey.Service
 	metrics  *telemetry.Metrics
 	handler  http.Handler
 
@@ -280,6 +282,11 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		Jobs: []string{"sweep", "deep_check", "outbox_retention", "reconcile"}}); err != nil {
 		return nil, fmt.Errorf("engine: admin service: %w", err)
 	}
+	// API keys are read from the database itself: a key created by `orderly keys create`
+	// or revoked on another instance is seen within apikey.DefaultCacheTTL.
+	if e.keys, err = apikey.New(apikey.Config{Store: e.db, Logger: log}); err != nil {
+		return nil, fmt.Errorf("engine: api keys: %w", err)
+	}
 
 	for _, j := range []struct {
 		name     string
@@ -314,7 +321,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken, Admin: e.admin, Webhooks: e.webhooks,
+		AdminToken:     cfg.AdminToken, Keys: e.keys, Admin: e.admin, Webhooks: e.webhooks,
 		Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
@@ -566,6 +573,19 @@ func (e *Engine) Reconciler() *reconcile.Reconciler { return e.recon }
 
 // Admin returns the operator's service behind /v1/admin (package admin).
 func (e *Engine) Admin() *admin.Service { return e.admin }
+
+// Keys returns the API keys of the HTTP API (package apikey): create, list, revoke.
+func (e *Engine) Keys() *apikey.Service { return e.keys }
+
+// AuthRequired reports whether the HTTP API needs a bearer token: an admin token is
+// configured or an API key was ever created. Without either the API is open, and `orderly
+// serve` listens on 127.0.0.1 only unless given an address.
+func (e *Engine) AuthRequired(ctx context.Context) (bool, error) {
+	if e.cfg.AdminToken != "" {
+		return true, nil
+	}
+	return e.keys.Enabled(ctx)
+}
 
 // channelStats returns the stats of router for the admin view; nil without one.
 func channelStats(router *channel.Router) func() []channel.Stat {
