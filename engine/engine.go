@@ -348,9 +348,17 @@ func (e *Engine) Start(ctx context.Context) error {
 		return errors.New("engine: start: already started")
 	}
 	if e.cfg.Addr != "" {
-		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", e.cfg.Addr)
+		addr := e.cfg.Addr
+		if e.cfg.LoopbackWhenOpen {
+			on, err := e.AuthRequired(ctx)
+			if err != nil {
+				return fmt.Errorf("engine: start: %w", err)
+			}
+			addr = ListenAddr(addr, !on)
+		}
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 		if err != nil {
-			return fmt.Errorf("engine: listen on %s: %w", e.cfg.Addr, err)
+			return fmt.Errorf("engine: listen on %s: %w", addr, err)
 		}
 		e.listener = l
 	}
@@ -573,6 +581,20 @@ func (e *Engine) Reconciler() *reconcile.Reconciler { return e.recon }
 
 // Admin returns the operator's service behind /v1/admin (package admin).
 func (e *Engine) Admin() *admin.Service { return e.admin }
+
+// ListenAddr returns the address to listen on for addr: addr itself, or, when the API is
+// open (no admin token, no API key), 127.0.0.1 at addr's port, so that an API anyone could
+// call is not exposed beyond this host. An addr without a port is returned as it is.
+func ListenAddr(addr string, open bool) string {
+	if !open {
+		return addr
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
 
 // Keys returns the API keys of the HTTP API (package apikey): create, list, revoke.
 func (e *Engine) Keys() *apikey.Service { return e.keys }
