@@ -151,11 +151,11 @@ func printKeys(w io.Writer, keys []*store.APIKey) {
 
 // logAccess says how the API is guarded: by tokens, or open — then on 127.0.0.1 only,
 // unless an address was given (a warning).
-func logAccess(ctx context.Context, logger *slog.Logger, e *engine.Engine, addrGiven bool) error {
+func logAccess(ctx context.Context, logger *slog.Logger, e *engine.Engine, addrGiven bool) {
 	on, err := e.AuthRequired(ctx)
 	switch {
 	case err != nil:
-		return err
+		logger.Warn("API access: could not read whether API keys exist", "error", err)
 	case on:
 		logger.Info("API access: every route but callbacks, health and metrics needs the admin token or an API key with the route's scope")
 	case addrGiven:
@@ -165,5 +165,4 @@ func logAccess(ctx context.Context, logger *slog.Logger, e *engine.Engine, addrG
 		logger.Info("API access: open (no admin token, no API key), so listening on 127.0.0.1 only; " +
 			"create a key (orderly keys create) or set --admin-token to listen on --addr; the admin routes (/v1/admin/…) are off")
 	}
-	return nil
 }

@@ -363,12 +363,16 @@ func newSecret() string {
 }
 
 func serveCommand() *cli.Command {
+	cf := &configFile{}
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the HTTP API, the close path and the outbox relay",
-		Flags: append(serveFlags(),
-			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the whole run to this file (pprof format; for `orderly bench`)", Sources: env("cpu-profile")}),
+		Flags: withConfigFile(cf, append(serveFlags(),
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the whole run to this file (pprof format; for `orderly bench`)", Sources: env("cpu-profile")})),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if err := cf.check(); err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
 			logger, err := newLogger(cmd.Root(), cmd.Root().ErrWriter)
 			if err != nil {
 				return err
@@ -418,9 +422,7 @@ func serveCommand() *cli.Command {
 				attrs = append(attrs, "nats", redact.URL(cfg.NATSURL))
 			}
 			logger.Info("orderly serving", attrs...)
-			if err := logAccess(ctx, logger, s, cmd.IsSet("addr")); err != nil {
-				return errors.Join(err, s.Close(context.WithoutCancel(ctx)))
-			}
+			logAccess(context.WithoutCancel(ctx), logger, s, cmd.IsSet("addr"))
 			<-ctx.Done()
 			logger.Info("shutting down")
 			return s.Close(context.WithoutCancel(ctx))
