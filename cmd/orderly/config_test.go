@@ -82,7 +82,7 @@ func TestConfigFileRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	for name, c := range map[string]struct{ text, msg string }{
-		"typo.toml":   {"adres = \":8080\"\n", `"adres" is not a flag of this command`},
+		"typo.toml":   {"addr-typo = \":8080\"\n", `"addr-typo" is not a flag of this command`},
 		"table.yaml":  {"addr:\n  host: x\n", "addr: a map[string]interface {} is no flag value"},
 		"broken.toml": {"addr = \n", "typo"},
 		"orderly.ini": {"addr=:8080\n", "must end in .toml, .yaml or .yml"},
