@@ -38,7 +38,7 @@ func configFlag(cf *configFile) cli.Flag {
 
 // withConfigFile appends cf as the last value source of each flag and returns the flags
 // with --config first. It panics on a flag type it does not know: a programming error that
-// TestConfigFileCoversServeFlags catches.
+// every test building the command (TestConfigFile) catches.
 func withConfigFile(cf *configFile, flags []cli.Flag) []cli.Flag {
 	for _, f := range flags {
 		name := f.Names()[0]
@@ -52,6 +52,10 @@ func withConfigFile(cf *configFile, flags []cli.Flag) []cli.Flag {
 		case *cli.Int64Flag:
 			f.Sources.Chain = append(f.Sources.Chain, src)
 		case *cli.DurationFlag:
+			f.Sources.Chain = append(f.Sources.Chain, src)
+		case *cli.FloatFlag:
+			f.Sources.Chain = append(f.Sources.Chain, src)
+		case *cli.UintFlag:
 			f.Sources.Chain = append(f.Sources.Chain, src)
 		case *cli.BoolFlag:
 			f.Sources.Chain = append(f.Sources.Chain, src)
