@@ -67,6 +67,10 @@ type Config struct {
 	// free port; see Engine.Addr). "" means no listener: an embedder mounts Engine.Handler
 	// in its own server.
 	Addr string
+	// LoopbackWhenOpen makes Start listen on 127.0.0.1 at Addr's port (":8080" →
+	// "127.0.0.1:8080") while the API is open: no AdminToken and no API key in the database
+	// (Engine.AuthRequired). `orderly serve` sets it when --addr was not given.
+	LoopbackWhenOpen bool
 	// DatabaseURL names the database (sqlstore.Config.URL): a SQLite file path ("" means
 	// ./orderly.db), postgres://… or mysql://… for many instances.
 	DatabaseURL string

@@ -19,6 +19,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/admin"
+	"github.com/orderlyhq/orderly/apikey"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/groupbuy"
@@ -64,6 +65,7 @@ type Engine struct {
 	jobs     []*job.Runner
 	recon    *reconcile.Reconciler
 	admin    *admin.Service
+	keys     *apikey.Service
 	metrics  *telemetry.Metrics
 	handler  http.Handler
 
@@ -283,6 +285,11 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		Jobs: []string{"sweep", "deep_check", "outbox_retention", "reconcile"}}); err != nil {
 		return nil, fmt.Errorf("engine: admin service: %w", err)
 	}
+	// API keys are read from the database itself: a key created by `orderly keys create`
+	// or revoked on another instance is seen within apikey.DefaultCacheTTL.
+	if e.keys, err = apikey.New(apikey.Config{Store: e.db, Logger: log}); err != nil {
+		return nil, fmt.Errorf("engine: api keys: %w", err)
+	}
 
 	for _, j := range []struct {
 		name     string
@@ -317,7 +324,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	e.handler = httpapi.New(httpapi.Config{
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken, Admin: e.admin, Webhooks: e.webhooks,
+		AdminToken:     cfg.AdminToken, Keys: e.keys, Admin: e.admin, Webhooks: e.webhooks,
 		Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
@@ -344,9 +351,17 @@ func (e *Engine) Start(ctx context.Context) error {
 		return errors.New("engine: start: already started")
 	}
 	if e.cfg.Addr != "" {
-		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", e.cfg.Addr)
+		addr := e.cfg.Addr
+		if e.cfg.LoopbackWhenOpen {
+			on, err := e.AuthRequired(ctx)
+			if err != nil {
+				return fmt.Errorf("engine: start: %w", err)
+			}
+			addr = ListenAddr(addr, !on)
+		}
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 		if err != nil {
-			return fmt.Errorf("engine: listen on %s: %w", e.cfg.Addr, err)
+			return fmt.Errorf("engine: listen on %s: %w", addr, err)
 		}
 		e.listener = l
 	}
@@ -569,6 +584,33 @@ func (e *Engine) Reconciler() *reconcile.Reconciler { return e.recon }
 
 // Admin returns the operator's service behind /v1/admin (package admin).
 func (e *Engine) Admin() *admin.Service { return e.admin }
+
+// ListenAddr returns the address to listen on for addr: addr itself, or, when the API is
+// open (no admin token, no API key), 127.0.0.1 at addr's port, so that an API anyone could
+// call is not exposed beyond this host. An addr without a port is returned as it is.
+func ListenAddr(addr string, open bool) string {
+	if !open {
+		return addr
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// Keys returns the API keys of the HTTP API (package apikey): create, list, revoke.
+func (e *Engine) Keys() *apikey.Service { return e.keys }
+
+// AuthRequired reports whether the HTTP API needs a bearer token: an admin token is
+// configured or an API key was ever created. Without either the API is open, and `orderly
+// serve` listens on 127.0.0.1 only unless given an address.
+func (e *Engine) AuthRequired(ctx context.Context) (bool, error) {
+	if e.cfg.AdminToken != "" {
+		return true, nil
+	}
+	return e.keys.Enabled(ctx)
+}
 
 // channelStats returns the stats of router for the admin view; nil without one.
 func channelStats(router *channel.Router) func() []channel.Stat {

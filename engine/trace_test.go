@@ -88,12 +88,12 @@ func TestTraceFromCreateToWebhook(t *testing.T) {
 	if status != http.StatusCreated || json.Unmarshal(body, &sub) != nil || !strings.HasPrefix(sub.Secret, "whsec_") {
 		t.Fatalf("subscribe: %d %s", status, body)
 	}
-	if status, body := do(http.MethodPut, "/v1/inventory/sku-1", `{"available":5}`, nil); status != http.StatusOK {
+	if status, body := do(http.MethodPut, "/v1/inventory/sku-1", `{"available":5}`, admin); status != http.StatusOK {
 		t.Fatalf("stock: %d %s", status, body)
 	}
 	status, body = do(http.MethodPost, "/v1/orders",
 		`{"user_id":"u1","items":[{"sku":"sku-1","quantity":1,"unit_price":100}],"currency":"USD","payment_timeout_seconds":1}`,
-		map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"})
+		map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01", "Authorization": "Bearer admin-token"})
 	var o struct{ ID string }
 	if status != http.StatusCreated || json.Unmarshal(body, &o) != nil {
 		t.Fatalf("create: %d %s", status, body)
@@ -138,7 +138,7 @@ func TestTraceFromCreateToWebhook(t *testing.T) {
 	}
 
 	// The audit row of the create carries the trace id.
-	status, body = do(http.MethodGet, "/v1/orders/"+o.ID+"/history", "", nil)
+	status, body = do(http.MethodGet, "/v1/orders/"+o.ID+"/history", "", admin)
 	if status != http.StatusOK || !bytes.Contains(body, []byte(`"trace_id":"`+traceID+`"`)) {
 		t.Errorf("history: %d %s, want the create's trace id %s", status, body, traceID)
 	}

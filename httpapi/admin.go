@@ -4,11 +4,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
-
-	"github.com/orderlyhq/orderly"
 )
 
 // actorAdmin is the actor recorded for changes made through the admin routes.
@@ -25,24 +22,25 @@ func (s *Server) adminRoutes(r chi.Router) {
 	r.Get("/channels", s.adminChannels)
 }
 
-// requireAdmin lets a request through only when it carries "Authorization: Bearer
-// <Config.AdminToken>", compared in constant time (both sides hashed first, so the
-// comparison does not leak the token's length either). A missing or wrong token is 401
-// unauthorized with a WWW-Authenticate challenge; with no token configured the admin
-// routes are off (404).
+// requireAdmin turns the admin routes off (404 route-not-found, as if they did not exist)
+// while the API is open (no admin token, no key: authRequired); otherwise it lets a request
+// through only with the admin token or a key of scope admin, like authMiddleware: 401
+// unauthorized with a WWW-Authenticate challenge for a missing or wrong token, 403
+// forbidden for a key without the admin scope. Tokens are compared in constant time (both
+// sides hashed first, so the comparison does not leak the token's length either).
 func (s *Server) requireAdmin(next http.Handler) http.Handler {
+	guarded := s.authorize(scopesAdmin, next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(s.adminToken) == 0 {
-			s.writeProblem(w, r, CodeRouteNotFound, "the admin routes are off: start the server with an admin token (--admin-token)")
+		on, err := s.authRequired(r.Context())
+		if err != nil {
+			s.writeError(w, r, err)
 			return
 		}
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || !sameToken(s.adminToken, strings.TrimSpace(token)) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="orderly-admin"`)
-			s.writeProblem(w, r, orderly.EUNAUTHORIZED, "the admin routes need Authorization: Bearer <admin token>")
+		if !on {
+			s.writeProblem(w, r, CodeRouteNotFound, "the admin routes are off: start the server with an admin token (--admin-token) or create a key of scope admin (orderly keys create)")
 			return
 		}
-		next.ServeHTTP(w, r)
+		guarded.ServeHTTP(w, r)
 	})
 }
 

@@ -35,6 +35,8 @@ type openAPIOperation struct {
 	Responses   map[string]openAPIResponse `json:"responses"`
 	// ProviderFormat marks a payment provider's webhook, answered in its own format.
 	ProviderFormat bool `json:"x-provider-format"`
+	// Scopes are the API key scopes that may call the operation; empty: no key needed.
+	Scopes *[]string `json:"x-orderly-scopes"`
 }
 
 type openAPIParameter struct {
@@ -229,6 +231,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"Item":                reflect.TypeFor[orderly.Item](),
 		"CreateOrderRequest":  reflect.TypeFor[orderly.CreateOrderParams](),
 		"Order":               reflect.TypeFor[orderResponse](),
+		"OrderList":           reflect.TypeFor[ordersPage](),
 		"Transition":          reflect.TypeFor[transitionResponse](),
 		"TransitionList":      reflect.TypeFor[historyResponse](),
 		"OrderEventRequest":   reflect.TypeFor[orderEventRequest](),

@@ -78,6 +78,7 @@ var problemKinds = map[string]problemKind{
 	CodeRouteNotFound:        {http.StatusNotFound, "Route not found"},
 	CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
 	CodeNotReady:             {http.StatusServiceUnavailable, "Not ready"},
+	CodeForbidden:            {http.StatusForbidden, "Forbidden"},
 }
 
 // internalDetail is the only detail an internal error shows; the error itself is logged.

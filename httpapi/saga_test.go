@@ -58,8 +58,8 @@ func TestSagaRoutes(t *testing.T) {
 		wantState                saga.State
 		redriven                 int
 	}{
-		{"get", http.MethodGet, "/v1/sagas/s-1", "", saga.StateStuck, 200, "", saga.StateStuck, 0},
-		{"get missing", http.MethodGet, "/v1/sagas/nope", "", saga.StateStuck, 404, orderly.ENOTFOUND, "", 0},
+		{"get", http.MethodGet, "/v1/sagas/s-1", "Bearer tok", saga.StateStuck, 200, "", saga.StateStuck, 0},
+		{"get missing", http.MethodGet, "/v1/sagas/nope", "Bearer tok", saga.StateStuck, 404, orderly.ENOTFOUND, "", 0},
 		{"redrive without token", http.MethodPost, "/v1/admin/sagas/s-1/redrive", "", saga.StateStuck, 401, orderly.EUNAUTHORIZED, "", 0},
 		{"redrive stuck", http.MethodPost, "/v1/admin/sagas/s-1/redrive", "Bearer tok", saga.StateStuck, 200, "", saga.StateCompensating, 1},
 		{"redrive not stuck", http.MethodPost, "/v1/admin/sagas/s-1/redrive", "Bearer tok", saga.StateCompensated, 409, orderly.ESAGANOTSTUCK, "", 0},

@@ -53,9 +53,15 @@ type Config struct {
 	// ChannelStats, when set, serves GET /v1/admin/channels (channel.Router.Stats).
 	ChannelStats func() []channel.Stat
 
-	// AdminToken is the bearer token of the operator routes under /v1/admin. Empty turns
-	// those routes off (they answer 404).
+	// AdminToken is a bearer token with every scope (buyer, merchant, admin). When it is set
+	// or Keys has a key, every route that has scopes needs a bearer token (README.md "API
+	// keys"); with neither, the API is open and the routes under /v1/admin are off (404).
 	AdminToken string
+	// Keys authenticates API keys (package apikey). nil: no keys, only AdminToken.
+	Keys KeyAuthenticator
+	// OrderSearch serves GET /v1/orders, a buyer's orders (admin.Service). nil means Admin;
+	// with neither that route answers 404.
+	OrderSearch OrderSearcher
 	// Admin serves the operator routes (orders search, dead letters, job runs, audit,
 	// reconciliation; package admin). nil answers them 404.
 	Admin AdminService
@@ -106,6 +112,8 @@ type Server struct {
 	webhooks      orderly.WebhookService
 	secret        []byte
 	adminToken    []byte
+	keys          KeyAuthenticator
+	search        OrderSearcher
 	admin         AdminService
 	tolerance     time.Duration
 	maxBody       int64
@@ -144,6 +152,8 @@ func New(cfg Config) *Server {
 		webhooks:      cfg.Webhooks,
 		secret:        cfg.CallbackSecret,
 		adminToken:    []byte(cfg.AdminToken),
+		keys:          cfg.Keys,
+		search:        cfg.OrderSearch,
 		admin:         cfg.Admin,
 		tolerance:     cfg.SignatureTolerance,
 		maxBody:       cfg.MaxBodyBytes,
@@ -166,6 +176,9 @@ func New(cfg Config) *Server {
 		} else {
 			s.refunds = noRefunds{}
 		}
+	}
+	if s.search == nil && cfg.Admin != nil {
+		s.search = cfg.Admin
 	}
 	if s.groups == nil {
 		s.groups = noGroups{}
@@ -196,18 +209,19 @@ func New(cfg Config) *Server {
 }
 
 // Handler returns the server's HTTP handler: every route of the API behind the trace id,
-// panic recovery and request deadline middleware.
+// panic recovery, request deadline and API key (authMiddleware) middleware.
 func (s *Server) Handler() http.Handler { return s.router }
 
 // routes builds the router. The OpenAPI document (openapi.json) lists the same routes; a
 // test walks this router to keep the two in step.
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(s.traceMiddleware, s.recoverMiddleware, s.deadlineMiddleware)
+	r.Use(s.traceMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware)
 	r.NotFound(s.routeNotFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 
 	r.Post("/v1/orders", s.createOrder)
+	r.Get("/v1/orders", s.listOrders)
 	r.Get("/v1/orders/{id}", s.getOrder)
 	r.Get("/v1/orders/{id}/history", s.getOrderHistory)
 	r.Post("/v1/orders/{id}/cancel", s.cancelOrder)

@@ -89,11 +89,11 @@ func TestRouting(t *testing.T) {
 		wantAllow    string
 	}{
 		{"GET", "/nope", 404, CodeRouteNotFound, ""},
-		{"GET", "/v1/orders", 405, CodeMethodNotAllowed, "POST"},
+		{"DELETE", "/v1/orders", 405, CodeMethodNotAllowed, "GET, POST"},
 		{"DELETE", "/v1/orders/ord_1", 405, CodeMethodNotAllowed, "GET"},
 		{"POST", "/v1/inventory/sku-1", 405, CodeMethodNotAllowed, "GET, PUT"},
 		{"PUT", "/v1/orders/ord_1/payments", 405, CodeMethodNotAllowed, "GET, POST"},
-		{"BREW", "/v1/orders", 405, CodeMethodNotAllowed, "POST"},
+		{"BREW", "/v1/orders", 405, CodeMethodNotAllowed, "GET, POST"},
 		{"GET", "/v1/orders/ord_1/unknown", 404, CodeRouteNotFound, ""},
 	}
 	for _, tt := range tests {

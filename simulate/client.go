@@ -38,6 +38,8 @@ type client struct {
 	provider Provider
 	// retries counts tries sent again after a try that got no answer.
 	retries atomic.Int64
+	// apiKey is the bearer token of every request (Config.APIKey); "" for none.
+	apiKey string
 }
 
 // target is one server.
@@ -269,6 +271,9 @@ func (c *client) once(ctx context.Context, base, method, path string, hasBody bo
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
 	for k, vs := range header {
 		req.Header[k] = vs
 	}

@@ -339,3 +339,32 @@ func TestClientConflict(t *testing.T) {
 		})
 	}
 }
+
+// TestClientAPIKey: with Config.APIKey every request carries it as a bearer token; without
+// one, no Authorization header.
+func TestClientAPIKey(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(srv.Close)
+	plain := testClient(t, 0, srv.URL)
+	keyed := testClient(t, 0, srv.URL)
+	keyed.apiKey = "ok_abc_def"
+	for _, c := range []*client{plain, keyed} {
+		if err := c.do(t.Context(), http.MethodPost, "/v1/orders", map[string]any{}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != "" || got[1] != "Bearer ok_abc_def" {
+		t.Errorf("Authorization headers %q, want none then Bearer ok_abc_def", got)
+	}
+}

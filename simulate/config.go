@@ -46,6 +46,10 @@ type Config struct {
 	// Target is the base URL of a single server, kept for compatibility: non-empty means
 	// Targets = [Target] (setting both to different values is an error).
 	Target string
+	// APIKey, when set, is sent as "Authorization: Bearer <APIKey>" with every request: the
+	// admin token, or an API key of scopes buyer and merchant, for servers that require one
+	// (README.md "API keys"). Empty: no header (an open server).
+	APIKey string
 	// RetryFor is how long a request that got no answer (connection refused or reset: the
 	// server died or restarts) keeps being sent again, to the next target each time, with a
 	// short pause once every target failed. Order creations carry an Idempotency-Key, so a

@@ -87,6 +87,7 @@ func newRunner(cfg Config) *runner {
 		hc = &http.Client{Transport: r.own, Timeout: 30 * time.Second}
 	}
 	r.c = newClient(cfg.Targets, hc, cfg.Concurrency, cfg.CallbackSecret, cfg.RetryFor)
+	r.c.apiKey = cfg.APIKey
 	r.c.provider = cfg.Provider
 	for i, name := range cfg.Flows {
 		d := newDriver(name) // withDefaults checked the names

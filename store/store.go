@@ -198,6 +198,7 @@ type Tx interface {
 	SagaTx
 	AdminTx
 	WebhookTx
+	KeyTx
 	TelemetryTx
 	ChannelEventTx
 }

@@ -177,7 +177,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: env("log-level")},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", Sources: env("log-format")},
 		},
-		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), reconcileCommand(), benchCommand()},
+		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), reconcileCommand(), benchCommand(), keysCommand()},
 		// run prints errors and exits; cli would print an ExitCoder's message and exit itself.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -211,7 +211,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "redis-url", Usage: "Redis for --timer redis, e.g. redis://127.0.0.1:6379/0", Sources: env("redis-url")},
 		&cli.StringFlag{Name: "nats-url", Usage: "NATS JetStream to publish outbox events to, e.g. nats://127.0.0.1:4222", Sources: env("nats-url")},
 		&cli.DurationFlag{Name: "timer-poll", Usage: "cap of the timer's sleep (0: 200ms on MySQL and with --timer redis, 5s elsewhere)", Sources: env("timer-poll")},
-		&cli.StringFlag{Name: "admin-token", Usage: "bearer token of the operator routes (/v1/admin/…); empty turns them off", Sources: env("admin-token")},
+		&cli.StringFlag{Name: "admin-token", Usage: "bearer token with every scope (buyer, merchant, admin); with it or an API key (orderly keys) every route but callbacks, health and metrics needs a bearer token", Sources: env("admin-token")},
 		&cli.StringFlag{Name: "callback-secret", Usage: "HMAC secret of payment callbacks; generated and printed once when empty", Sources: env("callback-secret")},
 		&cli.DurationFlag{Name: "request-timeout", Value: engine.DefaultRequestTimeout, Usage: "server-side deadline of every HTTP request; past it the request is answered 503 with Retry-After", Sources: env("request-timeout")},
 		&cli.DurationFlag{Name: "payment-timeout", Value: engine.DefaultPaymentTimeout, Usage: "default time a buyer has to pay (at most 168h)", Sources: env("payment-timeout")},
@@ -366,12 +366,16 @@ func newSecret() string {
 }
 
 func serveCommand() *cli.Command {
+	cf := &configFile{}
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the HTTP API, the close path and the outbox relay",
-		Flags: append(serveFlags(),
-			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the whole run to this file (pprof format; for `orderly bench`)", Sources: env("cpu-profile")}),
+		Flags: withConfigFile(cf, append(serveFlags(),
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile of the whole run to this file (pprof format; for `orderly bench`)", Sources: env("cpu-profile")})),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if err := cf.check(); err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
 			logger, err := newLogger(cmd.Root(), cmd.Root().ErrWriter)
 			if err != nil {
 				return err
@@ -387,6 +391,9 @@ func serveCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
+			// Without --addr (flag, variable or config file), an open API (no token, no key)
+			// listens on 127.0.0.1 only (README.md "API keys").
+			cfg.LoopbackWhenOpen = !cmd.IsSet("addr")
 			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",
 				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention", "reconcile-interval"); err != nil {
 				return cli.Exit(err.Error(), exitUsage)
@@ -418,9 +425,7 @@ func serveCommand() *cli.Command {
 				attrs = append(attrs, "nats", redact.URL(cfg.NATSURL))
 			}
 			logger.Info("orderly serving", attrs...)
-			if cfg.AdminToken == "" {
-				logger.Info("admin routes are off (/v1/admin/… answer 404): set --admin-token or ORDERLY_ADMIN_TOKEN to turn them on")
-			}
+			logAccess(context.WithoutCancel(ctx), logger, s, cmd.IsSet("addr"))
 			<-ctx.Done()
 			logger.Info("shutting down")
 			return s.Close(context.WithoutCancel(ctx))

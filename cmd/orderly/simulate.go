@@ -59,6 +59,7 @@ func simulateCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "target", Usage: "base URL of a running server (default: start one in process)", Sources: env("target")},
 			&cli.StringFlag{Name: "callback-secret", Usage: "the target's callback secret (required with --target)", Sources: env("callback-secret")},
+			&cli.StringFlag{Name: "api-key", Usage: "bearer token sent with every request to --target: its admin token or an API key of scopes buyer and merchant", Sources: env("api-key")},
 			// No ORDERLY_DATABASE_URL here: that variable names serve's database, which is not
 			// where test traffic belongs.
 			&cli.StringFlag{Name: "database-url", Usage: "the target's database, to run the database checks too (optional with --target); without --target, the database of the child instances, which must hold no orders (see --allow-existing-data); never read from ORDERLY_DATABASE_URL"},
@@ -127,7 +128,7 @@ func sharedDatabase(url string) bool {
 func runSimulate(ctx context.Context, cmd *cli.Command) error {
 	root := cmd.Root()
 	cfg := simulate.Config{
-		Target: cmd.String("target"), CallbackSecret: []byte(cmd.String("callback-secret")),
+		Target: cmd.String("target"), CallbackSecret: []byte(cmd.String("callback-secret")), APIKey: cmd.String("api-key"),
 		Orders: cmd.Int("orders"), Rate: cmd.Float("rate"), PaymentTimeout: cmd.Duration("payment-timeout"),
 		Seed: cmd.Int64("seed"), Concurrency: cmd.Int("concurrency"),
 		MaxLateness: cmd.Duration("max-lateness"), MinCreatedShare: cmd.Float("min-created-share"),

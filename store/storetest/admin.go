@@ -104,6 +104,9 @@ func testOrderSearch(t *testing.T, open opener) {
 		{"closed to, before it", store.OrderSearchParams{ClosedTo: closedAt}, nil},
 		{"keyset page", store.OrderSearchParams{UserID: "u1", AfterID: a.ID, Limit: 1}, []string{c.ID}},
 		{"keyset last page", store.OrderSearchParams{UserID: "u1", AfterID: d.ID}, nil},
+		// GET /v1/orders, a buyer's list: user, flow and the keyset together.
+		{"buyer list page", store.OrderSearchParams{UserID: "u1", Flow: orderly.FlowStandard, AfterID: a.ID, Limit: 2}, []string{c.ID, d.ID}},
+		{"buyer list, closed", store.OrderSearchParams{UserID: "u1", State: orderly.StateClosed, Flow: orderly.FlowStandard}, []string{c.ID}},
 	} {
 		equal(t, c.name, search(c.p), c.want)
 	}

@@ -79,6 +79,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Fence", testFence},
 		{"Admin", testAdmin},
 		{"Webhooks", testWebhooks},
+		{"Keys", testKeys},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
