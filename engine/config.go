@@ -12,6 +12,7 @@ import (
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -136,6 +137,11 @@ type Config struct {
 	// step deadlines and retries are timed on the closer's one timer, and GET
 	// /v1/sagas/{id} and the admin re-drive serve their instances. README.md "Sagas".
 	Sagas []saga.Definition
+	// RideFaults injects failures and slowness into the participants of the ride-hailing
+	// sagas and lost replies into their gateway calls (ride.Faults; `orderly serve
+	// --sim-fail-rate`, `--sim-slow-rate`, `--sim-timeout-after-apply-rate`). For tests and
+	// `orderly simulate` only; zero injects nothing.
+	RideFaults ride.Faults
 	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
 	// Engine.SimGateway).
@@ -318,10 +324,10 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 	return c
 }
 
-// DefaultFlows returns the engine's built-in flow registry: orderly.StandardFlow and
-// groupbuy.Flow.
+// DefaultFlows returns the engine's built-in flow registry: orderly.StandardFlow,
+// groupbuy.Flow and ride.Flow.
 func DefaultFlows() orderly.Flows {
-	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow)
+	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow, ride.Flow)
 	if err != nil {
 		panic(err) // the built-in flows are valid; a test covers it
 	}
