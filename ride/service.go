@@ -192,7 +192,7 @@ func (s *Service) AssignDriver(ctx context.Context, id, driverID string) (*order
 	if !order.ValidID(driverID) {
 		return nil, orderly.Errorf(orderly.EINVALID, "driver_id must be 1–128 bytes of UTF-8 without control characters")
 	}
-	return s.move(ctx, id, EventAssign, "", func(t *orderly.Trip) error {
+	return s.move(ctx, id, EventAssign, "", func(t *orderly.Trip, _ orderly.State) error {
 		t.DriverID = driverID
 		return nil
 	})
@@ -216,7 +216,7 @@ func (s *Service) EndTrip(ctx context.Context, id string, fare int64) (*orderly.
 		return nil, err
 	}
 	if t.State != StateTripEnded || t.Fare != fare {
-		t, err = s.move(ctx, id, EventEnd, "", func(t *orderly.Trip) error {
+		t, err = s.move(ctx, id, EventEnd, "", func(t *orderly.Trip, _ orderly.State) error {
 			t.Fare, t.PaymentSagaID = fare, t.ID+"/payment"
 			return nil
 		})
@@ -234,8 +234,8 @@ func (s *Service) EndTrip(ctx context.Context, id string, fare int64) (*orderly.
 // fare. Both run as the trip's payment saga.
 func (s *Service) CancelTrip(ctx context.Context, id string) (*orderly.Trip, error) {
 	var fee int64
-	t, err := s.move(ctx, id, orderly.EventCancel, CloseReasonRiderCancelled, func(t *orderly.Trip) error {
-		if t.State != StateRequested {
+	t, err := s.move(ctx, id, orderly.EventCancel, CloseReasonRiderCancelled, func(t *orderly.Trip, from orderly.State) error {
+		if from != StateRequested {
 			fee = min(s.cfg.CancellationFee, t.HoldAmount)
 		}
 		t.CancellationFee, t.PaymentSagaID = fee, t.ID+"/payment"
@@ -251,7 +251,7 @@ func (s *Service) CancelTrip(ctx context.Context, id string) (*orderly.Trip, err
 // (saga.go) reverses the settlement and refunds the card; the trip ends refunded, or back
 // in settled when the driver's or platform's wallet cannot cover the reversal.
 func (s *Service) RefundTrip(ctx context.Context, id string) (*orderly.Trip, error) {
-	t, err := s.move(ctx, id, EventRefund, "", func(t *orderly.Trip) error {
+	t, err := s.move(ctx, id, EventRefund, "", func(t *orderly.Trip, _ orderly.State) error {
 		t.RefundSagaID = t.ID + "/refund"
 		return nil
 	})
@@ -272,10 +272,10 @@ func (s *Service) runPayment(ctx context.Context, t *orderly.Trip, kind string, 
 	return s.Trip(ctx, t.ID)
 }
 
-// move fires event on trip id through the flow, applies edit to the trip row in the same
-// transaction and returns the trip after it. EILLEGAL when the trip's state does not take
+// move fires event on trip id through the flow, applies edit (given the state before) to
+// the trip row in the same transaction and returns the trip after it. EILLEGAL when the trip's state does not take
 // event; ECONFLICT when it changed concurrently.
-func (s *Service) move(ctx context.Context, id string, event orderly.Event, reason orderly.CloseReason, edit func(t *orderly.Trip) error) (*orderly.Trip, error) {
+func (s *Service) move(ctx context.Context, id string, event orderly.Event, reason orderly.CloseReason, edit func(t *orderly.Trip, from orderly.State) error) (*orderly.Trip, error) {
 	var t *orderly.Trip
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		var err error
@@ -286,11 +286,12 @@ func (s *Service) move(ctx context.Context, id string, event orderly.Event, reas
 		if err != nil {
 			return err
 		}
+		from := t.State
 		if t, err = s.transition(ctx, tx, t, event, reason, now, "rider"); err != nil {
 			return err
 		}
 		if edit != nil {
-			if err := edit(t); err != nil {
+			if err := edit(t, from); err != nil {
 				return err
 			}
 		}
