@@ -217,7 +217,7 @@ func (s *Service) EndTrip(ctx context.Context, id string, fare int64) (*orderly.
 	}
 	if t.State != StateTripEnded || t.Fare != fare {
 		t, err = s.move(ctx, id, EventEnd, "", func(t *orderly.Trip, _ orderly.State) error {
-			t.Fare, t.PaymentSagaID = fare, t.ID+"/payment"
+			t.Fare, t.PaymentSagaID = fare, t.ID+":payment"
 			return nil
 		})
 		if err != nil {
@@ -238,7 +238,7 @@ func (s *Service) CancelTrip(ctx context.Context, id string) (*orderly.Trip, err
 		if from != StateRequested {
 			fee = min(s.cfg.CancellationFee, t.HoldAmount)
 		}
-		t.CancellationFee, t.PaymentSagaID = fee, t.ID+"/payment"
+		t.CancellationFee, t.PaymentSagaID = fee, t.ID+":payment"
 		return nil
 	})
 	if err != nil {
@@ -252,7 +252,7 @@ func (s *Service) CancelTrip(ctx context.Context, id string) (*orderly.Trip, err
 // in settled when the driver's or platform's wallet cannot cover the reversal.
 func (s *Service) RefundTrip(ctx context.Context, id string) (*orderly.Trip, error) {
 	t, err := s.move(ctx, id, EventRefund, "", func(t *orderly.Trip, _ orderly.State) error {
-		t.RefundSagaID = t.ID + "/refund"
+		t.RefundSagaID = t.ID + ":refund"
 		return nil
 	})
 	if err != nil {
