@@ -99,6 +99,16 @@ type Config struct {
 	// checks that every refunded payment was refunded exactly once, for its amount, and
 	// nothing else was refunded.
 	GatewayLedger func() []payment.GatewayCall
+	// Holds, when set, returns a hold as the server's simulated gateway sees it
+	// (payment.SimGateway.Hold, when the server runs in this process): the ride_hailing
+	// flow checks every trip's hold against it.
+	Holds func(id string) (*payment.SimHold, bool)
+	// FailRate, SlowRate and TimeoutAfterApplyRate (0..1) are the faults injected into
+	// the server's saga participants and gateway calls, per call: a transient failure
+	// before anything is done, a slow call, a call applied whose reply is lost. simulate
+	// gives them to the server it starts (engine.Config.RideFaults); a --target server
+	// takes them as serve --sim-fail-rate, --sim-slow-rate, --sim-timeout-after-apply-rate.
+	FailRate, SlowRate, TimeoutAfterApplyRate float64
 	// Provider, when set, stands for the server's payment provider: buyers' outcomes are
 	// played at it and reach the server as its signed webhooks instead of orderly callbacks
 	// (StripeProvider: `orderly simulate --gateway stripe`). The server must create its
@@ -121,6 +131,11 @@ type Config struct {
 // withDefaults returns cfg with defaults applied, or an error saying what is invalid.
 func (cfg Config) withDefaults() (Config, error) {
 	var errs []error
+	for name, rate := range map[string]float64{"FailRate": cfg.FailRate, "SlowRate": cfg.SlowRate, "TimeoutAfterApplyRate": cfg.TimeoutAfterApplyRate} {
+		if rate < 0 || rate > 1 {
+			errs = append(errs, fmt.Errorf("%s: must be 0 to 1, got %g", name, rate))
+		}
+	}
 	cfg.Target = strings.TrimRight(cfg.Target, "/")
 	targets := make([]string, len(cfg.Targets))
 	for i, t := range cfg.Targets {

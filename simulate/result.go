@@ -91,6 +91,8 @@ type Result struct {
 
 	// Groups is what the group_buy flow did and found; absent when the run drove no groups.
 	Groups *GroupResult `json:"groups,omitempty"`
+	// Rides is what the ride_hailing flow did and found; absent when the run drove no trips.
+	Rides *RideResult `json:"rides,omitempty"`
 
 	// lateness collects closed_at − close_at of every flow's orders closed for payment
 	// timeout, in ms, for Lateness.

@@ -31,6 +31,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
+	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -228,6 +229,10 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "stripe-api-url", Usage: "Stripe API address (default https://api.stripe.com; an imitation in tests)", Sources: env("stripe-api-url")},
 		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); empty: the built-in simulated gateway", Sources: env("default-channel")},
 		&cli.DurationFlag{Name: "channel-call-timeout", Usage: "bound of each call to a payment provider (0: 10s)", Sources: env("channel-call-timeout")},
+		// Fault injection into the ride-hailing sagas' participants, for tests and simulate.
+		&cli.FloatFlag{Name: "sim-fail-rate", Usage: "tests only: share (0–1) of ride-hailing saga participant calls that fail transiently before doing anything"},
+		&cli.FloatFlag{Name: "sim-slow-rate", Usage: "tests only: share (0–1) of ride-hailing saga participant calls delayed 200 ms"},
+		&cli.FloatFlag{Name: "sim-timeout-after-apply-rate", Usage: "tests only: share (0–1) of ride-hailing gateway calls applied whose reply is then lost (answered as a timeout)"},
 	}, cnChannelFlags()...)
 }
 
@@ -296,6 +301,8 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
 		Channels:                         chans, DefaultChannel: cmd.String("default-channel"),
 		ChannelCallTimeout: cmd.Duration("channel-call-timeout"),
+		RideFaults: ride.Faults{FailRate: cmd.Float("sim-fail-rate"), SlowRate: cmd.Float("sim-slow-rate"),
+			TimeoutAfterApplyRate: cmd.Float("sim-timeout-after-apply-rate")},
 	}, err
 }
 
@@ -309,6 +316,7 @@ var flagOf = map[string]string{
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "OutboxMaxAttempts": "outbox-max-attempts",
 	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
 	"DefaultChannel": "default-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
+	"RideFaults": "sim-fail-rate, --sim-slow-rate or --sim-timeout-after-apply-rate",
 }
 
 // flagError turns an *engine.ConfigError into a usage error (exit status 2) that names the

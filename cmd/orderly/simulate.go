@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
+	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/simulate"
 	"github.com/orderlyhq/orderly/simulate/cluster"
 	"github.com/orderlyhq/orderly/store"
@@ -79,6 +81,9 @@ func simulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups) or mixed (both at once)"},
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
+			&cli.FloatFlag{Name: "fail-rate", Usage: "share (0–1) of the servers' saga participant calls that fail transiently (ride_hailing; serve --sim-fail-rate)"},
+			&cli.FloatFlag{Name: "slow-rate", Usage: "share (0–1) of the servers' saga participant calls delayed 200 ms (serve --sim-slow-rate)"},
+			&cli.FloatFlag{Name: "timeout-after-apply-rate", Usage: "share (0–1) of the servers' gateway calls applied whose reply is lost (serve --sim-timeout-after-apply-rate)"},
 		}, faultFlags()...),
 		Action: runSimulate,
 	}
@@ -90,6 +95,18 @@ func passThrough(cmd *cli.Command) []string {
 	for _, name := range []string{"timer", "redis-url", "nats-url"} {
 		if v := cmd.String(name); v != "" {
 			args = append(args, "--"+name, v)
+		}
+	}
+	return args
+}
+
+// injectedFaults returns the serve flags of the participant faults given to simulate
+// (--fail-rate → --sim-fail-rate, …), those set only.
+func injectedFaults(cmd *cli.Command) []string {
+	var args []string
+	for _, name := range []string{"fail-rate", "slow-rate", "timeout-after-apply-rate"} {
+		if cmd.IsSet(name) {
+			args = append(args, "--sim-"+name, strconv.FormatFloat(cmd.Float(name), 'g', -1, 64))
 		}
 	}
 	return args
@@ -112,6 +129,7 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		Orders: cmd.Int("orders"), Rate: cmd.Float("rate"), PaymentTimeout: cmd.Duration("payment-timeout"),
 		Seed: cmd.Int64("seed"), Concurrency: cmd.Int("concurrency"),
 		MaxLateness: cmd.Duration("max-lateness"), MinCreatedShare: cmd.Float("min-created-share"),
+		FailRate: cmd.Float("fail-rate"), SlowRate: cmd.Float("slow-rate"), TimeoutAfterApplyRate: cmd.Float("timeout-after-apply-rate"),
 	}
 	flows, err := simulate.ParseFlows(cmd.String("flow"))
 	if err != nil {
@@ -164,6 +182,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	ecfg := engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: secret,
 		SweepInterval: cmd.Duration("sweep-interval"), Logger: logger,
+		RideFaults: ride.Faults{FailRate: cfg.FailRate, SlowRate: cfg.SlowRate, TimeoutAfterApplyRate: cfg.TimeoutAfterApplyRate},
 	}
 	var fake *stripetest.Server
 	switch cmd.String("gateway") {
@@ -207,7 +226,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	if fake != nil {
 		fake.SetWebhook(e.URL() + "/v1/channels/stripe/webhook")
 	} else if cmd.String("gateway") == "sim" {
-		cfg.GatewayLedger = e.SimGateway().Ledger
+		cfg.GatewayLedger, cfg.Holds = e.SimGateway().Ledger, e.SimGateway().Hold
 	}
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {
@@ -315,7 +334,7 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 	run := &clusterRun{instances: cmd.Int("instances"), killEvery: cmd.Duration("kill-every")}
 	cl, err := cluster.Start(ctx, cluster.Config{
 		Binary: exe, Instances: run.instances, DatabaseURL: dbURL, CallbackSecret: string(cfg.CallbackSecret),
-		SweepInterval: cmd.Duration("sweep-interval"), Extra: env.Overrides(passThrough(cmd), own), LogDir: logDir,
+		SweepInterval: cmd.Duration("sweep-interval"), Extra: env.Overrides(append(passThrough(cmd), injectedFaults(cmd)...), own), LogDir: logDir,
 	})
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
