@@ -65,7 +65,8 @@ func (b *bundle) inTrip(t *testing.T, driver string) *orderly.Trip {
 // waitState polls trip id until it is in state want (the saga's retries run on the timer).
 func (b *bundle) waitState(t *testing.T, id string, want orderly.State) *orderly.Trip {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(time.Minute) // backoff after a run of injected failures
+
 	for {
 		tr, err := b.rides.Trip(t.Context(), id)
 		if err != nil {
@@ -75,7 +76,7 @@ func (b *bundle) waitState(t *testing.T, id string, want orderly.State) *orderly
 			return tr
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("trip %s is %s after 15 s, want %s", id, tr.State, want)
+			t.Fatalf("trip %s is %s after a minute, want %s", id, tr.State, want)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the condition
 	}
@@ -332,5 +333,61 @@ func TestIllegalAndInvalid(t *testing.T) {
 	}
 	if _, err := b.rides.Trip(ctx, "nope"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
 		t.Fatalf("unknown trip: %v", err)
+	}
+}
+
+// TestInjectedFaults: with 30 % of the gateway replies lost after the call applied and
+// 10 % of the participant calls failing first (engine.Config.RideFaults), every trip
+// still ends settled, each hold captured under one key and for its fare once; the lost
+// replies were retried (replays at the gateway) and the failures logged as transient.
+func TestInjectedFaults(t *testing.T) {
+	t.Parallel()
+	e, err := engine.Open(t.Context(), engine.Config{
+		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RideFaults: ride.Faults{FailRate: 0.1, TimeoutAfterApplyRate: 0.3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{e: e, rides: e.Rides(), gw: e.SimGateway()}
+	var ids []string
+	for i := range 20 {
+		tr := b.inTrip(t, "driver-f"+string(rune('a'+i)))
+		if _, err := b.rides.EndTrip(t.Context(), tr.ID, 3820); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tr.ID)
+	}
+	transient := 0
+	for _, id := range ids {
+		tr := b.waitState(t, id, ride.StateSettled)
+		h, _ := b.gw.Hold(tr.HoldID)
+		checkHold(t, h, orderly.HoldPosted, 3820, 1180)
+		if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+			t.Fatalf("trip %s: %d captures applied, want 1", id, n)
+		}
+		_, log, err := e.Sagas().Get(t.Context(), tr.PaymentSagaID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range log {
+			if s.Outcome == saga.OutcomeTransient {
+				transient++
+			}
+		}
+	}
+	replays := 0
+	for _, c := range b.gw.Ledger() {
+		if c.Op == payment.GatewayCaptureHold && c.Replay {
+			replays++
+		}
+	}
+	if replays == 0 || transient == 0 {
+		t.Fatalf("%d capture replays, %d transient attempts: the faults did not reach the participants", replays, transient)
 	}
 }

@@ -100,6 +100,9 @@ func passThrough(cmd *cli.Command) []string {
 	return args
 }
 
+// rate01 reports whether a fault rate is a probability.
+func rate01(r float64) bool { return r >= 0 && r <= 1 }
+
 // injectedFaults returns the serve flags of the participant faults given to simulate
 // (--fail-rate → --sim-fail-rate, …), those set only.
 func injectedFaults(cmd *cli.Command) []string {
@@ -150,6 +153,9 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit(positiveFlags(cmd, "payment-timeout").Error(), 2)
 	case instances < 1:
 		return cli.Exit("--instances must be at least 1", 2)
+	case !rate01(cfg.FailRate) || !rate01(cfg.SlowRate) || !rate01(cfg.TimeoutAfterApplyRate):
+		return cli.Exit(fmt.Sprintf("--fail-rate, --slow-rate and --timeout-after-apply-rate must be 0 to 1, got %g, %g and %g",
+			cfg.FailRate, cfg.SlowRate, cfg.TimeoutAfterApplyRate), 2)
 	case killEvery < 0:
 		return cli.Exit("--kill-every must not be negative", 2)
 	case cfg.Target != "" && (instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
