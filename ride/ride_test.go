@@ -391,3 +391,37 @@ func TestInjectedFaults(t *testing.T) {
 		t.Fatalf("%d capture replays, %d transient attempts: the faults did not reach the participants", replays, transient)
 	}
 }
+
+// TestUnassignedTripClosesAtHoldExpiry: a trip no driver took closes (hold_expired) when its
+// hold lapses — the flow's timed state on the closer's one timer, never before close_at —
+// and its hold is released by the expiry alone: no capture, no void.
+func TestUnassignedTripClosesAtHoldExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A gateway clock 2 h − 300 ms behind: the 2 h hold expires 300 ms from now.
+	b.gw.SetClock(func() time.Time { return time.Now().Add(-ride.DefaultHoldTTL + 300*time.Millisecond) })
+	tr, err := b.rides.CreateTrip(t.Context(), &orderly.CreateTripParams{RiderID: "r", Currency: "USD", Estimate: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetClock(time.Now)
+	got := b.waitState(t, tr.ID, orderly.StateClosed)
+	if got.CloseReason != string(ride.CloseReasonHoldExpired) {
+		t.Fatalf("close reason %q, want hold_expired", got.CloseReason)
+	}
+	o, err := b.e.Orders().Order(t.Context(), tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ClosedAt == nil || o.ClosedAt.Before(o.CloseAt) || !o.CloseAt.Equal(tr.HoldExpiresAt) {
+		t.Fatalf("closed at %v, close_at %s, hold expiry %s: want closed at or after close_at = the hold's expiry", o.ClosedAt, o.CloseAt, tr.HoldExpiresAt)
+	}
+	h, _ := b.gw.Hold(tr.HoldID)
+	checkHold(t, h, orderly.HoldExpired, 0, 5000)
+	if n, v := b.calls(payment.GatewayCaptureHold, tr.HoldID), b.calls(payment.GatewayVoidHold, tr.HoldID); n+v != 0 {
+		t.Fatalf("%d captures and %d voids of an expired hold, want none", n, v)
+	}
+	if _, err := b.rides.AssignDriver(t.Context(), tr.ID, "late-driver"); orderly.ErrorCode(err) != orderly.EILLEGAL {
+		t.Fatalf("assign after the close: %v, want EILLEGAL", err)
+	}
+}

@@ -149,8 +149,14 @@ func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (
 	} else if err != nil {
 		return nil, fmt.Errorf("hold of trip %s: %w", id, err)
 	}
+	// Times are stored in ms: the trip's deadline is the hold's expiry rounded up, never
+	// before the gateway lets the hold lapse.
+	expires := h.ExpiresAt.UTC().Truncate(time.Millisecond)
+	if expires.Before(h.ExpiresAt) {
+		expires = expires.Add(time.Millisecond)
+	}
 	t := &orderly.Trip{ID: id, RiderID: p.RiderID, State: StateRequested, PaymentMethod: orderly.PaymentMethodCard,
-		Currency: p.Currency, Estimate: p.Estimate, HoldID: id, HoldAmount: h.Amount, HoldExpiresAt: h.ExpiresAt.UTC(), Version: 1}
+		Currency: p.Currency, Estimate: p.Estimate, HoldID: id, HoldAmount: h.Amount, HoldExpiresAt: expires, Version: 1}
 	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {

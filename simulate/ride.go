@@ -282,7 +282,7 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 		}
 	}
 	ctx := context.Background()
-	var payouts int64
+	var fees int64 // the platform fees the trips keep
 	for i, tt := range f.trips {
 		if tt == nil || tt.id == "" {
 			continue
@@ -354,7 +354,7 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 			bad("M", "hold captured under %d keys (double capture)", n)
 		}
 		// The driver's wallet holds the payout, or nothing after a refund.
-		if t.DriverID != "" && f.cfg.GatewayLedger != nil {
+		if t.DriverID != "" {
 			want := t.DriverPayout
 			if t.State == "refunded" {
 				want = 0
@@ -365,15 +365,15 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 			} else if got != want {
 				bad("M", "driver %s holds %d, want %d", t.DriverID, got, want)
 			}
-			if t.State != "refunded" {
-				payouts += t.PlatformFee
-			}
+		}
+		if t.State != "refunded" {
+			fees += t.PlatformFee
 		}
 	}
-	if f.cfg.GatewayLedger != nil {
-		if after, err := f.balance(ctx, ridePlatform); err == nil && after-f.platformBefore != payouts {
-			res.Violations = append(res.Violations, fmt.Sprintf("M: the platform's wallet grew by %d, the trips' fees add up to %d", after-f.platformBefore, payouts))
-		}
+	if after, err := f.balance(ctx, ridePlatform); err != nil {
+		res.Violations = append(res.Violations, fmt.Sprintf("HTTP: the platform's wallet: %v", err))
+	} else if after-f.platformBefore != fees {
+		res.Violations = append(res.Violations, fmt.Sprintf("M: the platform's wallet grew by %d, the trips' fees add up to %d", after-f.platformBefore, fees))
 	}
 	res.Orders += rr.Trips
 	res.Sent += int(f.sent.Load())
