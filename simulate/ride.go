@@ -18,6 +18,7 @@ import (
 
 func init() {
 	RegisterFlow(flowRideHailing, func() FlowDriver { return &rideFlow{} })
+	excludeFromMixed(flowRideHailing)
 }
 
 const (

@@ -46,6 +46,16 @@ func TestSimulateRideHailing(t *testing.T) {
 	}
 }
 
+// TestSimulateRideHailingOneInstance: trips need the one instance that holds their card
+// holds, so several instances or kills are refused.
+func TestSimulateRideHailingOneInstance(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := newApp(&stdout, &stderr).Run(context.Background(), []string{"orderly", "simulate", "--flow", "ride_hailing", "--kill-every", "5s"})
+	if err == nil || !strings.Contains(err.Error(), "--flow ride_hailing runs on one instance") {
+		t.Fatalf("--flow ride_hailing --kill-every 5s: %v", err)
+	}
+}
+
 // TestSimulateFaultRates: a rate outside 0..1 is refused.
 func TestSimulateFaultRates(t *testing.T) {
 	var stdout, stderr bytes.Buffer

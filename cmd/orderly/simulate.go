@@ -78,7 +78,7 @@ func simulateCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
 				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
 			&cli.StringFlag{Name: "gateway", Value: "sim", Usage: "the payment provider: sim (orderly callbacks), or stripe, alipay or wechat (an imitation of that provider's API in process, its signed notifications; in-process server only)"},
-			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups) or mixed (both at once)"},
+			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups), ride_hailing (trips with card holds, one instance) or mixed (standard and group_buy at once)"},
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
 			&cli.FloatFlag{Name: "fail-rate", Usage: "share (0–1) of the servers' saga participant calls that fail transiently (ride_hailing; serve --sim-fail-rate)"},
@@ -153,6 +153,8 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit(positiveFlags(cmd, "payment-timeout").Error(), 2)
 	case instances < 1:
 		return cli.Exit("--instances must be at least 1", 2)
+	case slices.Contains(cfg.Flows, "ride_hailing") && (instances > 1 || killEvery > 0):
+		return cli.Exit("--flow ride_hailing runs on one instance (the simulated gateway keeps its card holds in that instance's memory); it does not go with --instances above 1 or --kill-every", 2)
 	case !rate01(cfg.FailRate) || !rate01(cfg.SlowRate) || !rate01(cfg.TimeoutAfterApplyRate):
 		return cli.Exit(fmt.Sprintf("--fail-rate, --slow-rate and --timeout-after-apply-rate must be 0 to 1, got %g, %g and %g",
 			cfg.FailRate, cfg.SlowRate, cfg.TimeoutAfterApplyRate), 2)
