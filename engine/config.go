@@ -15,6 +15,7 @@ import (
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -353,10 +354,10 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 	return c
 }
 
-// DefaultFlows returns the engine's built-in flow registry: orderly.StandardFlow and
-// groupbuy.Flow.
+// DefaultFlows returns the engine's built-in flow registry: orderly.StandardFlow,
+// groupbuy.Flow and ride.Flow.
 func DefaultFlows() orderly.Flows {
-	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow)
+	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow, ride.Flow)
 	if err != nil {
 		panic(err) // the built-in flows are valid; a test covers it
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/redisq"
+	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -54,6 +55,7 @@ type Engine struct {
 	sim      *payment.SimGateway // nil when Config.Gateway was given
 	machine  *order.Machine
 	groups   *groupbuy.Service // nil when Config.Flows has no group_buy
+	rides    *ride.Service     // nil without ride_hailing or without a gateway with holds
 	wallets  *wallet.Service
 	orders   *order.Service
 	payments *payment.Service
@@ -191,6 +193,29 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	timed = append(slices.Clone(timed), wallet.NewExpiries(log))
 
+	// Ride-hailing trips: card holds at a gateway that has them (the simulated one), their
+	// money moved by sagas (README.md "Ride-hailing").
+	sagas := cfg.Sagas
+	var holds ride.Gateway
+	if e.sim != nil {
+		holds = e.sim
+	} else if h, ok := cfg.Gateway.(ride.Gateway); ok {
+		holds = h
+	}
+	if holds != nil && cfg.Flows[ride.FlowName] != nil {
+		if e.rides, err = ride.New(ride.Config{
+			Store: st, Machine: e.machine, Gateway: holds, Wallets: e.wallets, Logger: log,
+			// One set of injected faults for every saga (serve --test-saga-*): the rides'
+			// participants and gateway calls (lost replies) take the same rates.
+			Faults: ride.Faults{FailRate: cfg.SagaFaults.FailRate, SlowRate: cfg.SagaFaults.SlowRate,
+				TimeoutAfterApplyRate: cfg.SagaFaults.TimeoutAfterApplyRate},
+			OnCreated: func(ctx context.Context, id string, closeAt time.Time) { e.closer.Created(ctx, id, closeAt) },
+		}); err != nil {
+			return nil, fmt.Errorf("engine: ride-hailing: %w", err)
+		}
+		sagas = append(slices.Clone(sagas), e.rides.Definitions()...)
+	}
+
 	// The saga orchestrator: its due instances are one more timed kind of the closer. The
 	// wallet checkout (package checkout) is one of its definitions.
 	walletCheckout, err := checkout.Definition(checkout.Deps{Orders: e.orders, Wallets: e.wallets, Faults: &cfg.SagaFaults})
@@ -198,7 +223,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if e.sagas, err = saga.New(saga.Config{
-		Store: st, Definitions: append(slices.Clone(cfg.Sagas), walletCheckout), Logger: log, Metrics: e.metrics,
+		Store: st, Definitions: append(slices.Clone(sagas), walletCheckout), Logger: log, Metrics: e.metrics,
 		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
 	}); err != nil {
 		return nil, fmt.Errorf("engine: sagas: %w", err)
@@ -206,6 +231,9 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	timed = append(slices.Clone(timed), e.sagas.Timed())
 	if e.checkout, err = checkout.NewService(st, e.orders, e.sagas); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if e.rides != nil {
+		e.rides.UseSagas(e.sagas)
 	}
 
 	handlers := order.ReleaseHandlers()
@@ -321,7 +349,12 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.groups != nil {
 		groups = e.groups
 	}
+	var trips orderly.TripService // nil interface without ride-hailing
+	if e.rides != nil {
+		trips = e.rides
+	}
 	e.handler = httpapi.New(httpapi.Config{
+		Trips:  trips,
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken, Keys: e.keys, Admin: e.admin, Webhooks: e.webhooks,
@@ -557,6 +590,10 @@ func (e *Engine) Payments() *payment.Service { return e.payments }
 
 // Groups returns the group-buy service; nil when Config.Flows has no group_buy flow.
 func (e *Engine) Groups() *groupbuy.Service { return e.groups }
+
+// Rides returns the ride-hailing service; nil when Config.Flows has no ride_hailing flow or
+// Config.Gateway has no holds (ride.Gateway).
+func (e *Engine) Rides() *ride.Service { return e.rides }
 
 // Wallets returns the wallet service (accounts, ledger, holds; package wallet).
 func (e *Engine) Wallets() *wallet.Service { return e.wallets }

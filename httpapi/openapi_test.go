@@ -265,6 +265,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"WalletCreditRequest": reflect.TypeFor[walletCreditRequest](),
 		"WalletTransfer":      reflect.TypeFor[walletTransferResponse](),
 		"Saga":                reflect.TypeFor[sagaResponse](),
+		"CreateTripRequest":   reflect.TypeFor[orderly.CreateTripParams](),
+		"AssignDriverRequest": reflect.TypeFor[assignDriverRequest](),
+		"EndTripRequest":      reflect.TypeFor[endTripRequest](),
+		"Trip":                reflect.TypeFor[tripResponse](),
 		"SagaStep":            reflect.TypeFor[sagaStepResponse](),
 		// Admin routes (admin_orders.go, admin_outbox.go).
 		"OperatorAction":      reflect.TypeFor[operatorActionResponse](),

@@ -40,6 +40,8 @@ type Config struct {
 	Refunds orderly.RefundService
 	// Groups serves the group-buy routes (/v1/deals, /v1/groups). nil answers them 404.
 	Groups orderly.GroupService
+	// Trips serves the ride-hailing routes (/v1/trips). nil answers them 404.
+	Trips orderly.TripService
 	// Wallets serves the wallet routes (/v1/wallets). nil answers them 404.
 	Wallets orderly.WalletService
 	// Sagas serves GET /v1/sagas/{id} and the admin re-drive (*saga.Orchestrator). nil answers them 404.
@@ -108,6 +110,7 @@ type Server struct {
 	refunds       orderly.RefundService
 	groups        orderly.GroupService
 	wallets       orderly.WalletService
+	trips         orderly.TripService
 	sagas         SagaService
 	webhooks      orderly.WebhookService
 	secret        []byte
@@ -148,6 +151,7 @@ func New(cfg Config) *Server {
 		refunds:       cfg.Refunds,
 		groups:        cfg.Groups,
 		wallets:       cfg.Wallets,
+		trips:         cfg.Trips,
 		sagas:         cfg.Sagas,
 		webhooks:      cfg.Webhooks,
 		secret:        cfg.CallbackSecret,
@@ -182,6 +186,9 @@ func New(cfg Config) *Server {
 	}
 	if s.groups == nil {
 		s.groups = noGroups{}
+	}
+	if s.trips == nil {
+		s.trips = noTrips{}
 	}
 	if s.wallets == nil {
 		s.wallets = noWallets{}
@@ -250,6 +257,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Post("/v1/groups/{id}/leave", s.leaveGroup)
 
 	r.Group(s.walletRoutes)
+	r.Group(s.tripRoutes)
 	r.Get("/v1/sagas/{id}", s.getSaga)
 
 	r.Route("/v1/admin", s.adminRoutes)

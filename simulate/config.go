@@ -79,14 +79,15 @@ type Config struct {
 	// Progress, when set, receives one line per second: phase, orders sent, created,
 	// rejected, paid, closed, … Nil prints nothing.
 	Progress io.Writer
+	// FailRate, SlowRate and TimeoutAfterApplyRate (shares 0 … 1) are the faults the
+	// servers inject into saga participants and the ride-hailing gateway calls, per call:
+	// a transient failure before anything is done, a slow call, a call applied whose reply
+	// is lost (engine.Config.SagaFaults, serve --test-saga-*). `orderly simulate` starts
+	// its servers with them; Run itself only checks that they are within 0 … 1.
+	FailRate, SlowRate, TimeoutAfterApplyRate float64
 	// HTTPClient sends the requests. Default: a client with a 30 s timeout and a pool of
 	// keep-alive connections sized for Concurrency.
-	// FailRate, SlowRate and TimeoutAfterApplyRate (shares 0 … 1) are the faults the
-	// servers inject into saga participants (engine.Config.SagaFaults, serve
-	// --test-saga-*): `orderly simulate` starts its servers with them; Run itself only
-	// checks that they are within 0 … 1.
-	FailRate, SlowRate, TimeoutAfterApplyRate float64
-	HTTPClient                                *http.Client
+	HTTPClient *http.Client
 	// Drain is how long after the last order's close_at the run waits at most for closes,
 	// refunds, releases and the outbox to settle. Default DefaultDrain (30 s).
 	Drain time.Duration
@@ -108,6 +109,10 @@ type Config struct {
 	// checks that every refunded payment was refunded exactly once, for its amount, and
 	// nothing else was refunded.
 	GatewayLedger func() []payment.GatewayCall
+	// Holds, when set, returns a hold as the server's simulated gateway sees it
+	// (payment.SimGateway.Hold, when the server runs in this process): the ride_hailing
+	// flow checks every trip's hold against it.
+	Holds func(id string) (*payment.SimHold, bool)
 	// Provider, when set, stands for the server's payment provider: buyers' outcomes are
 	// played at it and reach the server as its signed webhooks instead of orderly callbacks
 	// (StripeProvider: `orderly simulate --gateway stripe`). The server must create its

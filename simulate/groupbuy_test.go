@@ -66,15 +66,15 @@ func TestGroupPlan(t *testing.T) {
 
 func TestParseFlows(t *testing.T) {
 	t.Parallel()
-	for name, want := range map[string][]string{"standard": {"standard"}, "group_buy": {"group_buy"}, "wallet": {"wallet"}, "mixed": {"group_buy", "standard", "wallet"}} {
+	for name, want := range map[string][]string{"standard": {"standard"}, "group_buy": {"group_buy"}, "wallet": {"wallet"}, "ride_hailing": {"ride_hailing"}, "mixed": {"group_buy", "standard", "wallet"}} {
 		if got, err := ParseFlows(name); err != nil || !slices.Equal(got, want) {
 			t.Errorf("ParseFlows(%q) = %v, %v; want %v", name, got, err, want)
 		}
 	}
-	if _, err := ParseFlows("ride"); err == nil || !strings.Contains(err.Error(), `unknown flow "ride"`) {
-		t.Errorf("ParseFlows(ride): %v", err)
+	if _, err := ParseFlows("taxi"); err == nil || !strings.Contains(err.Error(), `unknown flow "taxi"`) {
+		t.Errorf("ParseFlows(taxi): %v", err)
 	}
-	if _, err := (Config{Target: "http://x", Flows: []string{"ride"}}).withDefaults(); err == nil {
+	if _, err := (Config{Target: "http://x", Flows: []string{"taxi"}}).withDefaults(); err == nil {
 		t.Error("an unknown flow in Config.Flows was accepted")
 	}
 }

@@ -93,6 +93,8 @@ type Result struct {
 	Groups *GroupResult `json:"groups,omitempty"`
 	// Wallet is what the wallet flow (wallet checkouts) did and found; absent without it.
 	Wallet *WalletResult `json:"wallet,omitempty"`
+	// Rides is what the ride_hailing flow did and found; absent when the run drove no trips.
+	Rides *RideResult `json:"rides,omitempty"`
 
 	// lateness collects closed_at − close_at of every flow's orders closed for payment
 	// timeout, in ms, for Lateness.

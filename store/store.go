@@ -194,6 +194,7 @@ type Tx interface {
 
 	RefundTx
 	GroupTx
+	TripTx
 	WalletTx
 	SagaTx
 	AdminTx

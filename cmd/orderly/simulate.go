@@ -153,6 +153,11 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit(positiveFlags(cmd, "payment-timeout").Error(), 2)
 	case instances < 1:
 		return cli.Exit("--instances must be at least 1", 2)
+	case slices.Contains(cfg.Flows, "ride_hailing") && (instances > 1 || killEvery > 0):
+		return cli.Exit("--flow ride_hailing runs on one instance (the simulated gateway keeps its card holds in that instance's memory); it does not go with --instances above 1 or --kill-every", 2)
+	case !rate01(cfg.FailRate) || !rate01(cfg.SlowRate) || !rate01(cfg.TimeoutAfterApplyRate):
+		return cli.Exit(fmt.Sprintf("--fail-rate, --slow-rate and --timeout-after-apply-rate must be 0 to 1, got %g, %g and %g",
+			cfg.FailRate, cfg.SlowRate, cfg.TimeoutAfterApplyRate), 2)
 	case killEvery < 0:
 		return cli.Exit("--kill-every must not be negative", 2)
 	case cfg.Target != "" && (instances > 1 || killEvery > 0 || len(extra) > 0 || cmd.String("faults") != ""):
@@ -229,7 +234,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	if fake != nil {
 		fake.SetWebhook(e.URL() + "/v1/channels/stripe/webhook")
 	} else if cmd.String("gateway") == "sim" {
-		cfg.GatewayLedger = e.SimGateway().Ledger
+		cfg.GatewayLedger, cfg.Holds = e.SimGateway().Ledger, e.SimGateway().Hold
 	}
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {
@@ -541,3 +546,6 @@ func (p wechatProvider) Webhook(paymentID, status string) (string, []byte, http.
 	}
 	return path, body, h, err
 }
+
+// rate01 reports whether a fault rate is a probability.
+func rate01(r float64) bool { return r >= 0 && r <= 1 }

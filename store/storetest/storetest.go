@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ChannelEvents", testChannelEvents},
 		{"Refunds", testRefunds},
 		{"Groups", testGroups},
+		{"Trips", testTrips},
 		{"Wallets", testWallets},
 		{"Sagas", testSagas},
 		{"Outbox", testOutbox},

@@ -1,0 +1,427 @@
+package ride_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/ride"
+	"github.com/orderlyhq/orderly/saga"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// bundle is a started engine on a fresh SQLite file and its services.
+type bundle struct {
+	e     *engine.Engine
+	rides *ride.Service
+	gw    *payment.SimGateway
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	e, err := engine.Open(t.Context(), engine.Config{
+		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{e: e, rides: e.Rides(), gw: e.SimGateway()}
+}
+
+// inTrip creates a trip of estimate 4000 (hold 5000), assigns driver d and starts it.
+func (b *bundle) inTrip(t *testing.T, driver string) *orderly.Trip {
+	t.Helper()
+	ctx := t.Context()
+	tr, err := b.rides.CreateTrip(ctx, &orderly.CreateTripParams{RiderID: "rider-" + driver, Currency: "USD", Estimate: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.HoldAmount != 5000 || tr.State != ride.StateRequested {
+		t.Fatalf("created %s with hold %d, want requested with 5000", tr.State, tr.HoldAmount)
+	}
+	if _, err := b.rides.AssignDriver(ctx, tr.ID, driver); err != nil {
+		t.Fatal(err)
+	}
+	if tr, err = b.rides.StartTrip(ctx, tr.ID); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// waitState polls trip id until it is in state want (the saga's retries run on the timer).
+func (b *bundle) waitState(t *testing.T, id string, want orderly.State) *orderly.Trip {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // backoff after a run of injected failures
+
+	for {
+		tr, err := b.rides.Trip(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.State == want {
+			return tr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trip %s is %s after a minute, want %s", id, tr.State, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the condition
+	}
+}
+
+// balance returns user's available USD balance (0 without a wallet).
+func (b *bundle) balance(t *testing.T, user string) int64 {
+	t.Helper()
+	w, err := b.e.Wallets().Wallet(t.Context(), user, "USD", nil)
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+		return 0
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return w.Account.Available
+}
+
+// applied returns the calls of op on hold id that moved money (not replays, not refused).
+func (b *bundle) calls(op payment.GatewayOp, id string) int {
+	return len(b.gw.Calls(op, id))
+}
+
+func checkHold(t *testing.T, h *payment.SimHold, state orderly.HoldState, captured, released int64) {
+	t.Helper()
+	if h.State != state || h.Captured != captured || h.Released != released {
+		t.Fatalf("hold %s: %s captured %d released %d, want %s %d %d", h.ID, h.State, h.Captured, h.Released, state, captured, released)
+	}
+}
+
+// TestFareWithinHold: hold 5000, fare 3820 → 3820 captured and 1180 released in one call,
+// once, also when the capture's reply is lost and the saga retries it; the driver gets
+// 3820 − 20 % and the platform 20 %.
+func TestFareWithinHold(t *testing.T) {
+	t.Parallel()
+	for _, lost := range []bool{false, true} {
+		b := setup(t)
+		if lost {
+			b.gw.TimeoutAfterApply(payment.GatewayCaptureHold, 1)
+		}
+		tr := b.inTrip(t, "driver-1")
+		if _, err := b.rides.EndTrip(t.Context(), tr.ID, 3820); err != nil {
+			t.Fatal(err)
+		}
+		tr = b.waitState(t, tr.ID, ride.StateSettled)
+		if tr.Fare != 3820 || tr.Captured != 3820 || tr.Released != 1180 || tr.ExtraCharged != 0 || tr.CollectionDue != 0 {
+			t.Fatalf("lost=%v: trip %+v", lost, tr)
+		}
+		if tr.PlatformFee != 764 || tr.DriverPayout != 3056 {
+			t.Fatalf("lost=%v: platform fee %d driver payout %d, want 764 3056", lost, tr.PlatformFee, tr.DriverPayout)
+		}
+		h, _ := b.gw.Hold(tr.HoldID)
+		checkHold(t, h, orderly.HoldPosted, 3820, 1180)
+		if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+			t.Fatalf("lost=%v: %d captures applied, want 1", lost, n)
+		}
+		if lost {
+			var replays int
+			for _, c := range b.gw.Ledger() {
+				if c.Op == payment.GatewayCaptureHold && c.PaymentID == tr.HoldID && c.Replay {
+					replays++
+					if c.IdempotencyKey != tr.PaymentSagaID+"/capture/action" {
+						t.Fatalf("retry key %q, want the operation's", c.IdempotencyKey)
+					}
+				}
+			}
+			if replays != 1 {
+				t.Fatalf("%d replays of the capture, want 1 (the retry after the lost reply)", replays)
+			}
+		}
+		if got := b.balance(t, "driver-1"); got != 3056 {
+			t.Fatalf("lost=%v: driver balance %d, want 3056", lost, got)
+		}
+		if got := b.balance(t, ride.DefaultPlatformAccount); got != 764 {
+			t.Fatalf("lost=%v: platform balance %d, want 764", lost, got)
+		}
+		in, _, err := b.e.Sagas().Get(t.Context(), tr.PaymentSagaID)
+		if err != nil || in.State != saga.StateSucceeded {
+			t.Fatalf("lost=%v: payment saga %v %v", lost, in, err)
+		}
+	}
+}
+
+// TestFareAboveHold: fare 6100 on a hold of 5000 → the hold is captured in full, never
+// more, and the 1100 beyond it is charged as a second payment.
+func TestFareAboveHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tr := b.inTrip(t, "driver-2")
+	if _, err := b.rides.EndTrip(t.Context(), tr.ID, 6100); err != nil {
+		t.Fatal(err)
+	}
+	tr = b.waitState(t, tr.ID, ride.StateSettled)
+	if tr.Captured != 5000 || tr.Released != 0 || tr.ExtraCharged != 1100 {
+		t.Fatalf("captured %d released %d extra %d, want 5000 0 1100", tr.Captured, tr.Released, tr.ExtraCharged)
+	}
+	h, _ := b.gw.Hold(tr.HoldID)
+	checkHold(t, h, orderly.HoldPosted, 5000, 0)
+	extra, ok := b.gw.Hold(tr.HoldID + "/extra")
+	if !ok {
+		t.Fatal("no second payment at the gateway")
+	}
+	checkHold(t, extra, orderly.HoldPosted, 1100, 0)
+	for _, c := range b.gw.Ledger() {
+		if c.Op == payment.GatewayCaptureHold && c.PaymentID == tr.HoldID && c.Amount > 5000 {
+			t.Fatalf("a capture of %d was sent for a hold of 5000", c.Amount)
+		}
+	}
+	if got := b.balance(t, "driver-2"); got != 4880 {
+		t.Fatalf("driver balance %d, want 4880 (6100 − 20 %%)", got)
+	}
+}
+
+// TestCaptureAfterExpiry: the fare is posted 1 ms after the hold's expiry, which the gateway
+// has not processed yet → refused; the hold is released once (expired), nothing is
+// captured, the trip stays trip_ended flagged for collection, the saga is compensated.
+func TestCaptureAfterExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tr := b.inTrip(t, "driver-3")
+	h, _ := b.gw.Hold(tr.HoldID)
+	if h.State != orderly.HoldPending {
+		t.Fatalf("hold %s before the end, want pending", h.State)
+	}
+	b.gw.SetClock(func() time.Time { return h.ExpiresAt.Add(time.Millisecond) })
+	got, err := b.rides.EndTrip(t.Context(), tr.ID, 3820)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != ride.StateTripEnded || got.CollectionDue != 3820 || got.Captured != 0 {
+		t.Fatalf("trip %s collection_due %d captured %d, want trip_ended 3820 0", got.State, got.CollectionDue, got.Captured)
+	}
+	in, log, err := b.e.Sagas().Get(t.Context(), got.PaymentSagaID)
+	if err != nil || in.State != saga.StateCompensated {
+		t.Fatalf("payment saga %+v %v, want compensated", in, err)
+	}
+	if log[0].Outcome != saga.OutcomeBusinessFailure {
+		t.Fatalf("capture outcome %s, want business_failure (not retried)", log[0].Outcome)
+	}
+	h, _ = b.gw.Hold(tr.HoldID)
+	checkHold(t, h, orderly.HoldExpired, 0, 5000)
+	if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+		t.Fatalf("%d capture calls, want the 1 refused", n)
+	}
+	if got := b.balance(t, "driver-3"); got != 0 {
+		t.Fatalf("driver credited %d for an uncollected fare", got)
+	}
+	// Ending it again (a retried request) charges nothing more.
+	if _, err := b.rides.EndTrip(t.Context(), tr.ID, 3820); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+		t.Fatalf("%d capture calls after a repeated end, want 1", n)
+	}
+}
+
+// TestCancel: a requested trip cancels free (the hold voided once); after assignment the
+// cancellation fee (500) is captured, the rest released, the fee settled.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	tr, err := b.rides.CreateTrip(ctx, &orderly.CreateTripParams{RiderID: "r", Currency: "USD", Estimate: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr, err = b.rides.CancelTrip(ctx, tr.ID); err != nil {
+		t.Fatal(err)
+	}
+	if tr.State != orderly.StateClosed || tr.CloseReason != string(ride.CloseReasonRiderCancelled) || tr.Released != 5000 || tr.Captured != 0 {
+		t.Fatalf("cancelled requested trip %+v", tr)
+	}
+	h, _ := b.gw.Hold(tr.HoldID)
+	checkHold(t, h, orderly.HoldVoided, 0, 5000)
+	if n := b.calls(payment.GatewayVoidHold, tr.HoldID); n != 1 {
+		t.Fatalf("%d voids, want 1", n)
+	}
+	if _, err := b.rides.CancelTrip(ctx, tr.ID); orderly.ErrorCode(err) != orderly.EILLEGAL {
+		t.Fatalf("second cancel: %v, want EILLEGAL", err)
+	}
+	if n := b.calls(payment.GatewayVoidHold, tr.HoldID); n != 1 {
+		t.Fatalf("%d voids after a second cancel, want 1", n)
+	}
+
+	tr = b.inTrip(t, "driver-4")
+	if tr, err = b.rides.CancelTrip(ctx, tr.ID); err != nil {
+		t.Fatal(err)
+	}
+	if tr.CancellationFee != 500 || tr.Captured != 500 || tr.Released != 4500 || tr.DriverPayout != 400 || tr.PlatformFee != 100 {
+		t.Fatalf("cancelled in_trip trip %+v", tr)
+	}
+	h, _ = b.gw.Hold(tr.HoldID)
+	checkHold(t, h, orderly.HoldPosted, 500, 4500)
+	if got := b.balance(t, "driver-4"); got != 400 {
+		t.Fatalf("driver balance %d, want 400", got)
+	}
+}
+
+// TestRefundAfterSettlement: a refund of a settled trip reverses the driver's and the
+// platform's credits and refunds the card once.
+func TestRefundAfterSettlement(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tr := b.inTrip(t, "driver-5")
+	if _, err := b.rides.EndTrip(t.Context(), tr.ID, 3820); err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, tr.ID, ride.StateSettled)
+	tr, err := b.rides.RefundTrip(t.Context(), tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.State != ride.StateRefunded || tr.Refunded != 3820 {
+		t.Fatalf("refunded trip %s refunded %d, want refunded 3820", tr.State, tr.Refunded)
+	}
+	if d, p := b.balance(t, "driver-5"), b.balance(t, ride.DefaultPlatformAccount); d != 0 || p != 0 {
+		t.Fatalf("after the refund the driver has %d and the platform %d, want 0 and 0", d, p)
+	}
+	if got, ok := b.gw.RefundedFor(tr.RefundSagaID + "/refund/action"); !ok || got != 3820 {
+		t.Fatalf("card refunded %d (%v), want 3820", got, ok)
+	}
+	if _, err := b.rides.RefundTrip(t.Context(), tr.ID); orderly.ErrorCode(err) != orderly.EILLEGAL {
+		t.Fatalf("second refund: %v, want EILLEGAL", err)
+	}
+}
+
+// TestIllegalAndInvalid: events the state does not take are EILLEGAL; bad input EINVALID.
+func TestIllegalAndInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	tr, err := b.rides.CreateTrip(ctx, &orderly.CreateTripParams{RiderID: "r", Currency: "USD", Estimate: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.HoldAmount != 125 {
+		t.Fatalf("hold %d for 100, want 125", tr.HoldAmount)
+	}
+	if _, err := b.rides.StartTrip(ctx, tr.ID); orderly.ErrorCode(err) != orderly.EILLEGAL {
+		t.Fatalf("start of a requested trip: %v", err)
+	}
+	if _, err := b.rides.EndTrip(ctx, tr.ID, 100); orderly.ErrorCode(err) != orderly.EILLEGAL {
+		t.Fatalf("end of a requested trip: %v", err)
+	}
+	for _, p := range []orderly.CreateTripParams{
+		{RiderID: "", Currency: "USD", Estimate: 1}, {RiderID: "r", Currency: "usd", Estimate: 1},
+		{RiderID: "r", Currency: "USD", Estimate: 0}, {RiderID: "r", Currency: "USD", Estimate: 1, PaymentMethod: "cash"},
+	} {
+		if _, err := b.rides.CreateTrip(ctx, &p); orderly.ErrorCode(err) != orderly.EINVALID {
+			t.Fatalf("%+v: %v, want EINVALID", p, err)
+		}
+	}
+	if _, err := b.rides.EndTrip(ctx, tr.ID, 0); orderly.ErrorCode(err) != orderly.EINVALID {
+		t.Fatalf("fare 0: %v", err)
+	}
+	if _, err := b.rides.Trip(ctx, "nope"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("unknown trip: %v", err)
+	}
+}
+
+// TestInjectedFaults: with 30 % of the gateway replies lost after the call applied and
+// 10 % of the participant calls failing first (engine.Config.SagaFaults), every trip
+// still ends settled, each hold captured under one key and for its fare once; the lost
+// replies were retried (replays at the gateway) and the failures logged as transient.
+func TestInjectedFaults(t *testing.T) {
+	t.Parallel()
+	e, err := engine.Open(t.Context(), engine.Config{
+		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		SagaFaults: saga.Faults{FailRate: 0.1, TimeoutAfterApplyRate: 0.3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{e: e, rides: e.Rides(), gw: e.SimGateway()}
+	var ids []string
+	for i := range 20 {
+		tr := b.inTrip(t, "driver-f"+string(rune('a'+i)))
+		if _, err := b.rides.EndTrip(t.Context(), tr.ID, 3820); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tr.ID)
+	}
+	transient := 0
+	for _, id := range ids {
+		tr := b.waitState(t, id, ride.StateSettled)
+		h, _ := b.gw.Hold(tr.HoldID)
+		checkHold(t, h, orderly.HoldPosted, 3820, 1180)
+		if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+			t.Fatalf("trip %s: %d captures applied, want 1", id, n)
+		}
+		_, log, err := e.Sagas().Get(t.Context(), tr.PaymentSagaID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range log {
+			if s.Outcome == saga.OutcomeTransient {
+				transient++
+			}
+		}
+	}
+	replays := 0
+	for _, c := range b.gw.Ledger() {
+		if c.Op == payment.GatewayCaptureHold && c.Replay {
+			replays++
+		}
+	}
+	if replays == 0 || transient == 0 {
+		t.Fatalf("%d capture replays, %d transient attempts: the faults did not reach the participants", replays, transient)
+	}
+}
+
+// TestUnassignedTripClosesAtHoldExpiry: a trip no driver took closes (hold_expired) when its
+// hold lapses — the flow's timed state on the closer's one timer, never before close_at —
+// and its hold is released by the expiry alone: no capture, no void.
+func TestUnassignedTripClosesAtHoldExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A gateway clock 2 h − 300 ms behind: the 2 h hold expires 300 ms from now.
+	b.gw.SetClock(func() time.Time { return time.Now().Add(-ride.DefaultHoldTTL + 300*time.Millisecond) })
+	tr, err := b.rides.CreateTrip(t.Context(), &orderly.CreateTripParams{RiderID: "r", Currency: "USD", Estimate: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.gw.SetClock(time.Now)
+	got := b.waitState(t, tr.ID, orderly.StateClosed)
+	if got.CloseReason != string(ride.CloseReasonHoldExpired) {
+		t.Fatalf("close reason %q, want hold_expired", got.CloseReason)
+	}
+	o, err := b.e.Orders().Order(t.Context(), tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ClosedAt == nil || o.ClosedAt.Before(o.CloseAt) || !o.CloseAt.Equal(tr.HoldExpiresAt) {
+		t.Fatalf("closed at %v, close_at %s, hold expiry %s: want closed at or after close_at = the hold's expiry", o.ClosedAt, o.CloseAt, tr.HoldExpiresAt)
+	}
+	h, _ := b.gw.Hold(tr.HoldID)
+	checkHold(t, h, orderly.HoldExpired, 0, 5000)
+	if n, v := b.calls(payment.GatewayCaptureHold, tr.HoldID), b.calls(payment.GatewayVoidHold, tr.HoldID); n+v != 0 {
+		t.Fatalf("%d captures and %d voids of an expired hold, want none", n, v)
+	}
+	if _, err := b.rides.AssignDriver(t.Context(), tr.ID, "late-driver"); orderly.ErrorCode(err) != orderly.EILLEGAL {
+		t.Fatalf("assign after the close: %v, want EILLEGAL", err)
+	}
+}

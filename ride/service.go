@@ -1,0 +1,361 @@
+package ride
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
+	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/saga"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultHoldMarginPercent  = 25              // hold = estimate + 25 % (rounded up)
+	DefaultHoldTTL            = 2 * time.Hour   // how long the card hold lasts
+	DefaultCancellationFee    = 500             // minor units, after a driver was assigned
+	DefaultPlatformFeePercent = 20              // of what the rider paid, to the platform
+	DefaultPlatformAccount    = "ride_platform" // owner of the platform's wallet
+	// MaxEstimate caps a trip's estimate (minor units), far from int64 overflow.
+	MaxEstimate = 1_000_000_000_000
+)
+
+// Gateway is what trips need of the payment gateway: holds (card pre-authorisation) with
+// partial capture, void and expiry, and refunds of what a hold captured, each idempotent
+// per key. *payment.SimGateway implements it.
+type Gateway interface {
+	// Authorize places a hold of amount minor units until ttl from now; the hold id is
+	// its idempotency key.
+	Authorize(ctx context.Context, holdID string, amount int64, ttl time.Duration) (*payment.SimHold, error)
+	// CaptureHold captures amount (≤ the hold) once per key and releases the rest.
+	CaptureHold(ctx context.Context, holdID, key string, amount int64) (*payment.SimHold, error)
+	// VoidHold releases a pending hold once per key.
+	VoidHold(ctx context.Context, holdID, key string) (*payment.SimHold, error)
+	// Hold returns the hold as the gateway sees it now.
+	Hold(holdID string) (*payment.SimHold, bool)
+	// RefundWithKey refunds amount of what hold (payment) paymentID captured, once per key.
+	RefundWithKey(ctx context.Context, paymentID, key string, amount int64) error
+}
+
+var _ Gateway = (*payment.SimGateway)(nil)
+
+// Config configures a Service. Zero values mean the documented defaults.
+type Config struct {
+	Store   store.Store           // required
+	Machine *order.Machine        // required; its flows hold Flow
+	Gateway Gateway               // required
+	Wallets orderly.WalletService // required: settlement credits
+	// HoldMarginPercent is added to the estimate for the hold: hold = ⌈estimate × (100 +
+	// margin) / 100⌉. 25.
+	HoldMarginPercent int64
+	// HoldTTL is how long the hold lasts at the gateway; a trip still requested at its end
+	// closes (hold_expired). 2 h.
+	HoldTTL time.Duration
+	// CancellationFee (minor units) is captured from the hold when the rider cancels after a
+	// driver was assigned (driver_assigned or in_trip), capped at the hold; cancelling a
+	// requested trip is free. 500; negative for no fee.
+	CancellationFee int64
+	// PlatformFeePercent of what the rider paid goes to the platform's wallet, the rest to
+	// the driver's (rounded down for the platform). 20.
+	PlatformFeePercent int64
+	// PlatformAccount owns the platform's wallet (a user account: it never goes below
+	// zero). "ride_platform".
+	PlatformAccount string
+	// Faults injects failures into the sagas' participants (tests and simulate only).
+	Faults Faults
+	// OnCreated tells the timer about a new trip's deadline (timeout.Closer.Created).
+	OnCreated func(ctx context.Context, id string, closeAt time.Time)
+	Logger    *slog.Logger
+}
+
+// Service implements orderly.TripService. Build it with New, give Definitions to the saga
+// orchestrator, then UseSagas.
+type Service struct {
+	cfg    Config
+	flow   *orderly.Flow
+	sagas  *saga.Orchestrator
+	faults *faults
+}
+
+var _ orderly.TripService = (*Service)(nil)
+
+// New returns a Service; it returns an error when a required field is missing or the
+// machine has no ride_hailing flow.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Machine == nil || cfg.Gateway == nil || cfg.Wallets == nil {
+		return nil, errors.New("ride: Config.Store, Machine, Gateway and Wallets are required")
+	}
+	flow, err := cfg.Machine.Flow(FlowName)
+	if err != nil {
+		return nil, fmt.Errorf("ride: %w", err)
+	}
+	cfg.HoldMarginPercent = cmp.Or(cfg.HoldMarginPercent, DefaultHoldMarginPercent)
+	cfg.HoldTTL = cmp.Or(cfg.HoldTTL, DefaultHoldTTL)
+	cfg.CancellationFee = max(cmp.Or(cfg.CancellationFee, DefaultCancellationFee), 0)
+	cfg.PlatformFeePercent = cmp.Or(cfg.PlatformFeePercent, DefaultPlatformFeePercent)
+	cfg.PlatformAccount = cmp.Or(cfg.PlatformAccount, DefaultPlatformAccount)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.OnCreated == nil {
+		cfg.OnCreated = func(context.Context, string, time.Time) {}
+	}
+	if err := cfg.Faults.validate(); err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, flow: flow, faults: newFaults(cfg.Faults)}, nil
+}
+
+// UseSagas gives the service the orchestrator that runs Definitions.
+func (s *Service) UseSagas(o *saga.Orchestrator) { s.sagas = o }
+
+// HoldFor returns the hold placed for an estimate: ⌈estimate × (100 + margin) / 100⌉.
+func (s *Service) HoldFor(estimate int64) int64 {
+	return (estimate*(100+s.cfg.HoldMarginPercent) + 99) / 100
+}
+
+// CreateTrip implements orderly.TripService. The hold is placed first, under the new
+// trip's id (its idempotency key), then the trip is written; a hold whose trip could not
+// be written is never captured and expires at the gateway. Errors: EINVALID, EUNAVAILABLE
+// (the gateway did not answer), the gateway's refusal.
+func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (*orderly.Trip, error) {
+	switch {
+	case !order.ValidID(p.RiderID):
+		return nil, orderly.Errorf(orderly.EINVALID, "rider_id must be 1–128 bytes of UTF-8 without control characters")
+	case !orderly.ValidCurrency(p.Currency):
+		return nil, orderly.Errorf(orderly.EINVALID, "currency must be an ISO 4217 code")
+	case p.Estimate <= 0 || p.Estimate > MaxEstimate:
+		return nil, orderly.Errorf(orderly.EINVALID, "estimate must be 1 to %d minor units", int64(MaxEstimate))
+	case p.PaymentMethod != "" && p.PaymentMethod != orderly.PaymentMethodCard:
+		return nil, orderly.Errorf(orderly.EINVALID, "payment_method must be %q", orderly.PaymentMethodCard)
+	}
+	id, err := order.NewID()
+	if err != nil {
+		return nil, err
+	}
+	amount := s.HoldFor(p.Estimate)
+	var h *payment.SimHold
+	for attempt := 0; ; attempt++ { // Authorize is idempotent on the hold id: a lost reply is retried
+		if h, err = s.cfg.Gateway.Authorize(ctx, id, amount, s.cfg.HoldTTL); err == nil || !payment.IsGatewayTimeout(err) || attempt == 2 {
+			break
+		}
+	}
+	if payment.IsGatewayTimeout(err) {
+		return nil, orderly.Errorf(orderly.EUNAVAILABLE, "the gateway did not answer the hold of trip %s; retry", id)
+	} else if err != nil {
+		return nil, fmt.Errorf("hold of trip %s: %w", id, err)
+	}
+	// Times are stored in ms: the trip's deadline is the hold's expiry rounded up, never
+	// before the gateway lets the hold lapse.
+	expires := h.ExpiresAt.UTC().Truncate(time.Millisecond)
+	if expires.Before(h.ExpiresAt) {
+		expires = expires.Add(time.Millisecond)
+	}
+	t := &orderly.Trip{ID: id, RiderID: p.RiderID, State: StateRequested, PaymentMethod: orderly.PaymentMethodCard,
+		Currency: p.Currency, Estimate: p.Estimate, HoldID: id, HoldAmount: h.Amount, HoldExpiresAt: expires, Version: 1}
+	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		t.CreatedAt, t.UpdatedAt = now, now
+		o := &orderly.Order{ID: id, UserID: p.RiderID, Flow: FlowName, State: StateRequested, PayStatus: orderly.PayUnpaid,
+			Items: []orderly.Item{}, Currency: p.Currency, CreatedAt: now, ExpiresAt: t.HoldExpiresAt,
+			CloseAt: t.HoldExpiresAt, Version: 1}
+		if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o}); err != nil {
+			return err
+		}
+		if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: StateRequested, Event: orderly.EventCreate,
+			PayStatusTo: orderly.PayUnpaid, Actor: cmp.Or(p.Actor, "rider"), At: now, TraceID: p.TraceID}); err != nil {
+			return err
+		}
+		return tx.TripInsert(ctx, t)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create trip %s: %w", id, err)
+	}
+	s.cfg.OnCreated(ctx, id, t.HoldExpiresAt)
+	return t, nil
+}
+
+// Trip implements orderly.TripService.
+func (s *Service) Trip(ctx context.Context, id string) (*orderly.Trip, error) {
+	var t *orderly.Trip
+	err := s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		var err error
+		t, err = tx.TripGet(ctx, id)
+		return err
+	})
+	return t, err
+}
+
+// AssignDriver implements orderly.TripService.
+func (s *Service) AssignDriver(ctx context.Context, id, driverID string) (*orderly.Trip, error) {
+	if !order.ValidID(driverID) {
+		return nil, orderly.Errorf(orderly.EINVALID, "driver_id must be 1–128 bytes of UTF-8 without control characters")
+	}
+	return s.move(ctx, id, EventAssign, "", func(t *orderly.Trip, _ orderly.State) error {
+		t.DriverID = driverID
+		return nil
+	})
+}
+
+// StartTrip implements orderly.TripService.
+func (s *Service) StartTrip(ctx context.Context, id string) (*orderly.Trip, error) {
+	return s.move(ctx, id, EventStart, "", nil)
+}
+
+// EndTrip implements orderly.TripService. The trip moves to trip_ended with its fare and
+// its payment saga id in one transaction, then the saga runs in the caller's goroutine.
+// Ending a trip_ended trip again with the same fare starts its saga if it does not exist
+// (a crash between the two), and returns the trip otherwise; another fare is EILLEGAL.
+func (s *Service) EndTrip(ctx context.Context, id string, fare int64) (*orderly.Trip, error) {
+	if fare <= 0 || fare > MaxEstimate {
+		return nil, orderly.Errorf(orderly.EINVALID, "fare must be 1 to %d minor units", int64(MaxEstimate))
+	}
+	t, err := s.Trip(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.State != StateTripEnded || t.Fare != fare {
+		t, err = s.move(ctx, id, EventEnd, "", func(t *orderly.Trip, _ orderly.State) error {
+			t.Fare, t.PaymentSagaID = fare, t.ID+":payment"
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s.runPayment(ctx, t, kindFare, fare)
+}
+
+// CancelTrip implements orderly.TripService. Rule (README.md "Ride-hailing"): cancelling a
+// requested trip is free, the hold is voided; after a driver was assigned (driver_assigned,
+// in_trip) the cancellation fee, min(Config.CancellationFee, hold), is captured from the
+// hold, the rest released, and the fee is settled to the driver and the platform like a
+// fare. Both run as the trip's payment saga.
+func (s *Service) CancelTrip(ctx context.Context, id string) (*orderly.Trip, error) {
+	var fee int64
+	t, err := s.move(ctx, id, orderly.EventCancel, CloseReasonRiderCancelled, func(t *orderly.Trip, from orderly.State) error {
+		if from != StateRequested {
+			fee = min(s.cfg.CancellationFee, t.HoldAmount)
+		}
+		t.CancellationFee, t.PaymentSagaID = fee, t.ID+":payment"
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.runPayment(ctx, t, kindCancellation, fee)
+}
+
+// RefundTrip implements orderly.TripService: settled → refunding, then the refund saga
+// (saga.go) reverses the settlement and refunds the card; the trip ends refunded, or back
+// in settled when the driver's or platform's wallet cannot cover the reversal.
+func (s *Service) RefundTrip(ctx context.Context, id string) (*orderly.Trip, error) {
+	t, err := s.move(ctx, id, EventRefund, "", func(t *orderly.Trip, _ orderly.State) error {
+		t.RefundSagaID = t.ID + ":refund"
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.run(ctx, DefinitionRefund, t.RefundSagaID, &sagaInput{TripID: t.ID}); err != nil {
+		return nil, err
+	}
+	return s.Trip(ctx, id)
+}
+
+// runPayment runs (or finds) the trip's payment saga and returns the trip as it left it.
+func (s *Service) runPayment(ctx context.Context, t *orderly.Trip, kind string, amount int64) (*orderly.Trip, error) {
+	if err := s.run(ctx, DefinitionPayment, t.PaymentSagaID, &sagaInput{TripID: t.ID, Kind: kind, Amount: amount}); err != nil {
+		return nil, err
+	}
+	return s.Trip(ctx, t.ID)
+}
+
+// move fires event on trip id through the flow, applies edit (given the state before) to
+// the trip row in the same transaction and returns the trip after it. EILLEGAL when the trip's state does not take
+// event; ECONFLICT when it changed concurrently.
+func (s *Service) move(ctx context.Context, id string, event orderly.Event, reason orderly.CloseReason, edit func(t *orderly.Trip, from orderly.State) error) (*orderly.Trip, error) {
+	var t *orderly.Trip
+	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		if t, err = tx.TripGet(ctx, id); err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		from := t.State
+		if t, err = s.transition(ctx, tx, t, event, reason, now, "rider"); err != nil {
+			return err
+		}
+		if edit != nil {
+			if err := edit(t, from); err != nil {
+				return err
+			}
+		}
+		return s.update(ctx, tx, t, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// transition fires event on t in tx; t.State becomes the new state. The caller edits and
+// updates t afterwards (update).
+func (s *Service) transition(ctx context.Context, tx store.Tx, t *orderly.Trip, event orderly.Event, reason orderly.CloseReason, now time.Time, actor string) (*orderly.Trip, error) {
+	from := t.State
+	if _, err := s.flow.Next(from, event); err != nil {
+		return nil, orderly.Errorf(orderly.EILLEGAL, "trip %s is %s: it does not take %s", t.ID, from, event)
+	}
+	changed, err := s.cfg.Machine.Transition(ctx, tx, s.flow, &store.OrdersTransitionParams{IDs: []string{t.ID}, From: from,
+		Event: event, Now: now, CloseReason: reason, Actor: actor, Cause: "trip " + string(event)}, nil)
+	if err != nil {
+		return nil, err
+	} else if len(changed) != 1 {
+		return nil, orderly.Errorf(orderly.ECONFLICT, "trip %s changed concurrently; retry", t.ID)
+	}
+	t.State, _ = s.flow.Next(from, event)
+	if reason != "" {
+		t.CloseReason = string(reason)
+	}
+	return t, nil
+}
+
+// update writes t's figures guarded by its version.
+func (s *Service) update(ctx context.Context, tx store.Tx, t *orderly.Trip, now time.Time) error {
+	t.UpdatedAt = now
+	if ok, err := tx.TripUpdate(ctx, t); err != nil {
+		return err
+	} else if !ok {
+		return orderly.Errorf(orderly.ECONFLICT, "trip %s changed concurrently; retry", t.ID)
+	}
+	return nil
+}
+
+// run starts saga id of definition def and runs it in the caller's goroutine; a saga that
+// exists already (a repeated request) is left to its runner.
+func (s *Service) run(ctx context.Context, def, id string, in *sagaInput) error {
+	if s.sagas == nil {
+		return errors.New("ride: no saga orchestrator (UseSagas)")
+	}
+	_, err := s.sagas.Run(ctx, &saga.StartParams{Definition: def, ID: id, Input: in.json()})
+	switch orderly.ErrorCode(err) {
+	case "", orderly.ECONFLICT: // ran, or exists already
+		return nil
+	case orderly.EINVALID:
+		return err
+	}
+	// Created and left to the timer (an attempt not recorded is due again when its lease
+	// ends), or not created: ending the trip again with the same fare creates it.
+	s.cfg.Logger.Warn("ride: saga not run to its end here", "saga_id", id, "trip_id", in.TripID, "error", err)
+	return nil
+}
