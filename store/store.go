@@ -200,6 +200,7 @@ type Tx interface {
 	WebhookTx
 	TelemetryTx
 	ChannelEventTx
+	OverviewTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

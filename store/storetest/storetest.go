@@ -78,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Races", testRaces},
 		{"Fence", testFence},
 		{"Admin", testAdmin},
+		{"Overview", testOverview},
 		{"Webhooks", testWebhooks},
 	}
 	for _, g := range groups {

@@ -1,0 +1,29 @@
+package store
+
+import (
+	"context"
+
+	"github.com/orderlyhq/orderly"
+)
+
+// OverviewTx holds the reads of the operator's overview (package admin, the admin page at
+// /admin): how many orders each state holds and which deadlines come next. It is part of
+// Tx.
+type OverviewTx interface {
+	// OrderStateCounts returns the number of orders in each flow and state that has any,
+	// by flow then state. It counts every row of orders (one GROUP BY; on PostgreSQL and
+	// MySQL over the (state, id) index of migration 00011 at best): a read for an
+	// operator's page, not for a hot path.
+	OrderStateCounts(ctx context.Context) ([]*StateCount, error)
+	// OrdersNextWake returns up to limit open orders (in a timed state, wake_at set),
+	// earliest wake_at first, ties by id: the next moments the timer acts on an order (its
+	// close, or the inspection of a payment in flight). It reads the wake_at index.
+	OrdersNextWake(ctx context.Context, limit int) ([]*DueOrder, error)
+}
+
+// StateCount is the number of orders of one flow in one state.
+type StateCount struct {
+	Flow  string        `json:"flow"`
+	State orderly.State `json:"state"`
+	Count int64         `json:"count"`
+}
