@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/orderlyhq/orderly"
 )
@@ -19,6 +20,19 @@ type OverviewTx interface {
 	// earliest wake_at first, ties by id: the next moments the timer acts on an order (its
 	// close, or the inspection of a payment in flight). It reads the wake_at index.
 	OrdersNextWake(ctx context.Context, limit int) ([]*DueOrder, error)
+	// GroupsByState returns up to params.Limit group-buy groups in params.State with id >
+	// params.AfterID, by id, each as GroupGet returns it (seats counted, no members); with
+	// params.DeadlineBefore set, only those whose deadline_at is before it (a forming group
+	// past its deadline is one the timer has not failed yet).
+	GroupsByState(ctx context.Context, params *GroupsByStateParams) ([]*orderly.Group, error)
+}
+
+// GroupsByStateParams is the input of Tx.GroupsByState.
+type GroupsByStateParams struct {
+	State          orderly.GroupState
+	DeadlineBefore time.Time // zero: any deadline
+	AfterID        string
+	Limit          int
 }
 
 // StateCount is the number of orders of one flow in one state.

@@ -13,6 +13,7 @@ import (
 func testOverview(t *testing.T, open opener) {
 	t.Run("StateCounts", func(t *testing.T) { testOrderStateCounts(t, open) })
 	t.Run("NextWake", func(t *testing.T) { testOrdersNextWake(t, open) })
+	t.Run("GroupsByState", func(t *testing.T) { testGroupsByState(t, open) })
 }
 
 func testOrderStateCounts(t *testing.T, open opener) {
@@ -71,5 +72,49 @@ func testOrdersNextWake(t *testing.T, open opener) {
 	if d := got[0]; d.Flow != orderly.FlowStandard || d.State != orderly.StatePendingPayment || !d.CloseAt.Equal(early.CloseAt) ||
 		!d.WakeAt.Equal(early.CloseAt) {
 		t.Errorf("next wake = %+v, want the earliest order pending_payment with wake_at = close_at = %v", d, early.CloseAt)
+	}
+}
+
+func testGroupsByState(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	past := insertGroup(t, s, 3, t0.Add(-time.Hour))    // forming, its deadline passed
+	past2 := insertGroup(t, s, 3, t0.Add(-time.Minute)) // forming, just passed
+	future := insertGroup(t, s, 3, t0.Add(time.Hour))   // forming, deadline ahead
+	failed := insertGroup(t, s, 3, t0.Add(-2*time.Hour))
+	insertMember(t, s, past, "user-1")
+	inTx(t, s, func(tx store.Tx) error {
+		_, err := tx.GroupSetState(ctx, &store.GroupSetStateParams{ID: failed.ID, From: orderly.GroupForming, To: orderly.GroupFailed, At: t0})
+		return err
+	})
+	list := func(p store.GroupsByStateParams) []string {
+		t.Helper()
+		if p.Limit == 0 {
+			p.Limit = 10
+		}
+		var ids []string
+		for _, g := range read(t, s, func(tx store.Tx) ([]*orderly.Group, error) { return tx.GroupsByState(ctx, &p) }) {
+			ids = append(ids, g.ID)
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		name string
+		p    store.GroupsByStateParams
+		want []string
+	}{
+		{"forming", store.GroupsByStateParams{State: orderly.GroupForming}, []string{past.ID, past2.ID, future.ID}},
+		{"forming past a deadline", store.GroupsByStateParams{State: orderly.GroupForming, DeadlineBefore: t0}, []string{past.ID, past2.ID}},
+		{"deadline before is strict", store.GroupsByStateParams{State: orderly.GroupForming, DeadlineBefore: t0.Add(-time.Minute)}, []string{past.ID}},
+		{"failed", store.GroupsByStateParams{State: orderly.GroupFailed}, []string{failed.ID}},
+		{"succeeded", store.GroupsByStateParams{State: orderly.GroupSucceeded}, nil},
+		{"keyset", store.GroupsByStateParams{State: orderly.GroupForming, AfterID: past.ID, Limit: 1}, []string{past2.ID}},
+	} {
+		equal(t, c.name, list(c.p), c.want)
+	}
+	got := read(t, s, func(tx store.Tx) ([]*orderly.Group, error) {
+		return tx.GroupsByState(ctx, &store.GroupsByStateParams{State: orderly.GroupForming, Limit: 1})
+	})
+	if g := got[0]; g.SeatsTaken != 1 || !g.DeadlineAt.Equal(past.DeadlineAt) || g.MaxMembers != 3 || g.DealID != past.DealID || g.Members != nil {
+		t.Errorf("group read back as %+v, want 1 seat taken, its deadline and deal, no members", g)
 	}
 }
