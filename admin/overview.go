@@ -132,3 +132,49 @@ func lateness(c prometheus.Collector) ([]*LatenessSeries, error) {
 // seconds converts seconds as Prometheus keeps them to a Duration (rounded to the
 // nanosecond).
 func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+
+// StuckGroupAfter is how long past its deadline a forming group must be to count as stuck:
+// the timer fails a group at its deadline, so one still forming a minute later was missed
+// (the same tolerance as reconciliation's overdue orders).
+const StuckGroupAfter = time.Minute
+
+// GroupStateStuck is the pseudo-state of Groups: forming groups more than StuckGroupAfter
+// past their deadline by the database clock.
+const GroupStateStuck = "stuck"
+
+// Groups returns one page of group-buy groups in state (forming, succeeded, failed, or
+// GroupStateStuck), by id, after afterID, n per page (0: DefaultLimit, at most MaxLimit),
+// and the id to continue after ("" when this page is the last). EINVALID for another state
+// or a negative n.
+func (s *Service) Groups(ctx context.Context, state, afterID string, n int) ([]*orderly.Group, string, error) {
+	n, err := limit(n)
+	if err != nil {
+		return nil, "", err
+	}
+	p := store.GroupsByStateParams{State: orderly.GroupState(state), AfterID: afterID, Limit: n + 1}
+	switch p.State {
+	case orderly.GroupForming, orderly.GroupSucceeded, orderly.GroupFailed, GroupStateStuck:
+	default:
+		return nil, "", orderly.Errorf(orderly.EINVALID, "state must be forming, succeeded, failed or %s", GroupStateStuck)
+	}
+	var gs []*orderly.Group
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		if p.State == GroupStateStuck {
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			p.State, p.DeadlineBefore = orderly.GroupForming, now.Add(-StuckGroupAfter)
+		}
+		var err error
+		gs, err = tx.GroupsByState(ctx, &p)
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("admin: groups %s: %w", state, err)
+	}
+	if len(gs) <= n {
+		return gs, "", nil
+	}
+	return gs[:n], gs[n-1].ID, nil
+}

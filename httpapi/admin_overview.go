@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"net/http"
 	"strconv"
 	"time"
@@ -16,6 +17,7 @@ import (
 func (s *Server) adminOverviewRoutes(r chi.Router) {
 	r.Get("/overview", s.adminOverview)
 	r.Get("/sagas/stuck", s.adminStuckSagas)
+	r.Get("/groups", s.adminGroups)
 }
 
 // stateCountResponse is the number of orders of one flow in one state.
@@ -153,6 +155,44 @@ func (s *Server) adminStuckSagas(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, in := range list {
 		resp.Sagas = append(resp.Sagas, newSagaResponse(in, nil))
+	}
+	s.writeJSON(w, r, http.StatusOK, resp)
+}
+
+// groupsResponse is the body of GET /v1/admin/groups.
+type groupsResponse struct {
+	Groups     []*groupResponse `json:"groups"`
+	NextCursor string           `json:"next_cursor,omitempty"`
+}
+
+// adminGroups handles GET /v1/admin/groups?state=&limit=&cursor=: group-buy groups in
+// state forming, succeeded or failed, or stuck (the default: forming more than a minute
+// past their deadline, which the timer should have failed), by id, each without its
+// members (members []; GET /v1/groups/{id} reads them), limit per page (default 100, at
+// most 1000), next_cursor to continue. 422 for another state.
+func (s *Server) adminGroups(w http.ResponseWriter, r *http.Request) {
+	svc := s.adminService(w, r)
+	if svc == nil {
+		return
+	}
+	q := r.URL.Query()
+	n, err := queryLimit(q)
+	var after string
+	if err == nil {
+		after, err = decodeCursor(q)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	gs, next, err := svc.Groups(r.Context(), cmp.Or(q.Get("state"), admin.GroupStateStuck), after, n)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp := &groupsResponse{Groups: make([]*groupResponse, len(gs)), NextCursor: encodeCursor(next)}
+	for i, g := range gs {
+		resp.Groups[i] = newGroupResponse(g)
 	}
 	s.writeJSON(w, r, http.StatusOK, resp)
 }

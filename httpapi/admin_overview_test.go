@@ -2,11 +2,14 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/store"
 )
 
 // TestAdminOverview: the overview counts the seeded orders by flow and state, lists the
@@ -90,5 +93,77 @@ func TestAdminOverview(t *testing.T) {
 	}
 	if code, _ := g.do(t, http.MethodGet, "/v1/admin/overview", "", ""); code != http.StatusUnauthorized {
 		t.Errorf("without the token = %d, want 401", code)
+	}
+}
+
+// TestAdminGroups: the stuck groups are the forming ones more than a minute past their
+// deadline by the database clock; state filters the others; a page continues with the
+// cursor; another state is 422.
+func TestAdminGroups(t *testing.T) {
+	t.Parallel()
+	g := newAdminEngine(t)
+	now := enginetest.Start
+	group := func(id string, deadline time.Time, state orderly.GroupState) {
+		g.InTx(t, func(tx store.Tx) error {
+			d := &orderly.Deal{ID: "deal-" + id, SKU: "SKU-1", GroupPrice: 990, Currency: "USD", MinMembers: 2, MaxMembers: 3,
+				GroupTimeLimitSeconds: 3600, MemberPaymentTimeoutSeconds: 600, CreatedAt: now.Add(-2 * time.Hour)}
+			if err := tx.DealInsert(context.Background(), d); err != nil {
+				return err
+			}
+			if err := tx.GroupInsert(context.Background(), &orderly.Group{ID: id, DealID: d.ID, State: orderly.GroupForming, LeaderUserID: "u1",
+				MinMembers: 2, MaxMembers: 3, DeadlineAt: deadline, CreatedAt: now.Add(-2 * time.Hour)}); err != nil {
+				return err
+			}
+			if state == orderly.GroupForming {
+				return nil
+			}
+			_, err := tx.GroupSetState(context.Background(), &store.GroupSetStateParams{ID: id, From: orderly.GroupForming, To: state, At: deadline})
+			return err
+		})
+	}
+	group("g-1-stuck", now.Add(-2*time.Minute), orderly.GroupForming)
+	group("g-2-late", now.Add(-30*time.Second), orderly.GroupForming) // past its deadline, within the minute
+	group("g-3-ahead", now.Add(time.Hour), orderly.GroupForming)
+	group("g-4-stuck", now.Add(-time.Hour), orderly.GroupForming)
+	group("g-5-failed", now.Add(-time.Hour), orderly.GroupFailed)
+
+	list := func(query string) (int, []string, string) {
+		t.Helper()
+		code, v := g.do(t, http.MethodGet, "/v1/admin/groups"+query, adminToken, "")
+		var ids []string
+		gs, _ := v["groups"].([]any)
+		for _, x := range gs {
+			x := x.(map[string]any)
+			if ms, _ := x["members"].([]any); ms == nil || len(ms) != 0 {
+				t.Errorf("group %v: want members []", x)
+			}
+			ids = append(ids, x["id"].(string))
+		}
+		next, _ := v["next_cursor"].(string)
+		return code, ids, next
+	}
+	for _, c := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{"g-1-stuck", "g-4-stuck"}},
+		{"?state=stuck", []string{"g-1-stuck", "g-4-stuck"}},
+		{"?state=forming", []string{"g-1-stuck", "g-2-late", "g-3-ahead", "g-4-stuck"}},
+		{"?state=failed", []string{"g-5-failed"}},
+		{"?state=succeeded", nil},
+	} {
+		if code, ids, _ := list(c.query); code != http.StatusOK || fmt.Sprint(ids) != fmt.Sprint(c.want) {
+			t.Errorf("%q = %d %v, want %v", c.query, code, ids, c.want)
+		}
+	}
+	code, ids, next := list("?limit=1")
+	if code != http.StatusOK || fmt.Sprint(ids) != "[g-1-stuck]" || next == "" {
+		t.Fatalf("first page = %d %v next %q", code, ids, next)
+	}
+	if code, ids, next = list("?limit=1&cursor=" + next); code != http.StatusOK || fmt.Sprint(ids) != "[g-4-stuck]" || next != "" {
+		t.Errorf("second page = %d %v next %q, want [g-4-stuck], the last", code, ids, next)
+	}
+	if code, v := g.do(t, http.MethodGet, "/v1/admin/groups?state=open", adminToken, ""); code != http.StatusUnprocessableEntity {
+		t.Errorf("state=open = %d %v, want 422", code, v)
 	}
 }

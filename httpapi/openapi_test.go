@@ -288,6 +288,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"Deadline":          reflect.TypeFor[deadlineResponse](),
 		"LatenessHistogram": reflect.TypeFor[latenessResponse](),
 		"SagaList":          reflect.TypeFor[sagasResponse](),
+		"GroupList":         reflect.TypeFor[groupsResponse](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

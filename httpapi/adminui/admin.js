@@ -53,11 +53,12 @@ function status(msg, isError = false) {
 // Durations in ms, shown with their unit.
 function duration(ms) {
   const a = Math.abs(ms);
-  if (a < 1000) return `${Math.round(ms)} ms`;
-  if (a < 120000) return `${(ms / 1000).toFixed(1)} s`;
+  const round = (x) => Number(x.toFixed(1)); // 2.5 stays 2.5, 60.0 shows as 60
+  if (a < 1000) return `${round(ms)} ms`;
+  if (a < 120000) return `${round(ms / 1000)} s`;
   if (a < 7200000) return `${Math.round(ms / 60000)} min`;
-  if (a < 172800000) return `${(ms / 3600000).toFixed(1)} h`;
-  return `${(ms / 86400000).toFixed(1)} d`;
+  if (a < 172800000) return `${round(ms / 3600000)} h`;
+  return `${round(ms / 86400000)} d`;
 }
 
 const when = (t) => (t ? t.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '');
@@ -131,7 +132,7 @@ function drawLateness(series) {
       grid.append(el('span', { className: 'muted' }, label), el('div', {}, bar), el('span', { className: 'num' }, n));
     }
     return el('div', { dataset: { trigger: s.trigger } },
-      el('h3', {}, `${s.trigger}: ${s.count} closes, mean ${duration(s.sum_ms / s.count)}`), grid);
+      el('h3', {}, `${s.trigger}: ${s.count} ${s.count === 1 ? 'close' : 'closes'}, mean ${duration(s.sum_ms / s.count)}`), grid);
   }));
 }
 
@@ -173,6 +174,15 @@ async function loadSagas() {
       status(`Saga ${s.id} re-driven: compensating again from step ${s.current_step}.`);
       await refresh();
     })))), 'no stuck sagas', 7);
+}
+
+async function loadGroups() {
+  const d = await api('GET', '/v1/admin/groups?state=stuck&limit=100');
+  const now = Date.now();
+  fill($('#groups tbody'), d.groups.map((g) => el('tr', { dataset: { groupId: g.id } },
+    el('td', { className: 'mono' }, g.id), el('td', { className: 'mono' }, g.deal_id), el('td', {}, when(g.deadline_at)),
+    el('td', { className: 'num' }, `${g.paid_members} / ${g.min_members}`), el('td', { className: 'num' }, `${g.seats_taken} / ${g.max_members}`),
+    el('td', { className: 'error' }, duration(now - Date.parse(g.deadline_at))))), 'no stuck groups', 6);
 }
 
 async function loadJobs() {
@@ -225,7 +235,7 @@ async function showOrder(id) {
         el('thead', {}, el('tr', {}, ...['at', 'from', 'to', 'event', 'pay status', 'cause', 'actor', 'trace'].map((h) => el('th', {}, h)))),
         el('tbody', {}, ...d.transitions.map((t) => el('tr', {},
           el('td', {}, when(t.at)), el('td', {}, t.from), el('td', {}, t.to), el('td', {}, t.event),
-          el('td', {}, t.pay_status_to ? `${t.pay_status_from} → ${t.pay_status_to}` : ''), el('td', {}, t.cause || ''),
+          el('td', {}, t.pay_status_from && t.pay_status_from !== t.pay_status_to ? `${t.pay_status_from} → ${t.pay_status_to}` : (t.pay_status_to || '')), el('td', {}, t.cause || ''),
           el('td', {}, t.actor), el('td', { className: 'mono' }, t.trace_id || ''))))),
       d.operator_actions.length ? el('p', { className: 'muted' }, 'Operator actions: ' +
         d.operator_actions.map((a) => `${when(a.at)} ${a.operator} ${a.action}${a.reason ? ` (${a.reason})` : ''}`).join('; ')) : '',
@@ -256,6 +266,7 @@ async function refresh() {
     }),
     section('dead-section', loadDead),
     section('sagas-section', loadSagas),
+    section('groups-section', loadGroups),
     section('jobs-section', loadJobs),
     section('reports-section', loadReports),
   ]);
