@@ -12,9 +12,9 @@ import (
 // Tx.
 type OverviewTx interface {
 	// OrderStateCounts returns the number of orders in each flow and state that has any,
-	// by flow then state. It counts every row of orders (one GROUP BY; on PostgreSQL and
-	// MySQL over the (state, id) index of migration 00011 at best): a read for an
-	// operator's page, not for a hot path.
+	// by flow then state. It reads every row of orders (one GROUP BY; no index or counter
+	// holds (flow, state), see sqlstore's plan_test.go): a read for an operator's page, not
+	// for a hot path or a metrics scrape.
 	OrderStateCounts(ctx context.Context) ([]*StateCount, error)
 	// OrdersNextWake returns up to limit open orders (in a timed state, wake_at set),
 	// earliest wake_at first, ties by id: the next moments the timer acts on an order (its
