@@ -199,6 +199,7 @@ function findingsList(findings, withRepair) {
   return el('ul', {}, ...findings.map((f) => el('li', { dataset: { kind: f.kind } },
     el('strong', {}, f.kind), ' ', f.order_id ? orderLink(f.order_id) : '', f.sku ? el('span', { className: 'mono' }, ` sku ${f.sku}`) : '',
     `: ${f.detail}`, f.repaired ? el('span', { className: 'ok' }, ' (repaired)') : '',
+    f.error ? el('span', { className: 'error' }, ` (repair failed: ${f.error})`) : '',
     withRepair && f.order_id && !f.repaired ? button('Repair', 'repair', () => repairOrder(f.order_id)) : '')));
 }
 
