@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/store"
@@ -52,6 +54,9 @@ type Config struct {
 	// Jobs are the names of the periodic jobs: a job-run listing by another name is
 	// refused (EINVALID). Empty: not checked.
 	Jobs []string
+	// Lateness is the close lateness histogram that Overview reports
+	// (telemetry.Metrics.CloseLateness, by trigger); nil leaves it out.
+	Lateness prometheus.Collector
 }
 
 // Service is the operator's service. Safe for concurrent use.

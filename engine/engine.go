@@ -310,7 +310,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		return nil, fmt.Errorf("engine: reconciler: %w", err)
 	}
 	if e.admin, err = admin.New(admin.Config{Store: st, Reconciler: e.recon, WakeRelay: wakeRelay, Flows: cfg.Flows,
-		Jobs: []string{"sweep", "deep_check", "outbox_retention", "reconcile"}}); err != nil {
+		Jobs: []string{"sweep", "deep_check", "outbox_retention", "reconcile"}, Lateness: e.metrics.CloseLateness}); err != nil {
 		return nil, fmt.Errorf("engine: admin service: %w", err)
 	}
 	// API keys are read from the database itself: a key created by `orderly keys create`

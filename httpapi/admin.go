@@ -18,6 +18,7 @@ func (s *Server) adminRoutes(r chi.Router) {
 	r.Use(s.requireAdmin)
 	r.Post("/sagas/{id}/redrive", s.redriveSaga)
 	s.adminServiceRoutes(r)
+	s.adminOverviewRoutes(r)
 	s.webhookRoutes(r)
 	r.Get("/channels", s.adminChannels)
 }

@@ -37,6 +37,8 @@ type AdminService interface {
 	ReconcileOrder(ctx context.Context, id string) ([]*reconcile.Finding, error)
 	RepairOrder(ctx context.Context, id string, by admin.Actor) ([]*reconcile.Finding, error)
 	Reports(ctx context.Context, n int) ([]*store.ReconcileReport, error)
+	Overview(ctx context.Context, deadlines int) (*admin.Overview, error)
+	Groups(ctx context.Context, state, afterID string, n int) ([]*orderly.Group, string, error)
 }
 
 // adminServiceRoutes registers the operator routes of this file and admin_outbox.go.

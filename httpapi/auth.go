@@ -79,6 +79,8 @@ var routeScopes = map[string][]string{
 	"GET /v1/wallets/{user_id}":           scopesBuyerMerchant,
 	"POST /v1/wallets/{user_id}/credits":  scopesMerchant,
 	"GET /v1/sagas/{id}":                  scopesMerchant,
+	"GET /admin":                          scopesOpen, // the admin page: static, holds no data; its calls carry the token
+	"GET /admin/{asset}":                  scopesOpen,
 	"GET /healthz":                        scopesOpen,
 	"GET /readyz":                         scopesOpen,
 	"GET /metrics":                        scopesOpen,

@@ -289,6 +289,13 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"ReconcileReportList": reflect.TypeFor[reconcileReportsResponse](),
 		"Webhook":             reflect.TypeFor[webhookResponse](),
 		"WebhookRequest":      reflect.TypeFor[webhookRequest](),
+		// The admin page's reads (admin_overview.go).
+		"Overview":          reflect.TypeFor[overviewResponse](),
+		"StateCount":        reflect.TypeFor[stateCountResponse](),
+		"Deadline":          reflect.TypeFor[deadlineResponse](),
+		"LatenessHistogram": reflect.TypeFor[latenessResponse](),
+		"SagaList":          reflect.TypeFor[sagasResponse](),
+		"GroupList":         reflect.TypeFor[groupsResponse](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

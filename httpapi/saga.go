@@ -16,6 +16,8 @@ type SagaService interface {
 	// RedriveBy resumes a stuck saga and audits it under by; ENOTFOUND, or ESAGANOTSTUCK
 	// when it is not stuck.
 	RedriveBy(ctx context.Context, id string, by saga.Actor) (*saga.Instance, error)
+	// ListStuck returns up to limit stuck sagas with id > afterID, by id.
+	ListStuck(ctx context.Context, afterID string, limit int) ([]*saga.Instance, error)
 }
 
 var _ SagaService = (*saga.Orchestrator)(nil)
@@ -105,5 +107,8 @@ func (noSagas) Get(context.Context, string) (*saga.Instance, []*saga.StepRecord,
 	return nil, nil, errNoSagas
 }
 func (noSagas) RedriveBy(context.Context, string, saga.Actor) (*saga.Instance, error) {
+	return nil, errNoSagas
+}
+func (noSagas) ListStuck(context.Context, string, int) ([]*saga.Instance, error) {
 	return nil, errNoSagas
 }

@@ -17,6 +17,7 @@ type fakeSagas struct {
 	log      []*saga.StepRecord
 	redriven []string
 	by       []saga.Actor
+	extra    *saga.Instance // a second saga, listed by ListStuck only
 }
 
 func (f *fakeSagas) Get(_ context.Context, id string) (*saga.Instance, []*saga.StepRecord, error) {
@@ -37,6 +38,18 @@ func (f *fakeSagas) RedriveBy(_ context.Context, id string, by saga.Actor) (*sag
 	f.by = append(f.by, by)
 	f.inst.State = saga.StateCompensating
 	return f.inst, nil
+}
+
+// ListStuck lists the one saga while it is stuck and its id is after afterID; the fake's
+// extra stuck saga "s-2", when set, follows it.
+func (f *fakeSagas) ListStuck(_ context.Context, afterID string, limit int) ([]*saga.Instance, error) {
+	var out []*saga.Instance
+	for _, in := range []*saga.Instance{f.inst, f.extra} {
+		if in != nil && in.State == saga.StateStuck && in.ID > afterID && len(out) < limit {
+			out = append(out, in)
+		}
+	}
+	return out, nil
 }
 
 func TestSagaRoutes(t *testing.T) {
@@ -110,4 +123,63 @@ func TestSagaRoutesOff(t *testing.T) {
 	t.Parallel()
 	rec := setup(t).do(newRequest(http.MethodGet, "/v1/sagas/s-1", ""))
 	assertProblem(t, rec, http.StatusNotFound, orderly.ENOTFOUND)
+}
+
+// TestStuckSagasRoute: GET /v1/admin/sagas/stuck lists the stuck sagas without their step
+// log, pages with the cursor, needs the admin token and is 404 without sagas.
+func TestStuckSagasRoute(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 30, 7, 33, 7, 0, time.UTC)
+	stuck := func(id string) *saga.Instance {
+		return &saga.Instance{ID: id, Definition: "checkout", State: saga.StateStuck, CurrentStep: 1, Input: json.RawMessage(`{}`),
+			Attempts: 10, LastError: "wallet: 500", CreatedAt: at, UpdatedAt: at, Version: 3}
+	}
+	fake := &fakeSagas{inst: stuck("s-1"), extra: stuck("s-2")}
+	f := setup(t, func(cfg *Config) { cfg.Sagas, cfg.AdminToken = fake, "tok" })
+	list := func(query string) (int, []string, string) {
+		t.Helper()
+		req := newRequest(http.MethodGet, "/v1/admin/sagas/stuck"+query, "")
+		req.Header.Set("Authorization", "Bearer tok")
+		rec := f.do(req)
+		var body struct {
+			Sagas []struct {
+				ID        string `json:"id"`
+				State     string `json:"state"`
+				LastError string `json:"last_error"`
+				Steps     []any  `json:"steps"`
+			} `json:"sagas"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %v", rec.Body, err)
+		}
+		var ids []string
+		for _, s := range body.Sagas {
+			if s.State != "stuck" || s.LastError != "wallet: 500" || s.Steps == nil || len(s.Steps) != 0 {
+				t.Errorf("saga %+v: want stuck, its last error and steps []", s)
+			}
+			ids = append(ids, s.ID)
+		}
+		return rec.Code, ids, body.NextCursor
+	}
+	code, ids, next := list("")
+	if code != http.StatusOK || len(ids) != 2 || ids[0] != "s-1" || ids[1] != "s-2" || next != "" {
+		t.Errorf("all = %d %v next %q, want [s-1 s-2] and no next page", code, ids, next)
+	}
+	code, ids, next = list("?limit=1")
+	if code != http.StatusOK || len(ids) != 1 || ids[0] != "s-1" || next == "" {
+		t.Fatalf("first page = %d %v next %q, want [s-1] and a cursor", code, ids, next)
+	}
+	if code, ids, next = list("?limit=1&cursor=" + next); code != http.StatusOK || len(ids) != 1 || ids[0] != "s-2" || next != "" {
+		t.Errorf("second page = %d %v next %q, want [s-2], the last", code, ids, next)
+	}
+	assertProblem(t, f.do(newRequest(http.MethodGet, "/v1/admin/sagas/stuck", "")), http.StatusUnauthorized, orderly.EUNAUTHORIZED)
+	bad := newRequest(http.MethodGet, "/v1/admin/sagas/stuck?limit=0", "")
+	bad.Header.Set("Authorization", "Bearer tok")
+	assertProblem(t, f.do(bad), http.StatusUnprocessableEntity, orderly.EINVALID)
+
+	off := setup(t, func(cfg *Config) { cfg.AdminToken = "tok" })
+	req := newRequest(http.MethodGet, "/v1/admin/sagas/stuck", "")
+	req.Header.Set("Authorization", "Bearer tok")
+	assertProblem(t, off.do(req), http.StatusNotFound, orderly.ENOTFOUND)
 }

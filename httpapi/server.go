@@ -261,6 +261,8 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/sagas/{id}", s.getSaga)
 
 	r.Route("/v1/admin", s.adminRoutes)
+	r.Get("/admin", s.adminPage)
+	r.Get("/admin/{asset}", s.adminPage)
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)

@@ -202,6 +202,7 @@ type Tx interface {
 	KeyTx
 	TelemetryTx
 	ChannelEventTx
+	OverviewTx
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

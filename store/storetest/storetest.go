@@ -79,6 +79,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Races", testRaces},
 		{"Fence", testFence},
 		{"Admin", testAdmin},
+		{"Overview", testOverview},
 		{"Webhooks", testWebhooks},
 		{"Keys", testKeys},
 	}
