@@ -136,6 +136,12 @@ var outboxChunks = []int{128, 16, 1}
 // OutboxInsert implements store.Tx. A message without a TraceParent carries the span of
 // ctx, if any.
 func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams) error {
+	for _, m := range msgs {
+		if m.Sequence < 1 && orderly.IsOrderEvent(m.Topic) {
+			return fmt.Errorf("outbox %s of key %s: an event about an order needs its sequence (outbox.NewEvent); refused with sequence %d",
+				m.Topic, m.Key, m.Sequence)
+		}
+	}
 	ctxTrace := telemetry.TraceParent(ctx)
 	for k, n := range outboxChunks {
 		for len(msgs) >= n {
