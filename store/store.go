@@ -375,6 +375,11 @@ type OutboxClaimParams struct {
 	Now        time.Time
 	LeaseUntil time.Time
 	Limit      int
+	// Topics, when not empty, restricts the claim to messages of these topics, and
+	// ExcludeTopics leaves out the messages of those: a relay's claim lane (outbox.Lane).
+	// The key order holds across lanes: a message is still not claimed while an earlier
+	// message of its key, of any topic, is pending.
+	Topics, ExcludeTopics []string
 }
 
 // OutboxMarkFailedParams is the input of Tx.OutboxMarkFailed.

@@ -412,6 +412,33 @@ func testOutbox(t *testing.T, open opener) {
 		equal(t, "claim after the re-drive", ids64(claim(t, s, t0, t0.Add(time.Minute), 10)), []int64{dead})
 	})
 
+	// ClaimLanes: a claim with a topic list takes only those topics, one with an exclusion
+	// list never takes those (a relay's lanes: webhook deliveries apart from the rest); the
+	// key order still holds across lanes.
+	t.Run("ClaimLanes", func(t *testing.T) {
+		_, s := setup(t, open)
+		release := insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0)
+		hookA := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:a:o1", t0)
+		refund := insertMessage(t, s, orderly.TopicRefundExecute, "o2", t0)
+		hookB := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:b:o1", t0)
+		hookA2 := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:a:o1", t0)
+		sameKey := insertMessage(t, s, orderly.TopicWebhookDeliver, "o2", t0) // after refund.execute, of its key
+		lane := func(only, except []string) []int64 {
+			return ids64(write(t, s, func(tx store.Tx) ([]*orderly.Message, error) {
+				return tx.OutboxClaim(t.Context(), &store.OutboxClaimParams{Now: t0, LeaseUntil: t0.Add(time.Minute), Limit: 10,
+					Topics: only, ExcludeTopics: except})
+			}))
+		}
+		hooks := []string{orderly.TopicWebhookDeliver}
+		equal(t, "webhook lane", lane(hooks, nil), []int64{hookA, hookB, hookA2})
+		equal(t, "webhook lane again (all leased)", len(lane(hooks, nil)), 0)
+		equal(t, "the other lane", lane(nil, hooks), []int64{release, refund})
+		equal(t, "a lane of two topics", len(lane([]string{orderly.TopicRefundExecute, orderly.TopicWebhookDeliver}, nil)), 0)
+		equal(t, "unfiltered, everything leased", len(claim(t, s, t0, t0.Add(time.Minute), 10)), 0)
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxMarkDelivered(t.Context(), []int64{refund}, t0) })
+		equal(t, "webhook lane once the earlier message of its key is delivered", lane(hooks, nil), []int64{sameKey})
+	})
+
 	t.Run("Unclaim", func(t *testing.T) {
 		ctx, s := setup(t, open)
 		m1 := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
