@@ -2,6 +2,8 @@ package orderly
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -22,6 +24,39 @@ const (
 	TopicRefundFailed       = "refund.failed"       // key: order id; payload: RefundRef; event
 	TopicOrderRefunded      = "order.refunded"      // key: order id; payload: OrderEvent; event: everything captured was refunded
 )
+
+// builtinEventTopics are the events about an order that the engine itself writes.
+var builtinEventTopics = []string{TopicOrderClosed, TopicOrderPaid, TopicPaymentRefunded,
+	TopicRefundSucceeded, TopicRefundFailed, TopicOrderRefunded}
+
+// IsOrderEvent reports whether topic is an event about an order whose row must carry the
+// order's next event sequence (OrderEvent.Sequence: 1, 2, 3… per order, never 0): one of
+// the engine's own event topics, or any topic under "order." (a flow's
+// "publish:order.<x>"). The store refuses to write such a message with sequence 0
+// (store.Tx.OutboxInsert), because consumers drop an event whose sequence is not above the
+// last one they applied (README.md "Webhooks").
+func IsOrderEvent(topic string) bool {
+	return strings.HasPrefix(topic, "order.") || slices.Contains(builtinEventTopics, topic)
+}
+
+// EventTopics returns the topics of the events about an order that an engine running
+// flows writes, sorted: the engine's own (order.closed, order.paid, payment.refunded,
+// refund.succeeded, refund.failed, order.refunded) and every topic a flow's transition
+// publishes ("publish:<topic>", EffectPublish). They are what a webhook may subscribe to.
+func EventTopics(flows Flows) []string {
+	topics := slices.Clone(builtinEventTopics)
+	for _, f := range flows {
+		for _, t := range f.Transitions {
+			for _, e := range t.Effects {
+				if topic, ok := strings.CutPrefix(e, EffectPublish); ok && topic != "" {
+					topics = append(topics, topic)
+				}
+			}
+		}
+	}
+	slices.Sort(topics)
+	return slices.Compact(topics)
+}
 
 // Outbox message states. The store keeps a CHECK constraint with the same list.
 const (

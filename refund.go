@@ -74,14 +74,21 @@ type RefundService interface {
 	OrderRefunds(ctx context.Context, orderID string) ([]*Refund, error)
 }
 
-// RefundRef is the payload of refund.* messages.
+// RefundRef is the payload of refund.* messages: the refund.execute command and the
+// refund.succeeded and refund.failed events.
 type RefundRef struct {
 	RefundID  string `json:"refund_id"`
 	OrderID   string `json:"order_id"`
 	PaymentID string `json:"payment_id"`
-	Amount    int64  `json:"amount"`
+	Amount    int64  `json:"amount"` // minor currency units
 	Currency  string `json:"currency"`
+	// Sequence is the event's per-order sequence on refund.succeeded and refund.failed (see
+	// OrderEvent); absent on refund.execute.
+	Sequence int64 `json:"sequence,omitempty"`
 }
+
+// SetSequence implements Sequenced.
+func (r *RefundRef) SetSequence(seq int64) { r.Sequence = seq }
 
 // GatewayRefund is one refund asked of a gateway. IdempotencyKey identifies the refund:
 // the gateway refunds once per key, whatever number of times it is asked (the outbox may

@@ -2,6 +2,7 @@ package orderly
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -12,7 +13,8 @@ import (
 // configured attempts, re-drivable.
 const TopicWebhookDeliver = "webhook.deliver"
 
-// WebhookAllTopics subscribes to every event topic.
+// WebhookAllTopics subscribes to every event topic. A topic ending in ".*" ("order.*")
+// subscribes to every event topic under its prefix.
 const WebhookAllTopics = "*"
 
 // Webhook is a merchant's subscription: the events of Topics are POSTed to URL, signed with
@@ -33,6 +35,9 @@ type Webhook struct {
 func (w *Webhook) Wants(topic string) bool {
 	for _, t := range w.Topics {
 		if t == topic || t == WebhookAllTopics {
+			return true
+		}
+		if prefix, ok := strings.CutSuffix(t, "*"); ok && strings.HasSuffix(prefix, ".") && strings.HasPrefix(topic, prefix) {
 			return true
 		}
 	}
@@ -58,9 +63,10 @@ type WebhookDelivery struct {
 // serves it).
 type WebhookService interface {
 	// Subscribe registers url for topics. secret "" means a new random one. It returns the
-	// subscription and its secret (shown once). EINVALID: url not http(s) with a host, or
-	// with credentials; no topic; a topic with spaces or over 128 bytes; a secret under 16
-	// bytes or over 256.
+	// subscription and its secret (shown once). EINVALID: url not http(s), without a valid
+	// host name or IP address, with a port outside 1–65535, or with credentials; no topic; a
+	// topic that is not an event topic of the engine (orderly.EventTopics), "*" or a
+	// "<prefix>.*" matching one; a topic listed twice; a secret under 16 bytes or over 256.
 	Subscribe(ctx context.Context, url string, topics []string, secret string) (*Webhook, string, error)
 	// Webhooks lists the subscriptions, by id, without their secrets.
 	Webhooks(ctx context.Context) ([]*Webhook, error)

@@ -20,6 +20,7 @@ import (
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/webhook"
 )
 
 // Documented defaults of Config: a zero field means the value here. `orderly serve --help`
@@ -37,6 +38,8 @@ const (
 	DefaultOutboxMaxAttempts  = 10
 	DefaultOutboxPollInterval = 250 * time.Millisecond
 	DefaultOutboxRetention    = 7 * 24 * time.Hour
+	DefaultWebhookTimeout     = webhook.DefaultTimeout     // 5 s
+	DefaultWebhookConcurrency = webhook.DefaultConcurrency // 8
 	DefaultDatabaseMaxConns   = 20
 	// DefaultTimerPoll caps the precise timer's sleep where another instance's earlier
 	// deadline arrives by notification (PostgreSQL NOTIFY) or only one instance runs.
@@ -139,6 +142,15 @@ type Config struct {
 	OutboxMaxAttempts  int64         // delivery attempts before a message is dead; 10
 	OutboxPollInterval time.Duration // 250 ms
 	OutboxRetention    time.Duration // how long delivered messages are kept; 7 days
+
+	// WebhookTimeout bounds one delivery to a merchant webhook (connect, send, answer); a
+	// slower answer is a failed attempt, retried with the outbox's backoff; 5 s. Webhook
+	// deliveries have their own lane of the relay: however slow a subscriber, the order
+	// events, releases and gateway refunds never wait for it.
+	WebhookTimeout time.Duration
+	// WebhookConcurrency is how many webhook deliveries (of different subscribers or
+	// orders) run at once; each subscriber still gets an order's events in order; 8.
+	WebhookConcurrency int
 
 	// Flows is the registry of order flows (orderly.NewFlows); Open builds one
 	// order.Machine over it and gives that to every service that changes an order's state
@@ -298,7 +310,7 @@ func (c *Config) Validate() error {
 		{"PaymentTimeout", c.PaymentTimeout}, {"GracePeriod", c.GracePeriod},
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval}, {"ReconcileInterval", c.ReconcileInterval},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
-		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention},
+		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention}, {"WebhookTimeout", c.WebhookTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout}, {"ChannelFloorFor", c.ChannelFloorFor},
 	} {
 		if d.value < 0 {
@@ -316,6 +328,7 @@ func (c *Config) Validate() error {
 		{"CloseBatchSize", int64(c.CloseBatchSize)}, {"DatabaseMaxConns", int64(c.DatabaseMaxConns)},
 		{"OutboxBatchSize", int64(c.OutboxBatchSize)}, {"OutboxMaxAttempts", c.OutboxMaxAttempts},
 		{"CreateBatch", int64(c.CreateBatch)}, {"CreateQueue", int64(c.CreateQueue)},
+		{"WebhookConcurrency", int64(c.WebhookConcurrency)},
 	} {
 		if n.value < 0 {
 			return configErrorf(n.field, "%s must not be negative, got %d", n.value)
@@ -338,6 +351,8 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 	c.OutboxMaxAttempts = cmp.Or(c.OutboxMaxAttempts, DefaultOutboxMaxAttempts)
 	c.OutboxPollInterval = cmp.Or(c.OutboxPollInterval, DefaultOutboxPollInterval)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, DefaultOutboxRetention)
+	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, DefaultWebhookTimeout)
+	c.WebhookConcurrency = cmp.Or(c.WebhookConcurrency, DefaultWebhookConcurrency)
 	c.DatabaseMaxConns = cmp.Or(c.DatabaseMaxConns, DefaultDatabaseMaxConns)
 	c.DatabaseLockTimeout = cmp.Or(c.DatabaseLockTimeout, sqlstore.DefaultLockTimeout)
 	c.DatabaseIdleInTransactionTimeout = cmp.Or(c.DatabaseIdleInTransactionTimeout, sqlstore.DefaultIdleInTransactionTimeout)

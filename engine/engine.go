@@ -252,7 +252,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	// Merchant webhooks: every event delivered fans out, in its delivery transaction, to
 	// one webhook.deliver message per subscriber of its topic (package webhook).
-	if e.webhooks, err = webhook.New(webhook.Config{Store: st, Logger: log, Metrics: e.metrics}); err != nil {
+	if e.webhooks, err = webhook.New(webhook.Config{Store: st, Logger: log, Metrics: e.metrics, Timeout: cfg.WebhookTimeout,
+		Topics: orderly.EventTopics(cfg.Flows)}); err != nil {
 		return nil, fmt.Errorf("engine: webhooks: %w", err)
 	}
 	handlers[orderly.TopicWebhookDeliver] = e.webhooks.Handler()
@@ -260,6 +261,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.relay, err = outbox.NewRelay(outbox.Config{
 		Store: st, Handlers: handlers, Default: events, MaxAttempts: cfg.OutboxMaxAttempts, BatchSize: cfg.OutboxBatchSize,
 		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: log, Metrics: e.metrics,
+		Lanes: []outbox.Lane{e.webhooks.Lane(cfg.WebhookConcurrency)},
 	}); err != nil {
 		return nil, fmt.Errorf("engine: outbox relay: %w", err)
 	}

@@ -31,13 +31,13 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	events := []struct {
 		topic, key string
-		payload    any
+		payload    orderly.Sequenced
 	}{
-		{orderly.TopicOrderClosed, "ord-1", orderly.OrderEvent{OrderID: "ord-1", State: "closed", Reason: "payment_timeout", At: at}},
-		{orderly.TopicOrderPaid, "ord-2", orderly.OrderEvent{OrderID: "ord-2", State: "paid", At: at}},
-		{orderly.TopicPaymentRefunded, "ord-3", orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}},
-		{orderly.TopicOrderClosed, "ord-4", orderly.OrderEvent{OrderID: "ord-4", State: "closed", Reason: "buyer_cancelled", At: at}},
-		{orderly.TopicOrderPaid, "ord-5", orderly.OrderEvent{OrderID: "ord-5", State: "paid", At: at}},
+		{orderly.TopicOrderClosed, "ord-1", &orderly.OrderEvent{OrderID: "ord-1", State: "closed", Reason: "payment_timeout", At: at}},
+		{orderly.TopicOrderPaid, "ord-2", &orderly.OrderEvent{OrderID: "ord-2", State: "paid", At: at}},
+		{orderly.TopicPaymentRefunded, "ord-3", &orderly.PaymentRef{PaymentID: "pay-3", OrderID: "ord-3", Amount: 1999}},
+		{orderly.TopicOrderClosed, "ord-4", &orderly.OrderEvent{OrderID: "ord-4", State: "closed", Reason: "buyer_cancelled", At: at}},
+		{orderly.TopicOrderPaid, "ord-5", &orderly.OrderEvent{OrderID: "ord-5", State: "paid", At: at}},
 	}
 	err = db.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
@@ -46,7 +46,7 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 		}
 		var msgs []*store.OutboxInsertParams
 		for _, e := range events {
-			m, err := outbox.NewMessage(e.topic, e.key, e.payload, now)
+			m, err := outbox.NewEvent(ctx, tx, e.topic, e.key, e.payload, now) // each order's first event: sequence 1
 			if err != nil {
 				return err
 			}
@@ -97,7 +97,7 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 		}
 		want := storedMsg{
 			Subject: b.cfg.SubjectPrefix + "." + e.topic, MsgID: "relaytest-" + m.MessageID,
-			Topic: e.topic, Key: e.key, Data: string(payload),
+			Topic: e.topic, Key: e.key, Sequence: "1", Data: string(payload),
 		}
 		if g := byID[want.MsgID]; g != want {
 			t.Errorf("outbox message %d:\n got %+v\nwant %+v", m.ID, g, want)

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/job"
@@ -56,6 +58,15 @@ type Config struct {
 	Lease time.Duration
 	// CallTimeout bounds one Handler.Call; 10 s.
 	CallTimeout time.Duration
+	// Concurrency is how many keys of a batch have their calls run at once (the messages of
+	// one key are always called one after another, in id order); 1.
+	Concurrency int
+	// Lanes are groups of topics claimed and delivered apart from the others, each by its
+	// own loop with its own batches, so that slow calls of one lane (merchant webhooks)
+	// never delay the messages of another (an order's events, gateway refunds). The topics
+	// of no lane form the main lane. A topic belongs to at most one lane. The key order
+	// holds across lanes (store.OutboxClaimParams).
+	Lanes []Lane
 	// Retention is how long delivered messages are kept; 7 days. The Retention method
 	// deletes older ones; it runs as a leased job.
 	Retention time.Duration
@@ -66,10 +77,43 @@ type Config struct {
 	Metrics       *telemetry.Metrics
 }
 
+// Lane is a group of topics that a relay claims and delivers by a loop of its own
+// (Config.Lanes).
+type Lane struct {
+	Name   string   // for logs and errors, e.g. "webhook"
+	Topics []string // required, at least one
+	// Concurrency is how many keys of a batch of the lane have their calls run at once;
+	// Config.Concurrency when zero.
+	Concurrency int
+	// CallTimeout bounds one Handler.Call of the lane; Config.CallTimeout when zero.
+	CallTimeout time.Duration
+	// BatchSize is the number of messages the lane claims per transaction; Config.BatchSize
+	// when zero.
+	BatchSize int
+	// CommitPerKey dispatches each key of a batch on its own (up to Concurrency keys of the
+	// lane in flight at once) and commits its outcome (its Apply, delivered, failed and
+	// put-back marks) in its own transaction as soon as its calls end; the lane claims its
+	// next batch as soon as a slot is free, without waiting for the slowest call of the
+	// last one. A slow call then holds back only the later messages of its own key (the
+	// store does not claim them while it is leased) and one slot. Meant for topics without
+	// Apply, where set-based applies gain nothing (webhook deliveries).
+	CommitPerKey bool
+}
+
+// lane is a Lane ready to run: its claim filter, its wake-up channel and, with
+// CommitPerKey, its dispatch slots and the keys in flight.
+type lane struct {
+	Lane
+	except   []string // the main lane: every other lane's topics
+	wake     chan struct{}
+	slots    chan struct{}  // one per key in flight (CommitPerKey)
+	inflight sync.WaitGroup // keys in flight (CommitPerKey)
+}
+
 // Relay delivers outbox messages. Start it once; Stop is idempotent.
 type Relay struct {
 	cfg    Config
-	wake   chan struct{}
+	lanes  []*lane // lanes[0] is the main lane
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -81,9 +125,10 @@ func NewRelay(cfg Config) (*Relay, error) {
 		return nil, errors.New("outbox: Config.Store is required")
 	}
 	if cfg.BatchSize < 0 || cfg.PollInterval < 0 || cfg.MaxAttempts < 0 || cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 ||
-		cfg.Lease < 0 || cfg.CallTimeout < 0 || cfg.Retention < 0 || cfg.StatsInterval < 0 {
+		cfg.Lease < 0 || cfg.CallTimeout < 0 || cfg.Retention < 0 || cfg.StatsInterval < 0 || cfg.Concurrency < 0 {
 		return nil, errors.New("outbox: Config values must not be negative")
 	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 1)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 200)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 250*time.Millisecond)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
@@ -98,13 +143,43 @@ func NewRelay(cfg Config) (*Relay, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		return nil, errors.New("outbox: MaxBackoff is below MinBackoff")
 	}
-	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+	main := &lane{Lane: Lane{Name: "main", Concurrency: cfg.Concurrency, CallTimeout: cfg.CallTimeout, BatchSize: cfg.BatchSize}}
+	lanes := []*lane{main}
+	owner := map[string]string{}
+	for _, l := range cfg.Lanes {
+		if l.Name == "" || len(l.Topics) == 0 || l.Concurrency < 0 || l.CallTimeout < 0 || l.BatchSize < 0 {
+			return nil, fmt.Errorf("outbox: lane %q needs a name and topics, and no negative value", l.Name)
+		}
+		for _, t := range l.Topics {
+			if other, dup := owner[t]; dup {
+				return nil, fmt.Errorf("outbox: topic %q is in lanes %q and %q", t, other, l.Name)
+			}
+			owner[t] = l.Name
+		}
+		l.Topics = slices.Clone(l.Topics)
+		l.Concurrency = cmp.Or(l.Concurrency, cfg.Concurrency)
+		l.CallTimeout = cmp.Or(l.CallTimeout, cfg.CallTimeout)
+		l.BatchSize = cmp.Or(l.BatchSize, cfg.BatchSize)
+		main.except = append(main.except, l.Topics...)
+		lanes = append(lanes, &lane{Lane: l})
+	}
+	for _, l := range lanes {
+		l.wake = make(chan struct{}, 1)
+		l.slots = make(chan struct{}, l.Concurrency)
+	}
+	return &Relay{cfg: cfg, lanes: lanes}, nil
 }
 
 // Notify wakes the relay after a commit that wrote messages. It never blocks.
 func (r *Relay) Notify() {
+	for _, l := range r.lanes {
+		l.notify()
+	}
+}
+
+func (l *lane) notify() {
 	select {
-	case r.wake <- struct{}{}:
+	case l.wake <- struct{}{}:
 	default:
 	}
 }
@@ -119,7 +194,17 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.done = make(chan struct{})
-	go r.run(ctx)
+	var wg sync.WaitGroup
+	for i, l := range r.lanes {
+		wg.Go(func() {
+			r.run(ctx, l, i == 0)
+			l.inflight.Wait()
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(r.done)
+	}()
 	return nil
 }
 
@@ -135,16 +220,16 @@ func (r *Relay) Stop() {
 	<-done
 }
 
-func (r *Relay) run(ctx context.Context) {
-	defer close(r.done)
+// run is the loop of one lane; the main lane also measures the backlog.
+func (r *Relay) run(ctx context.Context, l *lane, measure bool) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var measured time.Time
 	for {
-		if _, err := r.Drain(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error("outbox relay pass failed", "error", err)
+		if _, err := r.drain(ctx, l, false); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("outbox relay pass failed", "lane", l.Name, "error", err)
 		}
-		if time.Since(measured) >= r.cfg.StatsInterval {
+		if measure && time.Since(measured) >= r.cfg.StatsInterval {
 			measured = time.Now()
 			if err := r.MeasureBacklog(ctx); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.Warn("outbox backlog not measured", "error", err)
@@ -154,7 +239,7 @@ func (r *Relay) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.wake:
+		case <-l.wake:
 		case <-poll.C:
 		}
 	}
@@ -184,14 +269,41 @@ func (r *Relay) MeasureBacklog(ctx context.Context) error {
 	})
 }
 
-// Drain delivers batches until one comes back short and returns the number of messages
-// handled (delivered, retried or dead).
+// Drain delivers batches of each lane in turn, the main lane first, until one comes back
+// short, and returns the number of messages handled (delivered, retried or dead).
 func (r *Relay) Drain(ctx context.Context) (int, error) {
 	total := 0
-	for {
-		n, deferred, err := r.runOnce(ctx)
+	for _, l := range r.lanes {
+		n, err := r.drain(ctx, l, true)
 		total += n
-		if err != nil || (n < r.cfg.BatchSize && deferred == 0) {
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// drain delivers batches of lane l until one comes back short; with wait, it waits for
+// each batch's keys in flight (CommitPerKey) before the next. Messages handled wake the
+// other lanes: a delivered event may have written webhook deliveries (a fan-out).
+func (r *Relay) drain(ctx context.Context, l *lane, wait bool) (int, error) {
+	total := 0
+	defer func() {
+		if total > 0 {
+			for _, o := range r.lanes {
+				if o != l {
+					o.notify()
+				}
+			}
+		}
+	}()
+	for {
+		n, deferred, err := r.runOnce(ctx, l)
+		total += n
+		if wait {
+			l.inflight.Wait()
+		}
+		if err != nil || (n < l.BatchSize && deferred == 0) {
 			return total, err
 		}
 	}
@@ -247,24 +359,33 @@ func (r *Relay) holdKeys(results []outcome) (appliedHeld bool) {
 	return appliedHeld
 }
 
-// RunOnce claims one batch of due messages and delivers it: Call outside any transaction,
-// then, in one transaction, each topic's Apply (see apply), then delivered or failed
-// marks. It returns the number of messages claimed.
+// RunOnce claims one batch of due messages of each lane and delivers it: Call outside any
+// transaction, then, in one transaction, each topic's Apply (see apply), then delivered or
+// failed marks. It returns the number of messages claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	n, _, err := r.runOnce(ctx)
-	return n, err
+	total := 0
+	for _, l := range r.lanes {
+		n, _, err := r.runOnce(ctx, l)
+		l.inflight.Wait()
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
-// runOnce is RunOnce; it also returns the number of messages deferred to the next batch
-// (errDeferred), which are due at once.
-func (r *Relay) runOnce(ctx context.Context) (claimed, deferred int, err error) {
+// runOnce is RunOnce of one lane; it also returns the number of messages deferred to the
+// next batch (errDeferred), which are due at once.
+func (r *Relay) runOnce(ctx context.Context, l *lane) (claimed, deferred int, err error) {
 	var msgs []*orderly.Message
 	err = r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
 		}
-		msgs, err = tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(r.cfg.Lease), Limit: r.cfg.BatchSize})
+		msgs, err = tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(r.cfg.Lease), Limit: l.BatchSize,
+			Topics: l.Topics, ExcludeTopics: l.except})
 		return err
 	})
 	if err != nil || len(msgs) == 0 {
@@ -276,36 +397,96 @@ func (r *Relay) runOnce(ctx context.Context) (claimed, deferred int, err error) 
 	// put back for a later attempt (a hanging broker costs one batch, not the relay).
 	// Messages come in id order; once one fails, the later ones of its key wait for it, and
 	// no call is made for a key while an earlier message's local effects are not applied.
+	// Keys are independent: up to the lane's Concurrency keys have their calls run at once,
+	// each key's messages one after another.
+	// With CommitPerKey, each key is dispatched on its own and committed when its calls end.
 	callsUntil := time.Now().Add(r.cfg.Lease / 2)
-	results := make([]outcome, len(msgs))
-	failedKeys, applyKeys := map[string]bool{}, map[string]bool{}
-	for i, m := range msgs {
-		res := &results[i]
-		res.msg = m
-		h, ok := r.handler(m.Topic)
-		switch {
-		case failedKeys[m.Key]:
-			res.err = errHeld
-		case !ok:
-			res.err = Permanent(fmt.Errorf("no handler for topic %q", m.Topic))
-		case h.Call == nil:
-		case applyKeys[m.Key]:
-			res.err = errDeferred
-			deferred++
-		case time.Now().After(callsUntil):
-			res.err = errLeaseSpent
-		default:
-			res.called = true
-			res.err = r.call(ctx, h, m)
+	results := byKey(msgs)
+	if l.CommitPerKey {
+		return len(msgs), 0, r.dispatch(ctx, l, results, callsUntil)
+	}
+	var calls errgroup.Group
+	calls.SetLimit(l.Concurrency)
+	for start := 0; start < len(results); {
+		end := start + 1
+		for end < len(results) && results[end].msg.Key == results[start].msg.Key {
+			end++
 		}
-		if res.err != nil {
-			failedKeys[m.Key] = true
-		} else if h.Apply != nil {
-			applyKeys[m.Key] = true
+		group := results[start:end]
+		calls.Go(func() error {
+			r.callKey(ctx, l, group, callsUntil)
+			return nil
+		})
+		start = end
+	}
+	_ = calls.Wait() // callKey records its errors in results
+	for i := range results {
+		if errors.Is(results[i].err, errDeferred) {
+			deferred++
 		}
 	}
+	if err := r.finish(ctx, results); err != nil {
+		return len(msgs), 0, err
+	}
+	return len(msgs), deferred, nil
+}
 
-	err = r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+// dispatch runs each key of results (grouped by key) in a goroutine of its own once a slot
+// of the lane is free: its calls, then its commit (finish). It returns when every key is
+// started, or with ctx's error when ctx ends first (the keys not started are claimed again
+// when their lease ends).
+func (r *Relay) dispatch(ctx context.Context, l *lane, results []outcome, callsUntil time.Time) error {
+	for start := 0; start < len(results); {
+		end := start + 1
+		for end < len(results) && results[end].msg.Key == results[start].msg.Key {
+			end++
+		}
+		group := results[start:end]
+		start = end
+		select {
+		case l.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.inflight.Go(func() {
+			defer func() {
+				<-l.slots
+				l.notify() // a slot is free: the lane may claim more
+			}()
+			r.callKey(ctx, l, group, callsUntil)
+			if err := r.finish(ctx, group); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Error("outbox outcome not recorded; the messages are claimed again after their lease",
+					"lane", l.Name, "key", group[0].msg.Key, "error", err)
+			}
+		})
+	}
+	return nil
+}
+
+// byKey returns the outcomes of msgs (in id order) grouped by key: the keys in the order of
+// their first message, each key's messages in id order.
+func byKey(msgs []*orderly.Message) []outcome {
+	var keys []string
+	groups := map[string][]*orderly.Message{}
+	for _, m := range msgs {
+		if groups[m.Key] == nil {
+			keys = append(keys, m.Key)
+		}
+		groups[m.Key] = append(groups[m.Key], m)
+	}
+	results := make([]outcome, 0, len(msgs))
+	for _, k := range keys {
+		for _, m := range groups[k] {
+			results = append(results, outcome{msg: m})
+		}
+	}
+	return results
+}
+
+// finish records the outcome of called messages, whole keys only: in one transaction, each
+// topic's Apply (see apply), then delivered, failed or put-back marks; then metrics and logs.
+func (r *Relay) finish(ctx context.Context, results []outcome) error {
+	err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -366,7 +547,7 @@ func (r *Relay) runOnce(ctx context.Context) (claimed, deferred int, err error) 
 		return tx.OutboxMarkDelivered(ctx, delivered, now)
 	})
 	if err != nil {
-		return len(msgs), 0, fmt.Errorf("outbox batch of %d: %w", len(msgs), err)
+		return fmt.Errorf("outbox batch of %d: %w", len(results), err)
 	}
 	for i := range results {
 		res := &results[i]
@@ -386,7 +567,37 @@ func (r *Relay) runOnce(ctx context.Context) (claimed, deferred int, err error) 
 				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
 		}
 	}
-	return len(msgs), deferred, nil
+	return nil
+}
+
+// callKey runs the calls of the messages of one key, in id order: once one fails, the later
+// ones are held; no call is made while an earlier message's local effects are not applied
+// (errDeferred); past callsUntil, the rest is put back (errLeaseSpent).
+func (r *Relay) callKey(ctx context.Context, l *lane, results []outcome, callsUntil time.Time) {
+	failed, applyPending := false, false
+	for i := range results {
+		res := &results[i]
+		h, ok := r.handler(res.msg.Topic)
+		switch {
+		case failed:
+			res.err = errHeld
+		case !ok:
+			res.err = Permanent(fmt.Errorf("no handler for topic %q", res.msg.Topic))
+		case h.Call == nil:
+		case applyPending:
+			res.err = errDeferred
+		case time.Now().After(callsUntil):
+			res.err = errLeaseSpent
+		default:
+			res.called = true
+			res.err = r.call(ctx, l, h, res.msg)
+		}
+		if res.err != nil {
+			failed = true
+		} else if h.Apply != nil {
+			applyPending = true
+		}
+	}
 }
 
 // dead reports whether a failed message goes dead rather than back to pending.
@@ -480,15 +691,15 @@ func (r *Relay) handler(topic string) (Handler, bool) {
 	return Handler{}, false
 }
 
-// call runs h.Call with the call timeout, turning a panic into an error so that one bad
+// call runs h.Call with the lane's call timeout, turning a panic into an error so that one bad
 // message cannot stop the relay.
 //
 // Tracing: the call runs in an "outbox dispatch" span that continues the trace of the
 // message (Message.TraceParent), with attributes messaging.destination.name (the topic),
 // orderly.key, messaging.message.id, orderly.sequence and orderly.attempt; the handler
 // passes that context on (NATS headers, webhook HTTP headers).
-func (r *Relay) call(ctx context.Context, h Handler, m *orderly.Message) (err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+func (r *Relay) call(ctx context.Context, l *lane, h Handler, m *orderly.Message) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, l.CallTimeout)
 	defer cancel()
 	ctx, span := telemetry.Tracer().Start(telemetry.WithTraceParent(ctx, m.TraceParent), "outbox dispatch "+m.Topic,
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(

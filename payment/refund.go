@@ -92,7 +92,9 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 		}
 	}
 	cause := "refund " + ref.RefundID
-	msgs := make([]*store.OutboxInsertParams, 0, 2)
+	// The events about the order, each with its next sequence (outbox.NewEvents).
+	topics := make([]string, 0, 2)
+	payloads := make([]orderly.Sequenced, 0, 2)
 	if succeeded >= o.Amount {
 		from := o.State
 		if from != orderly.StateRefunding {
@@ -114,12 +116,8 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 		} else if len(changed) != 1 {
 			return fmt.Errorf("order %s changed concurrently", o.ID)
 		}
-		ev, err := outbox.NewMessage(orderly.TopicOrderRefunded, o.ID,
-			orderly.OrderEvent{OrderID: o.ID, State: orderly.StateRefunded, Reason: cause, At: now}, now)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, ev)
+		topics = append(topics, orderly.TopicOrderRefunded)
+		payloads = append(payloads, &orderly.OrderEvent{OrderID: o.ID, State: orderly.StateRefunded, Reason: cause, At: now})
 	} else {
 		changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{o.ID}, From: o.State, Event: orderly.EventPartialRefund,
@@ -132,11 +130,16 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 			return fmt.Errorf("order %s (%s, pay status %s) changed concurrently", o.ID, o.State, o.PayStatus)
 		}
 	}
-	ev, err := outbox.NewMessage(orderly.TopicRefundSucceeded, o.ID, ref, now)
-	if err != nil {
-		return err
+	succeededRef := *ref // the command's payload stays as it was
+	topics = append(topics, orderly.TopicRefundSucceeded)
+	payloads = append(payloads, &succeededRef)
+	msgs := make([]*store.OutboxInsertParams, len(topics))
+	for i, topic := range topics {
+		if msgs[i], err = outbox.NewEvent(ctx, tx, topic, o.ID, payloads[i], now); err != nil {
+			return err
+		}
 	}
-	return tx.OutboxInsert(ctx, append(msgs, ev))
+	return tx.OutboxInsert(ctx, msgs)
 }
 
 // failRefund records a refund the gateway refused, in its own transaction: the refund
@@ -190,7 +193,8 @@ func (s *Service) failRefundTx(ctx context.Context, tx store.Tx, ref *orderly.Re
 			return true, fmt.Errorf("give back %d refunded units of sku %s of order %s: guard refused", it.Quantity, it.SKU, f.OrderID)
 		}
 	}
-	ev, err := outbox.NewMessage(orderly.TopicRefundFailed, f.OrderID, ref, now)
+	failedRef := *ref // the command's payload stays as it was
+	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicRefundFailed, f.OrderID, &failedRef, now)
 	if err != nil {
 		return true, err
 	}

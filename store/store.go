@@ -145,7 +145,8 @@ type Tx interface {
 	// messages of one key in id order, so the transactions that write messages of one key
 	// must be serialized: an event's OutboxSequences does it; any other message must be
 	// written by a transaction that has changed (and so locked) the row of the entity its key
-	// names, before the insert.
+	// names, before the insert. It refuses (an error, nothing written) a message of an
+	// order event topic (orderly.IsOrderEvent) whose Sequence is below 1.
 	OutboxInsert(ctx context.Context, msgs []*OutboxInsertParams) error
 	// OutboxSequences reserves the next event sequence of each key, in list order (a key
 	// listed k times gets k consecutive numbers); a key's first event gets 1. It locks the
@@ -377,6 +378,11 @@ type OutboxClaimParams struct {
 	Now        time.Time
 	LeaseUntil time.Time
 	Limit      int
+	// Topics, when not empty, restricts the claim to messages of these topics, and
+	// ExcludeTopics leaves out the messages of those: a relay's claim lane (outbox.Lane).
+	// The key order holds across lanes: a message is still not claimed while an earlier
+	// message of its key, of any topic, is pending.
+	Topics, ExcludeTopics []string
 }
 
 // OutboxMarkFailedParams is the input of Tx.OutboxMarkFailed.

@@ -80,7 +80,7 @@ func setup(t *testing.T) *sqlstore.DB {
 		setPayment(t, tx, "p-refunded", orderly.PaymentRefunded)
 		transition(t, tx, "o-refunded", orderly.StateRefunding, orderly.EventRefundComplete, orderly.StateRefunded, orderly.PayRefunded)
 
-		check(t, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicOrderPaid, Key: "o-paid", Payload: []byte(`{}`), Now: now}}))
+		check(t, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicOrderPaid, Key: "o-paid", Payload: []byte(`{"sequence":1}`), Sequence: 1, Now: now}}))
 		msgs := must(tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(time.Minute), Limit: 10}))
 		check(t, tx.OutboxMarkDelivered(ctx, []int64{msgs[0].ID}, now))
 	})
@@ -644,14 +644,14 @@ func TestCheckViolations(t *testing.T) {
 			name: "I7 pending message when drained is required",
 			opts: verify.Options{RequireDrained: true},
 			mutate: func(t *testing.T, tx store.Tx) {
-				check(t, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicOrderClosed, Key: "o-timeout", Payload: []byte(`{}`), Now: now}}))
+				check(t, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicOrderClosed, Key: "o-timeout", Payload: []byte(`{"sequence":1}`), Sequence: 1, Now: now}}))
 			},
 			want: "I7: 1 outbox messages are still pending at rest",
 		},
 		{
 			name: "I7 pending message is in flight otherwise",
 			mutate: func(t *testing.T, tx store.Tx) {
-				check(t, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicOrderClosed, Key: "o-timeout", Payload: []byte(`{}`), Now: now}}))
+				check(t, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicOrderClosed, Key: "o-timeout", Payload: []byte(`{"sequence":1}`), Sequence: 1, Now: now}}))
 			},
 		},
 	}

@@ -24,8 +24,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,12 +50,24 @@ const (
 	HeaderSequence = "Orderly-Sequence" // the event's per-order sequence (decimal)
 )
 
+// Defaults of Config and of the relay's webhook lane (Lane).
+const (
+	DefaultTimeout     = 5 * time.Second
+	DefaultConcurrency = 8
+)
+
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
 	Store store.Store // required
-	// Client sends deliveries; by default a client with a 10 s timeout whose transport
-	// propagates the trace context (telemetry.Transport) and follows no redirect.
+	// Client sends deliveries; by default a client whose transport propagates the trace
+	// context (telemetry.Transport) and follows no redirect.
 	Client *http.Client
+	// Timeout bounds one delivery (connect, send, read the answer); a slower subscriber's
+	// attempt fails and is retried with the outbox's backoff; DefaultTimeout (5 s).
+	Timeout time.Duration
+	// Topics are the event topics a subscription may name (orderly.EventTopics of the
+	// engine's flows); nil means orderly.EventTopics(orderly.DefaultFlows()).
+	Topics []string
 	// Now is the clock of the signature's timestamp; time.Now.
 	Now     func() time.Time
 	Logger  *slog.Logger
@@ -72,9 +87,15 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("webhook: Config.Store is required")
 	}
+	if cfg.Timeout < 0 {
+		return nil, errors.New("webhook: Config.Timeout must not be negative")
+	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	if cfg.Topics == nil {
+		cfg.Topics = orderly.EventTopics(orderly.DefaultFlows())
+	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{
-			Timeout:   10 * time.Second,
 			Transport: telemetry.Transport(nil),
 			// A redirect could point a signed delivery anywhere: the subscriber registers
 			// the URL it wants.
@@ -106,13 +127,8 @@ func (s *Service) Subscribe(ctx context.Context, rawURL string, topics []string,
 	if err := validURL(rawURL); err != nil {
 		return nil, "", err
 	}
-	if len(topics) == 0 {
-		return nil, "", orderly.Errorf(orderly.EINVALID, "topics: at least one topic is required (or %q for all)", orderly.WebhookAllTopics)
-	}
-	for i, t := range topics {
-		if t == "" || len(t) > maxTopic || strings.ContainsAny(t, " \t\r\n") {
-			return nil, "", orderly.Errorf(orderly.EINVALID, "topics[%d]: %q is not a topic (1 to %d bytes, no spaces)", i, t, maxTopic)
-		}
+	if err := s.validTopics(topics); err != nil {
+		return nil, "", err
 	}
 	if secret == "" {
 		var b [32]byte
@@ -136,7 +152,42 @@ func (s *Service) Subscribe(ctx context.Context, rawURL string, topics []string,
 	return w, secret, nil
 }
 
-// validURL accepts an absolute http or https URL with a host and without user info.
+// validTopics accepts a non-empty list of distinct topics, each an event topic of
+// Config.Topics, "*" (every event) or "<prefix>.*" naming at least one of them (every
+// event under "<prefix>.", e.g. "order.*").
+func (s *Service) validTopics(topics []string) error {
+	if len(topics) == 0 {
+		return orderly.Errorf(orderly.EINVALID, "topics: at least one topic is required (or %q for all)", orderly.WebhookAllTopics)
+	}
+	seen := make(map[string]bool, len(topics))
+	for i, t := range topics {
+		if seen[t] {
+			return orderly.Errorf(orderly.EINVALID, "topics[%d]: %q is listed twice", i, t)
+		}
+		seen[t] = true
+		if len(t) > maxTopic || !s.knownTopic(t) {
+			return orderly.Errorf(orderly.EINVALID, "topics[%d]: %.128q is not an event topic: one of %s, %q, or \"<prefix>.*\" (e.g. \"order.*\")",
+				i, t, strings.Join(s.cfg.Topics, ", "), orderly.WebhookAllTopics)
+		}
+	}
+	return nil
+}
+
+// knownTopic reports whether a subscription may name t: "*", an event topic, or a
+// "<prefix>.*" wildcard that matches at least one event topic.
+func (s *Service) knownTopic(t string) bool {
+	if t == orderly.WebhookAllTopics || slices.Contains(s.cfg.Topics, t) {
+		return true
+	}
+	prefix, ok := strings.CutSuffix(t, "*")
+	if !ok || !strings.HasSuffix(prefix, ".") || len(prefix) < 2 {
+		return false
+	}
+	return slices.ContainsFunc(s.cfg.Topics, func(known string) bool { return strings.HasPrefix(known, prefix) })
+}
+
+// validURL accepts an absolute http or https URL with a host name or IP address, a port
+// (when given) from 1 to 65535, and without user info.
 func validURL(raw string) error {
 	u, err := url.Parse(raw)
 	switch {
@@ -148,8 +199,35 @@ func validURL(raw string) error {
 		return orderly.Errorf(orderly.EINVALID, "url: a host is required")
 	case u.User != nil:
 		return orderly.Errorf(orderly.EINVALID, "url: credentials in the URL are refused (the signature authenticates deliveries)")
+	case !validHost(u.Hostname()):
+		return orderly.Errorf(orderly.EINVALID, "url: host %q is neither an IP address nor a DNS name", u.Hostname())
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return orderly.Errorf(orderly.EINVALID, "url: port %q is not a port number (1 to 65535)", p)
+		}
 	}
 	return nil
+}
+
+// hostLabel is one label of a DNS name (RFC 1123: letters, digits, hyphens inside; we
+// also let underscores through, as resolvers do).
+var hostLabel = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$`)
+
+// validHost accepts an IP address or a DNS name of at most 253 bytes.
+func validHost(h string) bool {
+	if net.ParseIP(h) != nil {
+		return true
+	}
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if !hostLabel.MatchString(label) {
+			return false
+		}
+	}
+	return true
 }
 
 // Webhooks implements orderly.WebhookService.
@@ -229,6 +307,19 @@ func (s *Service) Handler() outbox.Handler {
 	return outbox.Handler{Call: s.deliver}
 }
 
+// Lane is the relay's lane of webhook deliveries (outbox.Config.Lanes): webhook.deliver
+// messages are claimed by a loop of their own and delivered concurrency keys at a time (of
+// different subscribers or orders; one key's deliveries stay in order), each bounded by
+// Config.Timeout and committed as soon as it ends; a free slot is filled at once, without
+// waiting for the slowest delivery of the last batch (outbox.Lane.CommitPerKey). A subscriber that answers slowly or never costs its own
+// deliveries a timeout and a retry; it never delays the order events, releases and gateway
+// refunds of the main lane (README.md "Webhooks").
+func (s *Service) Lane(concurrency int) outbox.Lane {
+	concurrency = cmp.Or(concurrency, DefaultConcurrency)
+	return outbox.Lane{Name: "webhook", Topics: []string{orderly.TopicWebhookDeliver},
+		Concurrency: concurrency, CallTimeout: s.cfg.Timeout + time.Second, BatchSize: concurrency, CommitPerKey: true}
+}
+
 func (s *Service) deliver(ctx context.Context, m *orderly.Message) error {
 	var d orderly.WebhookDelivery
 	if err := outbox.Decode(m, &d); err != nil {
@@ -247,6 +338,8 @@ func (s *Service) deliver(ctx context.Context, m *orderly.Message) error {
 	} else if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
 	body, err := json.Marshal(&Envelope{ID: d.EventID, Topic: d.Topic, Key: d.Key, Sequence: d.Sequence, Data: d.Payload})
 	if err != nil {
 		return outbox.Permanent(err)

@@ -219,7 +219,7 @@ func TestPerOrderOrderKept(t *testing.T) {
 func TestSubscribeRefuses(t *testing.T) {
 	t.Parallel()
 	e := enginetest.New(t, enginetest.Options{})
-	svc, err := webhook.New(webhook.Config{Store: e.Store})
+	svc, err := webhook.New(webhook.Config{Store: e.Store, Topics: orderly.EventTopics(e.Engine.Flows())}) // group-buy's too
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,11 +237,43 @@ func TestSubscribeRefuses(t *testing.T) {
 		{"no topics", "https://example.com/", "", nil},
 		{"blank topic", "https://example.com/", "", []string{""}},
 		{"short secret", "https://example.com/", "short", []string{"*"}},
+		{"unknown topic", "https://example.com/", "", []string{"bogus.topic"}},
+		{"command topic", "https://example.com/", "", []string{orderly.TopicRefundExecute}},
+		{"delivery topic", "https://example.com/", "", []string{orderly.TopicWebhookDeliver}},
+		{"wildcard matching nothing", "https://example.com/", "", []string{"bogus.*"}},
+		{"bare prefix wildcard", "https://example.com/", "", []string{"order*"}},
+		{"duplicate topic", "https://example.com/", "", []string{orderly.TopicOrderPaid, orderly.TopicOrderPaid}},
+		{"port out of range", "http://h:99999/x", "", []string{"*"}},
+		{"port zero", "http://h:0/x", "", []string{"*"}},
+		{"empty port", "http://h:/x", "", []string{"*"}},
+		{"host with a bad character", "http://exa%21mple.com/x", "", []string{"*"}},
+		{"host label too long", "http://" + strings.Repeat("a", 64) + ".com/", "", []string{"*"}},
 	} {
 		_, _, err := svc.Subscribe(t.Context(), tc.url, tc.topics, tc.secret)
 		if orderly.ErrorCode(err) != orderly.EINVALID {
 			t.Errorf("%s: Subscribe = %v, want EINVALID", tc.name, err)
 		}
+	}
+	for _, ok := range []struct {
+		url    string
+		topics []string
+	}{
+		{"http://127.0.0.1:18099/slow", []string{orderly.TopicOrderPaid, orderly.TopicRefundSucceeded, orderly.TopicOrderRefunded}},
+		{"https://[::1]:8443/h", []string{"order.*"}},
+		{"https://shop.example/hooks/orderly", []string{"refund.*", orderly.TopicPaymentRefunded, "order.group_failed"}},
+	} {
+		w, _, err := svc.Subscribe(t.Context(), ok.url, ok.topics, "")
+		if err != nil || w.URL != ok.url || strings.Join(w.Topics, ",") != strings.Join(ok.topics, ",") {
+			t.Errorf("Subscribe(%s, %v) = %+v, %v; want accepted", ok.url, ok.topics, w, err)
+			continue
+		}
+		if err := svc.Unsubscribe(t.Context(), w.ID); err != nil {
+			t.Error(err)
+		}
+	}
+	_, _, err = svc.Subscribe(t.Context(), "https://example.com/", []string{"bogus.topic"}, "")
+	if err == nil || !strings.Contains(err.Error(), `"bogus.topic" is not an event topic`) || !strings.Contains(err.Error(), orderly.TopicRefundSucceeded) {
+		t.Errorf("unknown topic: %v, want a message naming it and the known topics", err)
 	}
 	w, secret, err := svc.Subscribe(t.Context(), "https://example.com/hooks", []string{"*"}, "a-secret-of-16-bytes")
 	if err != nil || secret != "a-secret-of-16-bytes" {
@@ -256,5 +288,30 @@ func TestSubscribeRefuses(t *testing.T) {
 	}
 	if err := svc.Unsubscribe(t.Context(), w.ID); orderly.ErrorCode(err) != orderly.ENOTFOUND {
 		t.Errorf("second Unsubscribe = %v, want ENOTFOUND", err)
+	}
+}
+
+// TestWantsWildcards: "*" takes every event, "<prefix>.*" the events under its prefix, a
+// topic itself; nothing else.
+func TestWantsWildcards(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		topics []string
+		topic  string
+		want   bool
+	}{
+		{[]string{"*"}, orderly.TopicRefundFailed, true},
+		{[]string{"order.*"}, orderly.TopicOrderClosed, true},
+		{[]string{"order.*"}, "order.group_failed", true},
+		{[]string{"order.*"}, orderly.TopicRefundSucceeded, false},
+		{[]string{"refund.*"}, orderly.TopicRefundSucceeded, true},
+		{[]string{orderly.TopicOrderPaid}, orderly.TopicOrderPaid, true},
+		{[]string{orderly.TopicOrderPaid}, orderly.TopicOrderClosed, false},
+		{[]string{"order*"}, orderly.TopicOrderClosed, false},
+	} {
+		w := &orderly.Webhook{Topics: tc.topics}
+		if got := w.Wants(tc.topic); got != tc.want {
+			t.Errorf("%v wants %s = %v, want %v", tc.topics, tc.topic, got, tc.want)
+		}
 	}
 }

@@ -37,10 +37,12 @@ var (
 	// later next_attempt_at than any due message and so excludes the key's later messages,
 	// and the limit can never cut an earlier message while keeping a later one. Earlier due
 	// messages may be claimed with them (an order's releases and event, written together);
-	// claimableMessageIDs checks that they were.
+	// claimableMessageIDs checks that they were. The claim's lane: with a topic list, only
+	// those topics; never the topics of the exclusion list (both JSON lists).
 	qOutboxDue = newQuery(func(d *dialect) string {
 		return `SELECT id, message_key FROM outbox` + d.forceIndex("outbox_state_next_attempt_at") + `
-			WHERE state = 'pending' AND next_attempt_at <= ? AND NOT EXISTS (
+			WHERE state = 'pending' AND next_attempt_at <= ?
+			AND (? = 0 OR topic IN (` + d.ids + `)) AND topic NOT IN (` + d.ids + `) AND NOT EXISTS (
 				SELECT 1 FROM outbox AS e` + d.forceIndex("outbox_key_id") + ` WHERE e.message_key = outbox.message_key
 				AND e.state = 'pending' AND e.id < outbox.id AND e.next_attempt_at > outbox.next_attempt_at)
 			ORDER BY next_attempt_at, id LIMIT ?` + d.outboxDueLock()
@@ -136,6 +138,12 @@ var outboxChunks = []int{128, 16, 1}
 // OutboxInsert implements store.Tx. A message without a TraceParent carries the span of
 // ctx, if any.
 func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams) error {
+	for _, m := range msgs {
+		if m.Sequence < 1 && orderly.IsOrderEvent(m.Topic) {
+			return fmt.Errorf("outbox %s of key %s: an event about an order needs its sequence (outbox.NewEvent); refused with sequence %d",
+				m.Topic, m.Key, m.Sequence)
+		}
+	}
 	ctxTrace := telemetry.TraceParent(ctx)
 	for k, n := range outboxChunks {
 		for len(msgs) >= n {
@@ -248,7 +256,14 @@ func (d *dialect) outboxDueLock() string {
 // among them: one skipped because another relay is claiming it, or one that qOutboxDue
 // excluded itself (it has an earlier message due later).
 func (t *tx) claimableMessageIDs(ctx context.Context, p *store.OutboxClaimParams) ([]int64, error) {
-	due, err := t.keyedIDs(ctx, qOutboxDue, ms(p.Now), p.Limit)
+	only, except := p.Topics, p.ExcludeTopics
+	if only == nil {
+		only = []string{}
+	}
+	if except == nil {
+		except = []string{}
+	}
+	due, err := t.keyedIDs(ctx, qOutboxDue, ms(p.Now), len(only), jsonList(only), jsonList(except), p.Limit)
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}

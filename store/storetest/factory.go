@@ -257,12 +257,21 @@ func getPayment(t *testing.T, s store.Store, id string) *orderly.Payment {
 	return read(t, s, func(tx store.Tx) (*orderly.Payment, error) { return tx.PaymentGet(t.Context(), id) })
 }
 
-// insertMessage writes one outbox message at now and returns its id.
+// insertMessage writes one outbox message at now and returns its id; an order event
+// (orderly.IsOrderEvent) gets its key's next sequence, as outbox.NewEvent gives it.
 func insertMessage(t *testing.T, s store.Store, topic, key string, now time.Time) int64 {
 	t.Helper()
 	inTx(t, s, func(tx store.Tx) error {
+		var seq int64
+		if orderly.IsOrderEvent(topic) {
+			seqs, err := tx.OutboxSequences(t.Context(), []string{key})
+			if err != nil {
+				return err
+			}
+			seq = seqs[0]
+		}
 		return tx.OutboxInsert(t.Context(), []*store.OutboxInsertParams{{Topic: topic, Key: key,
-			Payload: []byte(`{"order_id":"` + key + `"}`), Now: now}})
+			Payload: []byte(`{"order_id":"` + key + `"}`), Sequence: seq, Now: now}})
 	})
 	msgs := read(t, s, func(tx store.Tx) ([]*orderly.Message, error) {
 		return tx.OutboxList(t.Context(), orderly.MessagePending, 1_000_000)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,18 +25,18 @@ func testOutbox(t *testing.T, open opener) {
 			{Topic: orderly.TopicReservationRelease, Key: "o1", Payload: []byte(`{"order_id":"o1"}`), Now: now},
 			{Topic: orderly.TopicCouponRelease, Key: "o1", Payload: []byte(`{"coupon_id":"c1","order_id":"o1"}`), Now: now},
 			{Topic: orderly.TopicOrderClosed, Key: "o1",
-				Payload: []byte(`{"order_id":"o1","state":"closed","reason":"payment_timeout","at":"2030-01-02T02:04:05.678Z","n":[1,2.5,null,"ü"]}`),
-				Now:     now},
+				Payload:  []byte(`{"order_id":"o1","state":"closed","reason":"payment_timeout","at":"2030-01-02T02:04:05.678Z","n":[1,2.5,null,"ü"]}`),
+				Sequence: 1, Now: now},
 		}
 		inTx(t, s, func(tx store.Tx) error { return tx.OutboxInsert(ctx, batch) })
-		last := &store.OutboxInsertParams{Topic: orderly.TopicOrderPaid, Key: "o2", Payload: []byte(`{}`), Now: now.Add(time.Second)}
+		last := &store.OutboxInsertParams{Topic: orderly.TopicOrderPaid, Key: "o2", Payload: []byte(`{}`), Sequence: 1, Now: now.Add(time.Second)}
 		inTx(t, s, func(tx store.Tx) error { return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{last}) })
 		inTx(t, s, func(tx store.Tx) error { return tx.OutboxInsert(ctx, nil) })
 
 		got := listMessages(t, s, orderly.MessagePending, 10)
 		var want []*orderly.Message
 		for _, p := range append(batch, last) {
-			want = append(want, &orderly.Message{Topic: p.Topic, Key: p.Key, Payload: p.Payload,
+			want = append(want, &orderly.Message{Topic: p.Topic, Key: p.Key, Payload: p.Payload, Sequence: p.Sequence,
 				State: orderly.MessagePending, NextAttemptAt: utcMS(p.Now), CreatedAt: utcMS(p.Now)})
 		}
 		equalMessages(t, "pending messages", got, want)
@@ -59,7 +60,7 @@ func testOutbox(t *testing.T, open opener) {
 		many := make([]*store.OutboxInsertParams, 1234)
 		for i := range many {
 			many[i] = &store.OutboxInsertParams{Topic: orderly.TopicOrderClosed, Key: fmt.Sprintf("k%04d", i),
-				Payload: []byte(`{}`), Now: t0}
+				Payload: []byte(`{}`), Sequence: 1, Now: t0}
 		}
 		inTx(t, s, func(tx store.Tx) error { return tx.OutboxInsert(ctx, many) })
 		all := listMessages(t, s, orderly.MessagePending, 10_000)
@@ -326,6 +327,22 @@ func testOutbox(t *testing.T, open opener) {
 		})
 		got := listMessages(t, s, orderly.MessagePending, 10)
 		equal(t, "stored sequences", []int64{got[0].Sequence, got[1].Sequence}, []int64{0, 4})
+
+		// An event about an order without its sequence is refused, whatever its topic, and
+		// nothing of the batch is written (consumers would drop it as stale).
+		for _, topic := range []string{orderly.TopicOrderClosed, orderly.TopicOrderPaid, orderly.TopicPaymentRefunded,
+			orderly.TopicRefundSucceeded, orderly.TopicRefundFailed, orderly.TopicOrderRefunded, "order.group_failed"} {
+			err := s.InTx(ctx, func(tx store.Tx) error {
+				return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{
+					{Topic: orderly.TopicReservationRelease, Key: "o9", Payload: []byte(`{}`), Now: t0},
+					{Topic: topic, Key: "o9", Payload: []byte(`{}`), Now: t0},
+				})
+			})
+			if err == nil || !strings.Contains(err.Error(), "needs its sequence") {
+				t.Errorf("insert of %s with sequence 0: %v, want refused", topic, err)
+			}
+		}
+		equal(t, "pending after the refused inserts", len(listMessages(t, s, orderly.MessagePending, 10)), 2)
 	})
 
 	// ClaimKeyOrder: a message is not claimed while an earlier message of its key is pending
@@ -393,6 +410,33 @@ func testOutbox(t *testing.T, open opener) {
 			t.Fatal("re-drive changed nothing")
 		}
 		equal(t, "claim after the re-drive", ids64(claim(t, s, t0, t0.Add(time.Minute), 10)), []int64{dead})
+	})
+
+	// ClaimLanes: a claim with a topic list takes only those topics, one with an exclusion
+	// list never takes those (a relay's lanes: webhook deliveries apart from the rest); the
+	// key order still holds across lanes.
+	t.Run("ClaimLanes", func(t *testing.T) {
+		_, s := setup(t, open)
+		release := insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0)
+		hookA := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:a:o1", t0)
+		refund := insertMessage(t, s, orderly.TopicRefundExecute, "o2", t0)
+		hookB := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:b:o1", t0)
+		hookA2 := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:a:o1", t0)
+		sameKey := insertMessage(t, s, orderly.TopicWebhookDeliver, "o2", t0) // after refund.execute, of its key
+		lane := func(only, except []string) []int64 {
+			return ids64(write(t, s, func(tx store.Tx) ([]*orderly.Message, error) {
+				return tx.OutboxClaim(t.Context(), &store.OutboxClaimParams{Now: t0, LeaseUntil: t0.Add(time.Minute), Limit: 10,
+					Topics: only, ExcludeTopics: except})
+			}))
+		}
+		hooks := []string{orderly.TopicWebhookDeliver}
+		equal(t, "webhook lane", lane(hooks, nil), []int64{hookA, hookB, hookA2})
+		equal(t, "webhook lane again (all leased)", len(lane(hooks, nil)), 0)
+		equal(t, "the other lane", lane(nil, hooks), []int64{release, refund})
+		equal(t, "a lane of two topics", len(lane([]string{orderly.TopicRefundExecute, orderly.TopicWebhookDeliver}, nil)), 0)
+		equal(t, "unfiltered, everything leased", len(claim(t, s, t0, t0.Add(time.Minute), 10)), 0)
+		inTx(t, s, func(tx store.Tx) error { return tx.OutboxMarkDelivered(t.Context(), []int64{refund}, t0) })
+		equal(t, "webhook lane once the earlier message of its key is delivered", lane(hooks, nil), []int64{sameKey})
 	})
 
 	t.Run("Unclaim", func(t *testing.T) {

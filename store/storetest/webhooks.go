@@ -78,8 +78,8 @@ func testTraces(t *testing.T, open opener) {
 	}
 	inTx(t, s, func(tx store.Tx) error {
 		return tx.OutboxInsert(t.Context(), []*store.OutboxInsertParams{
-			{Topic: "order.closed", Key: "ord-1", Payload: []byte(`{}`), Now: t0, TraceParent: tp2},
-			{Topic: "order.closed", Key: "ord-2", Payload: []byte(`{}`), Now: t0},
+			{Topic: "order.closed", Key: "ord-1", Payload: []byte(`{}`), Sequence: 1, Now: t0, TraceParent: tp2},
+			{Topic: "order.closed", Key: "ord-2", Payload: []byte(`{}`), Sequence: 1, Now: t0},
 		})
 	})
 	msgs := read(t, s, func(tx store.Tx) ([]*orderly.Message, error) {

@@ -1,0 +1,137 @@
+package payment_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/outbox"
+	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/store"
+)
+
+// orderEvents returns, in delivery (id) order, "<topic> <row sequence>/<payload sequence>"
+// for every event about orderID in the outbox (orderly.IsOrderEvent), whatever its state.
+func orderEvents(t *testing.T, e *enginetest.Env, orderID string) []string {
+	t.Helper()
+	var out []string
+	e.Read(t, func(tx store.Tx) error {
+		for _, state := range []string{orderly.MessagePending, orderly.MessageDelivered, orderly.MessageDead} {
+			msgs, err := tx.OutboxList(context.Background(), state, 10_000)
+			if err != nil {
+				return err
+			}
+			for _, m := range msgs {
+				if m.Key != orderID || !orderly.IsOrderEvent(m.Topic) {
+					continue
+				}
+				var p struct {
+					Sequence int64 `json:"sequence"`
+				}
+				if err := json.Unmarshal(m.Payload, &p); err != nil {
+					return err
+				}
+				out = append(out, fmt.Sprintf("%d %s %d/%d", m.ID, m.Topic, m.Sequence, p.Sequence))
+			}
+		}
+		return nil
+	})
+	// Sort by id (the list above is by state, then id).
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && idOf(out[j]) < idOf(out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	for i, s := range out {
+		out[i] = s[strings.IndexByte(s, ' ')+1:]
+	}
+	return out
+}
+
+func idOf(s string) int64 {
+	var id int64
+	_, _ = fmt.Sscan(s, &id)
+	return id
+}
+
+// wantSequences checks that the events of an order are the topics of want, in order, and
+// numbered 1, 2, 3… in the row and in the payload alike: no zero, no gap, no repeat.
+func wantSequences(t *testing.T, e *enginetest.Env, orderID string, want ...string) {
+	t.Helper()
+	got := orderEvents(t, e, orderID)
+	exp := make([]string, len(want))
+	for i, topic := range want {
+		exp[i] = fmt.Sprintf("%s %d/%d", topic, i+1, i+1)
+	}
+	if strings.Join(got, ", ") != strings.Join(exp, ", ") {
+		t.Fatalf("events of order %s:\n got %v\nwant %v", orderID, got, exp)
+	}
+}
+
+// TestEveryOrderEventIsSequenced walks orders through every path that writes an event
+// about an order — pay, ship (which publishes nothing), a partial refund, a refund the gateway refuses, the
+// merchant's refund of the rest, a close for timeout and a late payment refunded — and
+// checks that each event carries the order's next sequence (1..n, in the outbox row, the
+// payload and so the webhook body and Orderly-Sequence header). refund.succeeded,
+// refund.failed and order.refunded used to be written with sequence 0, which consumers
+// drop as stale.
+func TestEveryOrderEventIsSequenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var inner outbox.Handler
+	refuse := false
+	h := outbox.Handler{
+		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
+		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			return inner.Apply(ctx, tx, msgs)
+		},
+	}
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
+	refusing, err := payment.NewService(payment.Config{Store: e.Store, Gateway: refusingGateway{e.Gateway}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setGateway := func() {
+		inner = e.Payments.RefundExecuteHandler()
+		if refuse {
+			inner = refusing.RefundExecuteHandler()
+		}
+	}
+	setGateway()
+
+	o, _ := paidOrder(t, e, orderly.Item{SKU: "SKU-1", Quantity: 2, UnitPrice: 500})
+	if _, err := e.Orders.ApplyEvent(ctx, o.ID, orderly.EventShip, "merchant", ""); err != nil {
+		t.Fatal(err)
+	}
+	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 300})
+	e.Drain(t)
+	refuse = true
+	setGateway()
+	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 200})
+	e.Drain(t)
+	refuse = false
+	setGateway()
+	if _, err := e.Orders.ApplyEvent(ctx, o.ID, orderly.EventRefund, "merchant", ""); err != nil {
+		t.Fatal(err)
+	}
+	e.Drain(t)
+	wantOrder(t, e, o.ID, orderly.StateRefunded, orderly.PayRefunded, 1000)
+	wantSequences(t, e, o.ID, orderly.TopicOrderPaid, orderly.TopicRefundSucceeded, orderly.TopicRefundFailed,
+		orderly.TopicOrderRefunded, orderly.TopicRefundSucceeded)
+
+	// Closed for timeout, then paid late: the capture is refunded.
+	e.SetStock(t, "SKU-2", 10)
+	c, _, err := e.Orders.CreateOrder(ctx, &orderly.CreateOrderParams{UserID: "user-2", Currency: "USD", PaymentTimeoutSeconds: 60,
+		Items: []orderly.Item{{SKU: "SKU-2", Quantity: 1, UnitPrice: 700}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payLate(t, e, c, start(t, e, c))
+	e.Drain(t)
+	wantSequences(t, e, c.ID, orderly.TopicOrderClosed, orderly.TopicPaymentRefunded)
+	wantVerified(t, e)
+}
