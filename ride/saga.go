@@ -283,6 +283,14 @@ func walletOutcome(err error) error {
 }
 
 func (s *Service) settle(ctx context.Context, c *saga.Call) error {
+	return s.moveSettlement(ctx, c, s.cfg.Wallets.Credit)
+}
+
+// moveSettlement moves each settlement leg of the trip (the driver's payout, the platform's
+// fee) with move (a credit to settle, a debit to reverse) under the call's keys, after the
+// injected faults; a wallet's refusal is a business failure (walletOutcome).
+func (s *Service) moveSettlement(ctx context.Context, c *saga.Call,
+	move func(context.Context, *orderly.WalletMoveParams) (*orderly.WalletTransfer, error)) error {
 	_, t, err := s.load(ctx, c)
 	if err != nil {
 		return err
@@ -292,7 +300,7 @@ func (s *Service) settle(ctx context.Context, c *saga.Call) error {
 	}
 	external := orderly.SystemAccount(orderly.SystemExternal, t.Currency)
 	for _, cr := range s.credits(t, c.IdempotencyKey) {
-		if _, err := s.cfg.Wallets.Credit(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
+		if _, err := move(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
 			Amount: cr.amount, Counterparty: &external, IdempotencyKey: cr.key}); err != nil {
 			return walletOutcome(err)
 		}
@@ -365,21 +373,7 @@ func (s *Service) refundFailed(ctx context.Context, tx store.Tx, c *saga.Call) e
 // A wallet that no longer holds them refuses (EINSUFFICIENT): a business failure, the
 // refund is not made and the trip goes back to settled.
 func (s *Service) reverse(ctx context.Context, c *saga.Call) error {
-	_, t, err := s.load(ctx, c)
-	if err != nil {
-		return err
-	}
-	if err := s.faults.before(ctx); err != nil {
-		return err
-	}
-	external := orderly.SystemAccount(orderly.SystemExternal, t.Currency)
-	for _, cr := range s.credits(t, c.IdempotencyKey) {
-		if _, err := s.cfg.Wallets.Debit(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
-			Amount: cr.amount, Counterparty: &external, IdempotencyKey: cr.key}); err != nil {
-			return walletOutcome(err)
-		}
-	}
-	return nil
+	return s.moveSettlement(ctx, c, s.cfg.Wallets.Debit)
 }
 
 // unreverse credits back what reverse debited: each debit is first made sure of with its
