@@ -425,6 +425,7 @@ func TestRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Orderly-Channel", other)
+	req.Header.Set("Authorization", "Bearer adm") // an admin token guards every route
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
