@@ -20,6 +20,7 @@ const (
 	TopicRefundExecute      = "refund.execute"      // key: order id; payload: RefundRef; gateway refund keyed by the refund id, then local
 	TopicRefundSucceeded    = "refund.succeeded"    // key: order id; payload: RefundRef; event
 	TopicRefundFailed       = "refund.failed"       // key: order id; payload: RefundRef; event
+	TopicRefundReversed     = "refund.reversed"     // key: order id; payload: RefundRef; event: a confirmed refund the provider failed later
 	TopicOrderRefunded      = "order.refunded"      // key: order id; payload: OrderEvent; event: everything captured was refunded
 )
 
