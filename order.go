@@ -84,7 +84,7 @@ type Order struct {
 	// RefundedAmount is the sum of the order's refunds that are requested or succeeded, in
 	// minor units: never more than Amount (the store guards it). Amount − RefundedAmount is
 	// what may still be refunded.
-	RefundedAmount int64 `json:"refunded_amount,omitempty"`
+	RefundedAmount int64 `json:"refunded_amount"`
 	Version        int64 `json:"version"` // incremented by every change of state or pay status
 }
 
