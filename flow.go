@@ -188,7 +188,8 @@ const (
 	EffectReleaseCoupon       = "release_coupon"       // the coupon the order froze → available (expired past its expiry)
 	EffectUseCoupon           = "use_coupon"           // the coupon the order froze → used
 	// EffectRefundPayment requests a full refund of what is left of the captured amount,
-	// restocking every unit not refunded yet (a refund row and its refund.execute message),
+	// restocking every unit not refunded yet once the gateway confirms it (a refund row and
+	// its refund.execute message),
 	// then takes the flow's refund transition from the new state when there is one.
 	EffectRefundPayment = "refund_payment"
 )

@@ -84,7 +84,7 @@ type Order struct {
 	// RefundedAmount is the sum of the order's refunds that are requested or succeeded, in
 	// minor units: never more than Amount (the store guards it). Amount − RefundedAmount is
 	// what may still be refunded.
-	RefundedAmount int64 `json:"refunded_amount,omitempty"`
+	RefundedAmount int64 `json:"refunded_amount"`
 	Version        int64 `json:"version"` // incremented by every change of state or pay status
 }
 
@@ -96,13 +96,16 @@ const (
 	EventPaymentStarted  Event = "payment_started"  // an attempt started: pay_status → paying
 	EventPaymentFailed   Event = "payment_failed"   // the current attempt failed, expired or was cancelled: → failed
 	EventPaymentRefunded Event = "payment_refunded" // a payment of a closed order was refunded: → refunded
+	// EventRefundReversed: the provider failed a refund it had confirmed; pay_status follows
+	// the refunds still succeeded (partially_refunded → paid when none is left).
+	EventRefundReversed Event = "refund_reversed"
 )
 
 // AuditEvent reports whether e is an audit event (creation or a pay_status change) rather
 // than an event of a flow.
 func AuditEvent(e Event) bool {
 	switch e {
-	case EventCreate, EventPaymentStarted, EventPaymentFailed, EventPaymentRefunded:
+	case EventCreate, EventPaymentStarted, EventPaymentFailed, EventPaymentRefunded, EventRefundReversed:
 		return true
 	}
 	return false

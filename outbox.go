@@ -22,12 +22,13 @@ const (
 	TopicRefundExecute      = "refund.execute"      // key: order id; payload: RefundRef; gateway refund keyed by the refund id, then local
 	TopicRefundSucceeded    = "refund.succeeded"    // key: order id; payload: RefundRef; event
 	TopicRefundFailed       = "refund.failed"       // key: order id; payload: RefundRef; event
+	TopicRefundReversed     = "refund.reversed"     // key: order id; payload: RefundRef; event: a confirmed refund the provider failed later
 	TopicOrderRefunded      = "order.refunded"      // key: order id; payload: OrderEvent; event: everything captured was refunded
 )
 
 // builtinEventTopics are the events about an order that the engine itself writes.
 var builtinEventTopics = []string{TopicOrderClosed, TopicOrderPaid, TopicPaymentRefunded,
-	TopicRefundSucceeded, TopicRefundFailed, TopicOrderRefunded}
+	TopicRefundSucceeded, TopicRefundFailed, TopicRefundReversed, TopicOrderRefunded}
 
 // IsOrderEvent reports whether topic is an event about an order whose row must carry the
 // order's next event sequence (OrderEvent.Sequence: 1, 2, 3… per order, never 0): one of
@@ -41,7 +42,7 @@ func IsOrderEvent(topic string) bool {
 
 // EventTopics returns the topics of the events about an order that an engine running
 // flows writes, sorted: the engine's own (order.closed, order.paid, payment.refunded,
-// refund.succeeded, refund.failed, order.refunded) and every topic a flow's transition
+// refund.succeeded, refund.failed, refund.reversed, order.refunded) and every topic a flow's transition
 // publishes ("publish:<topic>", EffectPublish). They are what a webhook may subscribe to.
 func EventTopics(flows Flows) []string {
 	topics := slices.Clone(builtinEventTopics)

@@ -9,11 +9,13 @@ import (
 // list.
 type RefundState string
 
-// Refund states: requested → succeeded | failed, each change guarded and made once.
+// Refund states: requested → succeeded | failed, each change guarded and made once; a
+// provider that fails a refund after confirming it moves it succeeded → failed, once
+// (payment.Service.HandleNotification).
 const (
 	RefundRequested RefundState = "requested" // written with its outbox message; the gateway has not confirmed yet
 	RefundSucceeded RefundState = "succeeded" // the gateway confirmed: the money went back to the payer
-	RefundFailed    RefundState = "failed"    // the gateway refused it; its amount and items are refundable again
+	RefundFailed    RefundState = "failed"    // the gateway refused it, or failed it after confirming it (reversed); its amount and items are refundable again
 )
 
 // RefundItem is a line of a refund: Quantity units of SKU given back (or price-adjusted).
@@ -26,7 +28,7 @@ type RefundItem struct {
 // shipped or completed, several per order up to the captured amount and never beyond it
 // (I4). Amount is in minor units of Currency. Items say which units it covers (optional:
 // a price adjustment names none); when Restock is true those units go back to available
-// stock (sold → available). Each refund is one gateway refund, made through the outbox
+// stock (sold → available) when the gateway confirms the refund. Each refund is one gateway refund, made through the outbox
 // with the refund id as the gateway's idempotency key, so a redelivered message never
 // refunds twice.
 type Refund struct {
@@ -62,8 +64,8 @@ type CreateRefundParams struct {
 type RefundService interface {
 	// CreateRefund records a refund of a paid, shipped or completed order and, in the same
 	// transaction, reserves its amount against the captured amount, counts its items
-	// against those bought, restocks them when asked, and writes its gateway refund to the
-	// outbox. A refund that brings the refunded total to the captured amount moves the
+	// against those bought (restocked, when asked, once the gateway confirms the refund),
+	// and writes its gateway refund to the outbox. A refund that brings the refunded total to the captured amount moves the
 	// order to refunding (refunded when the gateway confirms every refund); a partial
 	// refund keeps the order's state. It returns created=false for a replay of an
 	// idempotency key. Errors: ENOTFOUND, EINVALID, EILLEGAL (the order is not paid,

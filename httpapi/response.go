@@ -24,7 +24,7 @@ type orderResponse struct {
 	ClosedAt         *Time               `json:"closed_at,omitempty"`
 	CloseReason      orderly.CloseReason `json:"close_reason,omitempty"`
 	PaidAt           *Time               `json:"paid_at,omitempty"`
-	RefundedAmount   int64               `json:"refunded_amount,omitempty"`
+	RefundedAmount   int64               `json:"refunded_amount"`
 	Version          int64               `json:"version"`
 }
 

@@ -82,8 +82,11 @@ func refundHash(p *orderly.CreateRefundParams) string {
 //  1. adds the amount to the order's refunded_amount with a guarded update (the order is
 //     in a RefundableStates state and the total stays within the captured amount), so two
 //     concurrent refunds that together exceed it never both pass: EREFUNDEXCEEDS;
-//  2. counts each item against the units the order bought and not yet refunded, and
-//     restocks them when asked (sold → available), guarded per SKU: EREFUNDITEMS;
+//  2. counts each item against the units the order bought and not yet refunded, guarded
+//     per SKU: EREFUNDITEMS. Units to restock go back to available stock when the gateway
+//     confirms the refund (payment.Service.RefundExecuteHandler), not before: a refund the
+//     gateway refuses never moved stock, so asking again cannot restock the same units
+//     twice;
 //  3. writes the refund (requested) and its refund.execute message: the gateway refund,
 //     keyed by the refund id, made by the relay (payment.Service.RefundExecuteHandler);
 //  4. when the refunded total reaches the captured amount, moves the order to refunding
@@ -148,7 +151,7 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 				return orderly.Errorf(orderly.EREFUNDEXCEEDS, "a refund of %d %s exceeds what is left to refund of order %s: captured %d, refunded or requested %d, left %d",
 					p.Amount, after.Currency, after.ID, after.Amount, after.RefundedAmount, after.Amount-after.RefundedAmount)
 			}
-			if err := refundItems(ctx, tx, cur.ID, items, p.Restock); err != nil {
+			if err := refundItems(ctx, tx, cur.ID, items); err != nil {
 				return err
 			}
 			f = &orderly.Refund{
@@ -217,14 +220,11 @@ func capturedPayment(ctx context.Context, tx store.Tx, o *orderly.Order) (string
 }
 
 // refundItems counts items (sorted by SKU, the lock order of stock rows) against the
-// units the order bought and restocks them when restock is set. Errors: EREFUNDITEMS.
-func refundItems(ctx context.Context, tx store.Tx, orderID string, items []orderly.RefundItem, restock bool) error {
+// units the order bought; stock does not move (RestockRefund does, on confirmation).
+// Errors: EREFUNDITEMS.
+func refundItems(ctx context.Context, tx store.Tx, orderID string, items []orderly.RefundItem) error {
 	for _, it := range items {
-		q := int64(0)
-		if restock {
-			q = it.Quantity
-		}
-		ok, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: orderID, SKU: it.SKU, Refunded: it.Quantity, Restock: q})
+		ok, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: orderID, SKU: it.SKU, Refunded: it.Quantity})
 		if err != nil {
 			return err
 		} else if ok {
@@ -243,6 +243,60 @@ func refundItems(ctx context.Context, tx store.Tx, orderID string, items []order
 		return orderly.Errorf(orderly.EREFUNDITEMS, "order %s bought no units of sku %s", orderID, it.SKU)
 	}
 	return nil
+}
+
+// RestockRefund puts back in stock the units of refund f, when it asks for a restock
+// (sold → available, per SKU in f's order, the lock order of stock rows): the step of a
+// confirmation, in its transaction. A refund requested before restocks waited for the
+// confirmation had restocked its units already: its reservation's guard (restocked <=
+// refunded) refuses a second restock and the units are left as they are. Errors: the
+// store's.
+func RestockRefund(ctx context.Context, tx store.Tx, f *orderly.Refund) error {
+	if !f.Restock {
+		return nil
+	}
+	for _, it := range f.Items {
+		if _, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: f.OrderID, SKU: it.SKU, Restock: it.Quantity}); err != nil {
+			return fmt.Errorf("restock %d of sku %s for refund %s: %w", it.Quantity, it.SKU, f.ID, err)
+		}
+	}
+	return nil
+}
+
+// UnrefundItems gives back the unit counts of refund f, which did not return money (the
+// gateway refused it, or failed it after confirming it): its items become refundable again
+// and the units it restocked, if any, are taken back from available stock (available →
+// sold). restocked says whether f's units went back to stock (confirmed before, or
+// requested before restocks waited for the confirmation: then the reservation's guard
+// refuses to give back refunded units that are still restocked, and they are taken back
+// too). It returns the SKUs whose units could not be taken back because fewer were
+// available (sold again meanwhile): their counts stay, for reconciliation to report
+// (refund_mismatch). Errors: the store's; an error when a guard refuses for another reason.
+func UnrefundItems(ctx context.Context, tx store.Tx, f *orderly.Refund, restocked bool) (kept []string, err error) {
+	for _, it := range f.Items {
+		p := &store.ReservationRefundParams{OrderID: f.OrderID, SKU: it.SKU, Refunded: -it.Quantity}
+		if restocked && f.Restock {
+			p.Restock = -it.Quantity
+		}
+		ok, err := tx.ReservationRefund(ctx, p)
+		if err != nil {
+			return kept, err
+		}
+		if !ok && p.Restock == 0 && f.Restock {
+			p.Restock = -it.Quantity // restocked at request (before restocks waited for the confirmation)
+			if ok, err = tx.ReservationRefund(ctx, p); err != nil {
+				return kept, err
+			}
+		}
+		if ok {
+			continue
+		}
+		if p.Restock == 0 {
+			return kept, fmt.Errorf("give back %d refunded units of sku %s of order %s: guard refused", it.Quantity, it.SKU, f.OrderID)
+		}
+		kept = append(kept, it.SKU)
+	}
+	return kept, nil
 }
 
 // OrderRefunds implements orderly.RefundService.
@@ -300,8 +354,9 @@ func refundPayment(ctx context.Context, tx store.Tx, b *EffectBatch) error {
 // refundRestInTx requests, in tx, a refund of what is left of order o's captured amount:
 // the amount is added to refunded_amount (guarded: the order is in one of states and the
 // total stays within the amount), every unit bought and not refunded yet is counted as
-// refunded and restocked, and the refund row (requested) and its refund.execute message are
-// written. It returns nil, nil when nothing is left to refund.
+// refunded (restocked when the gateway confirms the refund), and the refund row
+// (requested, restock) and its refund.execute message are written. It returns nil, nil
+// when nothing is left to refund.
 func refundRestInTx(ctx context.Context, tx store.Tx, o *orderly.Order, states []orderly.State, reason string, now time.Time) (*orderly.Refund, error) {
 	rest := o.Amount - o.RefundedAmount
 	if rest <= 0 {
@@ -327,7 +382,7 @@ func refundRestInTx(ctx context.Context, tx store.Tx, o *orderly.Order, states [
 			items = append(items, orderly.RefundItem{SKU: r.SKU, Quantity: r.Quantity - r.Refunded})
 		}
 	}
-	if err := refundItems(ctx, tx, o.ID, items, true); err != nil {
+	if err := refundItems(ctx, tx, o.ID, items); err != nil {
 		return nil, err
 	}
 	id, err := NewID()

@@ -28,16 +28,22 @@ import (
 //     confirmed (as the outbox refund handlers' Apply does) or failed (its amount becomes
 //     refundable again); a repeat of either, or a refund unknown to orderly (made at the
 //     provider's dashboard), changes nothing. A failure of a refund orderly already
-//     recorded as succeeded is logged at error: money orderly believes returned was not.
+//     recorded as succeeded (Stripe's refund.updated with status failed) reverses it
+//     (reverseRefundTx): the refund becomes failed, refund.reversed is written and counted
+//     in orderly_refund_reversals_total{channel,outcome}; the order's amount and items
+//     become refundable again and restocked units are taken back, or, for an order already
+//     refunded, the money owed becomes a reconciliation finding (refund_mismatch).
 //
 // Errors: those of HandleCallback for the payment kinds; transient store errors. Nothing
 // is recorded on error.
 func (s *Service) HandleNotification(ctx context.Context, n *channel.Notification) (*orderly.CallbackResult, error) {
 	var (
-		res *orderly.CallbackResult
-		cb  *orderly.Callback
+		res      *orderly.CallbackResult
+		cb       *orderly.Callback
+		reversal string // the outcome of a refund reversal, counted once committed
 	)
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		reversal = ""
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -65,7 +71,7 @@ func (s *Service) HandleNotification(ctx context.Context, n *channel.Notificatio
 			res, err = s.applyCallback(ctx, tx, cb, n.Channel)
 			return err
 		case channel.RefundSucceeded, channel.RefundFailed:
-			res.Applied, err = s.applyRefundNotification(ctx, tx, n)
+			res.Applied, reversal, err = s.applyRefundNotification(ctx, tx, n)
 			return err
 		}
 		return nil
@@ -74,6 +80,9 @@ func (s *Service) HandleNotification(ctx context.Context, n *channel.Notificatio
 		res, err = s.callbackDone(ctx, cb, res, err)
 	} else if err == nil && res.Applied {
 		s.cfg.WakeRelay()
+	}
+	if err == nil && reversal != "" {
+		s.cfg.Metrics.RefundReversals.WithLabelValues(n.Channel, reversal).Inc()
 	}
 	result := "recorded"
 	var r *refusal
@@ -94,42 +103,46 @@ func (s *Service) HandleNotification(ctx context.Context, n *channel.Notificatio
 }
 
 // applyRefundNotification confirms or fails the refund n names; applied is false for a
-// repeat or a refund orderly does not know.
-func (s *Service) applyRefundNotification(ctx context.Context, tx store.Tx, n *channel.Notification) (bool, error) {
+// repeat or a refund orderly does not know. reversal is the outcome of the reversal of a
+// refund confirmed before (reverseRefundTx), "" otherwise.
+func (s *Service) applyRefundNotification(ctx context.Context, tx store.Tx, n *channel.Notification) (applied bool, reversal string, err error) {
 	if paymentID, ok := strings.CutPrefix(n.RefundID, PaymentRefundKey("")); ok {
 		p, err := tx.PaymentGet(ctx, paymentID)
 		if orderly.ErrorCode(err) == orderly.ENOTFOUND {
-			return false, nil
+			return false, "", nil
 		} else if err != nil {
-			return false, err
+			return false, "", err
 		}
 		if n.Kind == channel.RefundFailed {
 			s.cfg.Logger.ErrorContext(ctx, "the provider failed the refund of a whole payment; the money was not returned",
 				"channel", n.Channel, "payment_id", p.ID, "order_id", p.OrderID, "state", p.State, "event_id", n.EventID)
-			return false, nil
+			return false, "", nil
 		}
-		return s.confirmPaymentRefund(ctx, tx, &orderly.PaymentRef{PaymentID: p.ID, OrderID: p.OrderID, Amount: p.Amount,
+		applied, err := s.confirmPaymentRefund(ctx, tx, &orderly.PaymentRef{PaymentID: p.ID, OrderID: p.OrderID, Amount: p.Amount,
 			ChannelTxnID: p.ChannelTxnID})
+		return applied, "", err
 	}
 	f, err := tx.RefundGet(ctx, n.RefundID)
 	if n.RefundID == "" || orderly.ErrorCode(err) == orderly.ENOTFOUND {
 		s.cfg.Logger.InfoContext(ctx, "a refund orderly did not make; recorded, nothing changed",
 			"channel", n.Channel, "event_id", n.EventID, "payment_id", n.PaymentID, "amount", n.Amount)
-		return false, nil
+		return false, "", nil
 	} else if err != nil {
-		return false, err
+		return false, "", err
 	}
 	ref := &orderly.RefundRef{RefundID: f.ID, OrderID: f.OrderID, PaymentID: f.PaymentID, Amount: f.Amount, Currency: f.Currency}
 	if n.Kind == channel.RefundFailed {
 		if f.State == orderly.RefundSucceeded {
-			s.cfg.Logger.ErrorContext(ctx, "the provider failed a refund orderly recorded as succeeded; the money was not returned",
+			s.cfg.Logger.WarnContext(ctx, "the provider failed a refund orderly recorded as succeeded; the money was not returned",
 				"channel", n.Channel, "refund_id", f.ID, "order_id", f.OrderID, "amount", f.Amount, "event_id", n.EventID)
-			return false, nil
+			reversal, err := s.reverseRefundTx(ctx, tx, f, n.Channel)
+			return err == nil && reversal != "", reversal, err
 		}
-		return s.failRefundTx(ctx, tx, ref, "refund failed at "+n.Channel)
+		applied, err := s.failRefundTx(ctx, tx, ref, "refund failed at "+n.Channel)
+		return applied, "", err
 	}
 	if f.State != orderly.RefundRequested {
-		return false, nil
+		return false, "", nil
 	}
-	return true, s.completeRefund(ctx, tx, ref)
+	return true, "", s.completeRefund(ctx, tx, ref)
 }

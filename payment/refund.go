@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/order"
@@ -17,10 +18,14 @@ import (
 //   - Call asks the gateway to refund, with the refund id as idempotency key, so a message
 //     delivered again (a crash between the call and the commit, a failed Apply) never
 //     refunds twice. A refusal by the gateway (an *orderly.Error) marks the refund failed
-//     in its own transaction — its amount and item counts become refundable again; stock it
-//     restocked stays restocked, the goods are back — and writes refund.failed.
-//   - Apply marks the refund succeeded (guarded requested → succeeded, so once) and moves
-//     the order through the flow with an audit row: when the succeeded refunds add up to
+//     in its own transaction — its amount and item counts become refundable again; stock
+//     never moved for it — and writes refund.failed. Any other error leaves the outcome
+//     unknown: the refund stays requested (its units counted, not restocked) and the relay
+//     asks again with the same idempotency key.
+//   - Apply marks the refund succeeded (guarded requested → succeeded, so once), puts its
+//     units back in stock when it asks for a restock (order.RestockRefund: goods returned
+//     are restocked when the refund is confirmed), and moves the order through the flow
+//     with an audit row: when the succeeded refunds add up to
 //     the captured amount, refunding --refund_complete--> refunded with pay_status refunded
 //     and an order.refunded event; otherwise --partial_refund--> the same state with
 //     pay_status partially_refunded. It writes refund.succeeded.
@@ -61,7 +66,8 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 	}
 }
 
-// completeRefund records the gateway's confirmation of one refund; a repeat is a no-op.
+// completeRefund records the gateway's confirmation of one refund and restocks its units
+// when it asks for it; a repeat is a no-op.
 func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.RefundRef) error {
 	now, err := tx.Now(ctx)
 	if err != nil {
@@ -72,6 +78,13 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 	})
 	if err != nil || !ok {
 		return err // !ok: confirmed before, or refused (failRefund)
+	}
+	f, err := tx.RefundGet(ctx, ref.RefundID)
+	if err != nil {
+		return err
+	}
+	if err := order.RestockRefund(ctx, tx, f); err != nil {
+		return err
 	}
 	o, err := tx.OrderGet(ctx, ref.OrderID)
 	if err != nil {
@@ -144,7 +157,8 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 
 // failRefund records a refund the gateway refused, in its own transaction: the refund
 // becomes failed, its amount leaves the order's refunded_amount and its items their
-// reservations' refunded counts (restocked units stay restocked). A repeat is a no-op.
+// reservations' refunded counts (stock never moved for a refund not confirmed). A repeat
+// is a no-op.
 func (s *Service) failRefund(ctx context.Context, ref *orderly.RefundRef, reason string) error {
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		_, err := s.failRefundTx(ctx, tx, ref, reason)
@@ -186,12 +200,12 @@ func (s *Service) failRefundTx(ctx context.Context, tx store.Tx, ref *orderly.Re
 	} else if !ok {
 		return true, fmt.Errorf("give back %d of order %s: refunded amount guard refused", f.Amount, f.OrderID)
 	}
-	for _, it := range f.Items {
-		if ok, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: f.OrderID, SKU: it.SKU, Refunded: -it.Quantity}); err != nil {
-			return true, err
-		} else if !ok {
-			return true, fmt.Errorf("give back %d refunded units of sku %s of order %s: guard refused", it.Quantity, it.SKU, f.OrderID)
-		}
+	kept, err := order.UnrefundItems(ctx, tx, f, false)
+	if err != nil {
+		return true, err
+	} else if len(kept) > 0 {
+		s.cfg.Logger.ErrorContext(ctx, "a failed refund's units were restocked and sold again; they stay counted as refunded",
+			"refund_id", f.ID, "order_id", f.OrderID, "skus", kept)
 	}
 	failedRef := *ref // the command's payload stays as it was
 	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicRefundFailed, f.OrderID, &failedRef, now)
@@ -199,4 +213,94 @@ func (s *Service) failRefundTx(ctx context.Context, tx store.Tx, ref *orderly.Re
 		return true, err
 	}
 	return true, tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev})
+}
+
+// Outcomes of a refund reversal (orderly_refund_reversals_total{outcome}).
+const (
+	ReversalGivenBack    = "given_back"    // the order's amount and items are refundable again
+	ReversalOperatorTask = "operator_task" // the order was refunded (terminal): reconciliation reports the money owed
+)
+
+// reverseRefundTx records, in tx, that the provider failed refund f after it had confirmed
+// it (Stripe: a refund.updated with status failed after succeeded; the money did not reach
+// the buyer). The refund goes succeeded → failed (guarded, so once; fail_reason says it
+// was reversed) and a refund.reversed event is written. Then:
+//   - when the order may still be refunded (order.RefundStates of its flow: paid, shipped,
+//     completed, refunding), the refund is given back as a refused one would be: its amount
+//     leaves refunded_amount, its items their refunded counts, the units it restocked are
+//     taken back from available stock (available → sold; units sold again meanwhile stay
+//     counted, logged and reported by reconciliation as refund_mismatch), and pay_status
+//     follows the refunds still succeeded (partially_refunded or paid, audit event
+//     refund_reversed);
+//   - when the order is refunded, a terminal state of every flow, nothing else changes: the
+//     money owed to the buyer is an operator task, reported by reconciliation
+//     (refund_mismatch: pay_status refunded while the succeeded refunds fall short) and
+//     logged at error.
+//
+// It returns the outcome (ReversalGivenBack, ReversalOperatorTask) and "" when the refund
+// was not succeeded (a repeat).
+func (s *Service) reverseRefundTx(ctx context.Context, tx store.Tx, f *orderly.Refund, channelName string) (string, error) {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return "", err
+	}
+	ok, err := tx.RefundSetState(ctx, &store.RefundSetStateParams{
+		ID: f.ID, From: orderly.RefundSucceeded, To: orderly.RefundFailed, CompletedAt: now,
+		FailReason: "reversed: " + channelName + " failed the refund after confirming it",
+	})
+	if err != nil || !ok {
+		return "", err
+	}
+	o, err := tx.OrderGet(ctx, f.OrderID)
+	if err != nil {
+		return "", err
+	}
+	flow, err := s.cfg.Machine.Flow(o.Flow)
+	if err != nil {
+		return "", err
+	}
+	ref := order.RefundRef(f)
+	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicRefundReversed, f.OrderID, &ref, now) // the order's next event sequence
+	if err != nil {
+		return "", err
+	}
+	if err := tx.OutboxInsert(ctx, []*store.OutboxInsertParams{ev}); err != nil {
+		return "", err
+	}
+	states := order.RefundStates(flow)
+	if !slices.Contains(states, o.State) {
+		s.cfg.Logger.ErrorContext(ctx, "the provider failed a refund of an order already refunded; the money is owed to the buyer (operator task)",
+			"channel", channelName, "refund_id", f.ID, "order_id", f.OrderID, "state", o.State, "amount", f.Amount)
+		return ReversalOperatorTask, nil
+	}
+	if ok, err := tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: f.OrderID, Delta: -f.Amount, States: states}); err != nil {
+		return "", err
+	} else if !ok {
+		return "", fmt.Errorf("give back %d of order %s: refunded amount guard refused", f.Amount, f.OrderID)
+	}
+	kept, err := order.UnrefundItems(ctx, tx, f, true)
+	if err != nil {
+		return "", err
+	} else if len(kept) > 0 {
+		s.cfg.Logger.ErrorContext(ctx, "a reversed refund's units were sold again; they stay counted as refunded and restocked",
+			"refund_id", f.ID, "order_id", f.OrderID, "skus", kept)
+	}
+	refunds, err := tx.RefundList(ctx, o.ID)
+	if err != nil {
+		return "", err
+	}
+	want := orderly.PayPaid
+	for _, g := range refunds {
+		if g.State == orderly.RefundSucceeded {
+			want = orderly.PayPartiallyRefunded
+		}
+	}
+	if o.PayStatus != want {
+		if _, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{ID: o.ID, State: o.State,
+			From: []orderly.PayStatus{o.PayStatus}, To: want, Event: orderly.EventRefundReversed,
+			Cause: "refund " + f.ID + " reversed by " + channelName, Actor: "gateway", Now: now}); err != nil {
+			return "", err
+		}
+	}
+	return ReversalGivenBack, nil
 }

@@ -209,8 +209,9 @@ func TestRefundRefused(t *testing.T) {
 	}
 }
 
-// TestRefundRestock: only restocked items go back to available stock, at most the units
-// bought per SKU; refunded items without restock stay sold.
+// TestRefundRestock: only restocked items go back to available stock, when the gateway
+// confirms their refund, at most the units bought per SKU; refunded items without restock
+// stay sold.
 func TestRefundRestock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -225,6 +226,8 @@ func TestRefundRestock(t *testing.T) {
 	stock("A", 7, 3)
 	stock("B", 8, 2)
 	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 1000, Restock: true, Items: []orderly.RefundItem{{SKU: "A", Quantity: 2}}})
+	stock("A", 7, 3) // requested: back in stock once the gateway confirms
+	e.Drain(t)
 	stock("A", 9, 1)
 	stock("B", 8, 2)
 	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 700, Items: []orderly.RefundItem{{SKU: "B", Quantity: 1}}})
@@ -236,8 +239,9 @@ func TestRefundRestock(t *testing.T) {
 	}
 	stock("A", 9, 1) // the refused refund's A line rolled back with it
 	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 100, Restock: true, Items: []orderly.RefundItem{{SKU: "A", Quantity: 1}}})
-	stock("A", 10, 0)
+	stock("A", 9, 1)
 	e.Drain(t)
+	stock("A", 10, 0)
 	wantOrder(t, e, o.ID, orderly.StatePaid, orderly.PayPartiallyRefunded, 1800)
 	wantVerified(t, e)
 }

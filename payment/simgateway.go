@@ -29,6 +29,8 @@ type SimGateway struct {
 	holdKeys map[string]simHoldKey
 	timeouts map[GatewayOp]int
 	now      func() time.Time
+	// refusals: payment id → why every refund of it is refused (RefuseRefunds).
+	refusals map[string]string
 }
 
 type simPayment struct {
@@ -66,6 +68,8 @@ type GatewayCall struct {
 	// Replay is true for a refund whose idempotency key an earlier refund used: the gateway
 	// answered as before and moved no money.
 	Replay bool `json:"replay,omitempty"`
+	// Refused is true for a refund the gateway refused (RefuseRefunds): no money moved.
+	Refused bool `json:"refused,omitempty"`
 	// At is the gateway's clock (UTC) when the call arrived.
 	At time.Time `json:"at"`
 }
@@ -149,6 +153,10 @@ func (g *SimGateway) RefundWithKey(_ context.Context, paymentID, key string, amo
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	prev, replay := g.refunds[key]
+	if reason, ok := g.refusals[paymentID]; ok && !replay {
+		g.record(GatewayCall{Op: GatewayRefund, PaymentID: paymentID, Amount: amount, IdempotencyKey: key, Refused: true})
+		return orderly.Errorf(orderly.EILLEGAL, "%s", reason)
+	}
 	g.record(GatewayCall{Op: GatewayRefund, PaymentID: paymentID, Amount: amount, IdempotencyKey: key, Replay: replay})
 	if replay {
 		if prev != amount {
@@ -164,6 +172,23 @@ func (g *SimGateway) RefundWithKey(_ context.Context, paymentID, key string, amo
 	}
 	p.refunded += amount
 	return nil
+}
+
+// RefuseRefunds makes the gateway refuse every later refund of a payment with reason (an
+// *orderly.Error, EILLEGAL: a refusal, not an unknown outcome), as a provider does for a
+// trade it no longer refunds (Alipay's TRADE_FINISHED, a refund window that closed); no
+// money moves. reason "" accepts its refunds again. A test and demo tool.
+func (g *SimGateway) RefuseRefunds(paymentID, reason string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if reason == "" {
+		delete(g.refusals, paymentID)
+		return
+	}
+	if g.refusals == nil {
+		g.refusals = map[string]string{}
+	}
+	g.refusals[paymentID] = reason
 }
 
 // Capture marks a pending attempt captured with the given channel transaction id and
@@ -197,13 +222,13 @@ func (g *SimGateway) Ledger() []GatewayCall {
 	return append([]GatewayCall(nil), g.ledger...)
 }
 
-// Refunds returns the refunds of a payment that moved money (replays excluded), in order.
+// Refunds returns the refunds of a payment that moved money (replays and refusals excluded), in order.
 func (g *SimGateway) Refunds(paymentID string) []GatewayCall {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []GatewayCall
 	for _, c := range g.ledger {
-		if c.Op == GatewayRefund && c.PaymentID == paymentID && !c.Replay {
+		if c.Op == GatewayRefund && c.PaymentID == paymentID && !c.Replay && !c.Refused {
 			out = append(out, c)
 		}
 	}

@@ -17,6 +17,7 @@ func builtinChecks() []Check {
 		{Kind: KindClosedHolds, Scan: scanClosedHolds, Order: orderClosedHolds, Repair: repairClosedHolds},
 		{Kind: KindPaidUnbacked, Scan: scanPaidUnbacked, Order: orderPaidUnbacked},
 		{Kind: KindStockMismatch, Scan: scanStock, Order: orderStock, Repair: repairStock},
+		{Kind: KindRefundMismatch, Scan: scanRefunds, Order: orderRefunds},
 		{Kind: KindOverdueOrder, Scan: scanOverdue, Order: orderOverdue, Repair: repairOverdue},
 		{Kind: KindOutboxDead, Scan: scanOutboxDead, Order: orderOutbox(KindOutboxDead)},
 		{Kind: KindOutboxStuck, Scan: scanOutboxStuck, Order: orderOutbox(KindOutboxStuck)},

@@ -104,6 +104,7 @@ type Snapshot struct {
 	Coupon       *orderly.Coupon // nil without one
 	Messages     []*orderly.Message
 	Stock        []*store.StockLedger // of the order's SKUs
+	Refunds      []*orderly.Refund    // oldest first
 }
 
 // Check is one kind of cross-check: a full scan, its per-order form and its repair.

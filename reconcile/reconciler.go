@@ -296,6 +296,9 @@ func snapshot(ctx context.Context, tx store.Tx, orderID string) (*Snapshot, erro
 	if s.Messages, err = tx.OutboxKeyUndelivered(ctx, orderID, 100); err != nil {
 		return nil, err
 	}
+	if s.Refunds, err = tx.RefundList(ctx, orderID); err != nil {
+		return nil, err
+	}
 	for _, res := range s.Reservations {
 		l, err := tx.StockLedgerGet(ctx, res.SKU)
 		if err != nil {

@@ -143,11 +143,13 @@ func (r *standardFlow) refreshRefunds(ctx context.Context, t *tracked) bool {
 	return !slices.ContainsFunc(fs, func(f *orderly.Refund) bool { return f.State == orderly.RefundRequested })
 }
 
-// restocked returns the units of sku that the order's refunds returned to stock.
+// restocked returns the units of sku that the order's refunds returned to stock: those of
+// restocking refunds that succeeded (units go back when the gateway confirms the refund;
+// a failed one returned none).
 func (t *tracked) restocked(sku string) int64 {
 	var n int64
 	for _, f := range t.finalRefunds {
-		if !f.Restock {
+		if !f.Restock || f.State != orderly.RefundSucceeded {
 			continue
 		}
 		for _, it := range f.Items {

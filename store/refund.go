@@ -31,9 +31,14 @@ type RefundTx interface {
 	OrderAddRefunded(ctx context.Context, params *OrderAddRefundedParams) (bool, error)
 	// ReservationRefund counts units of an order's sold (committed) reservation of SKU as
 	// refunded (Refunded, negative to give them back) and moves Restock units from sold
-	// to available stock, guarded: refunded and restocked stay within 0 … quantity. It
-	// reports whether the reservation changed; stock moves only when it did.
+	// to available stock (negative: from available back to sold, guarded by the units
+	// available), guarded: 0 <= restocked <= refunded <= quantity, so no unit is restocked
+	// without a refund counting it. It reports whether it changed anything: false leaves
+	// the reservation and the stock as they were.
 	ReservationRefund(ctx context.Context, params *ReservationRefundParams) (bool, error)
+	// RefundOrderIDs returns up to limit ids of orders that have refunds, > afterOrderID,
+	// by id (the keyset of reconciliation's refund check).
+	RefundOrderIDs(ctx context.Context, afterOrderID string, limit int) ([]string, error)
 }
 
 // RefundInsertParams is the input of Tx.RefundInsert.
@@ -64,5 +69,5 @@ type ReservationRefundParams struct {
 	OrderID  string
 	SKU      string
 	Refunded int64 // units to count as refunded; negative gives them back
-	Restock  int64 // units to move from sold to available, >= 0
+	Restock  int64 // units to move from sold to available; negative takes them back
 }

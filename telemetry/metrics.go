@@ -97,6 +97,11 @@ type Metrics struct {
 	// WebhookDeliveries counts merchant webhook delivery attempts by outcome (delivered,
 	// failed, dropped: the subscriber was deleted).
 	WebhookDeliveries *prometheus.CounterVec
+	// RefundReversals counts refunds a provider failed after it had confirmed them (a Stripe
+	// refund.updated with status failed), by channel and outcome: given_back (the order's
+	// amount and items are refundable again) or operator_task (the order was already
+	// refunded, a terminal state: reconciliation reports refund_mismatch, money owed).
+	RefundReversals *prometheus.CounterVec
 }
 
 // latencyBuckets are 1 ms … 60 s.
@@ -204,6 +209,9 @@ func NewMetrics() *Metrics {
 		WebhookDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_webhook_deliveries_total", Help: "Merchant webhook delivery attempts, by outcome.",
 		}, []string{"outcome"}),
+		RefundReversals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_refund_reversals_total", Help: "Refunds a provider failed after confirming them, by channel and outcome.",
+		}, []string{"channel", "outcome"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -213,6 +221,7 @@ func NewMetrics() *Metrics {
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
 		m.GatewayLatency, m.GatewayErrors, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
+		m.RefundReversals,
 	)
 	return m
 }

@@ -39,7 +39,10 @@ func succeededRefunds(refunds []*orderly.Refund) int64 {
 //   - pay_status says what the gateway confirmed: paid with none, partially_refunded with
 //     part, refunded (and state refunded) with all of it;
 //   - per SKU, the units of refunds not failed are the reservation's refunded count and the
-//     units of restocking refunds its restocked count, neither beyond the units bought.
+//     units of succeeded restocking refunds its restocked count (units go back to stock when
+//     the gateway confirms their refund), restocked never beyond refunded nor refunded beyond
+//     the units bought: a unit restocked without a refund counting it is a phantom unit in
+//     stock (a refused refund that kept its restock).
 func (c *checker) checkRefunds(o *orderly.Order, payments []*orderly.Payment, refunds []*orderly.Refund, reservations []*orderly.Reservation) {
 	if len(refunds) == 0 && o.RefundedAmount == 0 {
 		return
@@ -70,7 +73,7 @@ func (c *checker) checkRefunds(o *orderly.Order, payments []*orderly.Payment, re
 		if f.State == orderly.RefundSucceeded {
 			succeeded += f.Amount
 		}
-		if f.Restock {
+		if f.Restock && f.State == orderly.RefundSucceeded {
 			for _, it := range f.Items {
 				restockedUnits[it.SKU] += it.Quantity
 			}
@@ -108,8 +111,9 @@ func (c *checker) checkRefunds(o *orderly.Order, payments []*orderly.Payment, re
 			c.violate("I4", "order %s sku %s: reservation counts %d refunded, %d restocked; its refunds say %d, %d",
 				o.ID, sku, r.Refunded, r.Restocked, refundedUnits[sku], restockedUnits[sku])
 		}
-		if r.Refunded > r.Quantity || r.Restocked > r.Quantity {
-			c.violate("I4", "order %s sku %s: %d refunded and %d restocked of %d bought", o.ID, sku, r.Refunded, r.Restocked, r.Quantity)
+		if r.Refunded > r.Quantity || r.Restocked > r.Refunded {
+			c.violate("I4", "order %s sku %s: %d restocked, %d refunded, %d bought: restocked <= refunded <= bought does not hold",
+				o.ID, sku, r.Restocked, r.Refunded, r.Quantity)
 		}
 	}
 	for _, sku := range sortedKeys(refundedUnits) {

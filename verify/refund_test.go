@@ -2,6 +2,9 @@ package verify_test
 
 import (
 	"context"
+	"database/sql"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -32,7 +35,7 @@ func addRefund(t *testing.T, tx store.Tx, r refundOpts) {
 	}
 	for _, it := range r.Items {
 		q := int64(0)
-		if r.Restock {
+		if r.Restock && r.State == orderly.RefundSucceeded { // restocked when the gateway confirms
 			q = it.Quantity
 		}
 		if !must(tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: r.OrderID, SKU: it.SKU, Refunded: it.Quantity, Restock: q})) {
@@ -81,6 +84,18 @@ func TestCheckRefunds(t *testing.T) {
 			check(t, tx.RefundInsert(ctx, &store.RefundInsertParams{Refund: &orderly.Refund{ID: "r-1", OrderID: "o-late",
 				PaymentID: "p-late", Amount: 700, Currency: "USD", State: orderly.RefundRequested, CreatedAt: now}}))
 		}, "I4: order o-late is closed but has 1 refunds (refunded_amount 0)"},
+		{"RequestedRefundRestockedEarly", func(t *testing.T, tx store.Tx) {
+			// A restocking refund still requested whose unit is already back in stock (as
+			// refunds were restocked before the confirmation): a refusal would keep it there.
+			addRefund(t, tx, refundOpts{ID: "r-1", OrderID: "o-paid", PaymentID: "p-paid", Amount: 200,
+				Items: []orderly.RefundItem{{SKU: "SKU-B", Quantity: 1}}, Restock: true})
+			must(tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: "o-paid", SKU: "SKU-B", Restock: 1}))
+		}, "I4: order o-paid sku SKU-B: reservation counts 1 refunded, 1 restocked; its refunds say 1, 0"},
+		{"FailedRefundKeptItsRestock", func(t *testing.T, tx store.Tx) {
+			addRefund(t, tx, refundOpts{ID: "r-1", OrderID: "o-paid", PaymentID: "p-paid", Amount: 200, State: orderly.RefundSucceeded,
+				Items: []orderly.RefundItem{{SKU: "SKU-B", Quantity: 1}}, Restock: true, SkipOrder: true})
+			must(tx.RefundSetState(ctx, &store.RefundSetStateParams{ID: "r-1", From: orderly.RefundSucceeded, To: orderly.RefundFailed, CompletedAt: now}))
+		}, "I4: order o-paid sku SKU-B: reservation counts 1 refunded, 1 restocked; its refunds say 0, 0"},
 		{"ItemCountsDisagree", func(t *testing.T, tx store.Tx) {
 			partial(t, tx)
 			must(tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: "o-paid", SKU: "SKU-A", Refunded: 1}))
@@ -125,4 +140,50 @@ func stockOf(db store.Store, sku string) (s *orderly.Stock, err error) {
 		return err
 	})
 	return s, err
+}
+
+// TestCheckRestockedBeyondRefunded: the figures the fresh-user trial found after two
+// refused refunds of one unit with restock (before restocks waited for the gateway's
+// confirmation): stock 10/0/0 of 10 bought 2, the reservation refunded 0 and restocked 2,
+// both refunds failed. Stock conservation holds (sold = bought − restocked), so only the
+// refund check sees it: restocked beyond refunded, and restocked units no succeeded refund
+// names. The store's guard no longer writes such figures; SQL stands in for an old release.
+func TestCheckRestockedBeyondRefunded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v.db")
+	db := setupAt(t, path)
+	inTx(t, db, func(tx store.Tx) {
+		for _, id := range []string{"r-1", "r-2"} {
+			addRefund(t, tx, refundOpts{ID: id, OrderID: "o-paid", PaymentID: "p-paid", Amount: 200,
+				Items: []orderly.RefundItem{{SKU: "SKU-B", Quantity: 1}}, Restock: true})
+			must(tx.RefundSetState(ctx, &store.RefundSetStateParams{ID: id, From: orderly.RefundRequested, To: orderly.RefundFailed, CompletedAt: now}))
+			must(tx.OrderAddRefunded(ctx, &store.OrderAddRefundedParams{ID: "o-paid", Delta: -200, States: []orderly.State{orderly.StatePaid}}))
+			must(tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: "o-paid", SKU: "SKU-B", Refunded: -1}))
+		}
+	})
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for _, q := range []string{
+		`UPDATE reservations SET restocked = 2 WHERE order_id = 'o-paid' AND sku = 'SKU-B'`,
+		`UPDATE stock SET available = available + 2, sold = sold - 2 WHERE sku = 'SKU-B'`,
+	} {
+		if _, err := raw.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := verify.Check(ctx, db, verify.Options{InitialStock: initialStock, RequireDrained: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"I4: order o-paid sku SKU-B: reservation counts 0 refunded, 2 restocked; its refunds say 0, 0",
+		"I4: order o-paid sku SKU-B: 2 restocked, 0 refunded, 3 bought: restocked <= refunded <= bought does not hold",
+	}
+	if !slices.Equal(rep.Violations, want) {
+		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(rep.Violations, "\n"), strings.Join(want, "\n"))
+	}
 }

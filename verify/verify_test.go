@@ -30,9 +30,15 @@ var initialStock = map[string]int64{"SKU-A": 100, "SKU-B": 50}
 // produces, consistent in every respect.
 func setup(t *testing.T) *sqlstore.DB {
 	t.Helper()
+	return setupAt(t, filepath.Join(t.TempDir(), "v.db"))
+}
+
+// setupAt is setup with the SQLite file at path (for tests that break a figure with SQL).
+func setupAt(t *testing.T, path string) *sqlstore.DB {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sqlstore.Open(ctx, sqlstore.Config{
-		URL: filepath.Join(t.TempDir(), "v.db"),
+		URL: path,
 		Now: func() time.Time { return now },
 	})
 	if err != nil {

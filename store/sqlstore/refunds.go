@@ -26,10 +26,14 @@ var (
 	// new row version, InnoDB reads the latest committed version, SQLite has one writer.
 	qOrderAddRefunded = sqlText(`UPDATE orders SET refunded_amount = refunded_amount + ?
 		WHERE id = ? AND state IN (` + stateIn + `) AND refunded_amount + ? >= 0 AND refunded_amount + ? <= amount`)
+	// qReservationRefund keeps 0 <= restocked <= refunded <= quantity: a unit goes back to
+	// stock only once a refund of it is counted (README.md "Refunds").
 	qReservationRefund = sqlText(`UPDATE reservations SET refunded = refunded + ?, restocked = restocked + ?
 		WHERE order_id = ? AND sku = ? AND state = 'committed'
-		AND refunded + ? >= 0 AND refunded + ? <= quantity AND restocked + ? <= quantity`)
-	qStockRestock = sqlText(`UPDATE stock SET sold = sold - ?, available = available + ? WHERE sku = ? AND sold >= ?`)
+		AND refunded + ? >= 0 AND refunded + ? <= quantity AND restocked + ? >= 0 AND restocked + ? <= refunded + ?`)
+	qStockRestock   = sqlText(`UPDATE stock SET sold = sold - ?, available = available + ? WHERE sku = ? AND sold >= ?`)
+	qStockUnrestock = sqlText(`UPDATE stock SET available = available - ?, sold = sold + ? WHERE sku = ? AND available >= ?`)
+	qRefundOrderIDs = sqlText(`SELECT DISTINCT order_id FROM refunds WHERE order_id > ? ORDER BY order_id LIMIT ?`)
 )
 
 func scanRefund(r rowScanner) (*orderly.Refund, error) {
@@ -123,22 +127,59 @@ func (t *tx) OrderAddRefunded(ctx context.Context, p *store.OrderAddRefundedPara
 	return n == 1, err
 }
 
-// ReservationRefund implements store.Tx.
+// ReservationRefund implements store.Tx. A positive Restock moves the reservation first,
+// then the stock (sold → available); a negative one the stock first (available → sold,
+// guarded by the units available), then the reservation, and puts the stock back if the
+// reservation's guard refuses, so that false always means nothing changed.
 func (t *tx) ReservationRefund(ctx context.Context, p *store.ReservationRefundParams) (bool, error) {
-	if p.Restock < 0 {
-		return false, fmt.Errorf("refund reservation %s/%s: negative restock %d", p.OrderID, p.SKU, p.Restock)
-	}
 	what := "refund reservation " + p.OrderID + "/" + p.SKU
-	n, err := t.exec(ctx, what, qReservationRefund, p.Refunded, p.Restock, p.OrderID, p.SKU,
-		p.Refunded, p.Refunded, p.Restock)
-	if err != nil || n == 0 || p.Restock == 0 {
+	reservation := func() (bool, error) {
+		n, err := t.exec(ctx, what, qReservationRefund, p.Refunded, p.Restock, p.OrderID, p.SKU,
+			p.Refunded, p.Refunded, p.Restock, p.Restock, p.Refunded)
 		return n == 1, err
 	}
-	n, err = t.exec(ctx, "restock "+p.SKU, qStockRestock, p.Restock, p.Restock, p.SKU, p.Restock)
-	if err != nil {
-		return false, err
-	} else if n != 1 {
-		return false, fmt.Errorf("%s: stock of sku %s has fewer than %d sold units", what, p.SKU, p.Restock)
+	if p.Restock >= 0 {
+		ok, err := reservation()
+		if err != nil || !ok || p.Restock == 0 {
+			return ok, err
+		}
+		n, err := t.exec(ctx, "restock "+p.SKU, qStockRestock, p.Restock, p.Restock, p.SKU, p.Restock)
+		if err != nil {
+			return false, err
+		} else if n != 1 {
+			return false, fmt.Errorf("%s: stock of sku %s has fewer than %d sold units", what, p.SKU, p.Restock)
+		}
+		return true, nil
 	}
-	return true, nil
+	units := -p.Restock
+	n, err := t.exec(ctx, "take back "+p.SKU, qStockUnrestock, units, units, p.SKU, units)
+	if err != nil || n != 1 {
+		return false, err // n == 0: fewer units available than to take back (sold again)
+	}
+	ok, err := reservation()
+	if err != nil || ok {
+		return ok, err
+	}
+	if _, err := t.exec(ctx, "restock "+p.SKU, qStockRestock, units, units, p.SKU, units); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// RefundOrderIDs implements store.Tx.
+func (t *tx) RefundOrderIDs(ctx context.Context, afterOrderID string, limit int) ([]string, error) {
+	rows, err := t.query(ctx, qRefundOrderIDs, afterOrderID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("orders with refunds: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("orders with refunds: %w", err)
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
 }

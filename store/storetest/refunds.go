@@ -20,6 +20,8 @@ func testRefunds(t *testing.T, open opener) {
 	t.Run("OrderAddRefunded", func(t *testing.T) { testOrderAddRefunded(t, open) })
 	t.Run("ConcurrentRefundsStayWithinAmount", func(t *testing.T) { testConcurrentRefunds(t, open) })
 	t.Run("ReservationRefund", func(t *testing.T) { testReservationRefund(t, open) })
+	t.Run("RestockFollowsRefund", func(t *testing.T) { testRestockFollowsRefund(t, open) })
+	t.Run("RefundOrderIDs", func(t *testing.T) { testRefundOrderIDs(t, open) })
 	t.Run("Checks", func(t *testing.T) { testRefundChecks(t, open) })
 }
 
@@ -258,6 +260,70 @@ func testReservationRefund(t *testing.T, open opener) {
 	})
 	st := getStock(t, s, "sku-r")
 	equal(t, "conservation of sku-r", st.Available+st.Held+st.Sold, int64(10))
+}
+
+// testRestockFollowsRefund: a unit goes back to stock only while a refund counts it
+// (restocked <= refunded), and a negative restock takes units back from available to sold
+// only while they are available; a refused change moves neither the reservation nor the
+// stock. The restock of a refused refund that was never given back put phantom units in
+// stock (8/0/2 → 9/0/1 → 10/0/0 with refunded 0, restocked 2).
+func testRestockFollowsRefund(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	setStock(t, s, "sku-f", 4)
+	o, _ := paidOrderWithPayment(t, s, []orderly.Item{{SKU: "sku-f", Quantity: 2, UnitPrice: 100}})
+	reserve(t, s, o.ID, "sku-f", 2)
+	write(t, s, func(tx store.Tx) ([]*orderly.Reservation, error) { return tx.ReservationsCommit(t.Context(), o.ID, t0) })
+	refund := func(refunded, restock int64) bool {
+		return write(t, s, func(tx store.Tx) (bool, error) {
+			return tx.ReservationRefund(t.Context(), &store.ReservationRefundParams{OrderID: o.ID, SKU: "sku-f", Refunded: refunded, Restock: restock})
+		})
+	}
+	want := func(name string, refunded, restocked, available, sold int64) {
+		t.Helper()
+		equal(t, name+": reservation", reservations(t, s, o.ID), []*orderly.Reservation{
+			{OrderID: o.ID, SKU: "sku-f", Quantity: 2, State: orderly.ReservationCommitted, Refunded: refunded, Restocked: restocked}})
+		equal(t, name+": stock", getStock(t, s, "sku-f"), &orderly.Stock{SKU: "sku-f", Available: available, Sold: sold})
+	}
+	want("sold", 0, 0, 2, 2)
+	equal(t, "restock a unit no refund counts", refund(0, 1), false)
+	want("refused restock", 0, 0, 2, 2)
+	equal(t, "count 1 refunded", refund(1, 0), true)
+	equal(t, "restock 2 with 1 refunded", refund(0, 2), false)
+	equal(t, "restock the refunded one", refund(0, 1), true)
+	want("one refunded and restocked", 1, 1, 3, 1)
+	equal(t, "give back the refunded unit while it is restocked", refund(-1, 0), false)
+	want("refused give-back", 1, 1, 3, 1)
+	equal(t, "take back more than restocked", refund(-1, -2), false)
+	want("refused take-back", 1, 1, 3, 1)
+	equal(t, "give back and take back the unit", refund(-1, -1), true)
+	want("taken back", 0, 0, 2, 2)
+
+	// The restocked unit was sold again: nothing is left to take back, nothing changes.
+	equal(t, "refund and restock both", refund(2, 2), true)
+	want("both restocked", 2, 2, 4, 0)
+	setStock(t, s, "sku-f", 1)
+	equal(t, "take back 2 with 1 available", refund(-2, -2), false)
+	equal(t, "after a refused take-back", reservations(t, s, o.ID)[0].Restocked, int64(2))
+	equal(t, "stock after a refused take-back", getStock(t, s, "sku-f").Available, int64(1))
+}
+
+// testRefundOrderIDs: the ids of orders with refunds, once each, by id, after a keyset.
+func testRefundOrderIDs(t *testing.T, open opener) {
+	_, s := setup(t, open)
+	a, pa := paidOrderWithPayment(t, s, nil)
+	b, _ := paidOrderWithPayment(t, s, nil)
+	c, pc := paidOrderWithPayment(t, s, nil)
+	for _, f := range []*orderly.Refund{newRefund(a, pa, 100), newRefund(a, pa, 200), newRefund(c, pc, 300)} {
+		inTx(t, s, func(tx store.Tx) error { return tx.RefundInsert(t.Context(), &store.RefundInsertParams{Refund: f}) })
+	}
+	ids := func(after string, limit int) []string {
+		return write(t, s, func(tx store.Tx) ([]string, error) { return tx.RefundOrderIDs(t.Context(), after, limit) })
+	}
+	_ = b // an order without refunds is not listed
+	equal(t, "all", ids("", 10), []string{a.ID, c.ID})
+	equal(t, "first page", ids("", 1), []string{a.ID})
+	equal(t, "after the first", ids(a.ID, 10), []string{c.ID})
+	equal(t, "after the last", ids(c.ID, 10), []string(nil))
 }
 
 func testRefundChecks(t *testing.T, open opener) {

@@ -59,6 +59,7 @@ type Refund struct {
 	Amount        int64             `json:"amount"`
 	Currency      string            `json:"currency"`
 	Status        string            `json:"status"`
+	FailureReason string            `json:"failure_reason,omitempty"`
 	PaymentIntent string            `json:"payment_intent"`
 	Metadata      map[string]string `json:"metadata"`
 }
@@ -374,6 +375,22 @@ func (s *Server) RefundEvent(paymentID string) [][]byte {
 		}
 	}
 	return out
+}
+
+// FailRefund fails the refund whose metadata[key] is value (orderly's refund id under
+// "refund_id"), as Stripe does when the bank returns a refund after it succeeded: status
+// failed with failure_reason, and returns its refund.updated event. ok=false when there is
+// no such refund.
+func (s *Server) FailRefund(key, value, reason string) (event []byte, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.refunds {
+		if f.Metadata[key] == value {
+			f.Status, f.FailureReason = "failed", reason
+			return s.event("refund.updated", *f), true
+		}
+	}
+	return nil, false
 }
 
 // event returns an event of type typ about obj, as Stripe serialises it.
