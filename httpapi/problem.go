@@ -97,7 +97,8 @@ const unavailableDetail = "the request could not be served in time; nothing was 
 //
 // An internal error caused by the request's own deadline (RequestTimeout) is answered as
 // EUNAVAILABLE: what timed out was rolled back, and the client should retry. EUNAVAILABLE
-// answers are logged at warn, since they mean lock waits or an overloaded database.
+// answers are logged at warn: lock waits, an overloaded database, or work in progress (a
+// wallet checkout waiting for its retry).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := orderly.ErrorCode(err)
 	if code == orderly.EINTERNAL && errors.Is(err, context.DeadlineExceeded) &&
@@ -105,7 +106,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		err, code = fmt.Errorf("%w: %w", orderly.Errorf(orderly.EUNAVAILABLE, unavailableDetail), err), orderly.EUNAVAILABLE
 	}
 	if code == orderly.EUNAVAILABLE {
-		s.logger.WarnContext(r.Context(), "http request not served in time",
+		s.logger.WarnContext(r.Context(), "http request answered 503 unavailable (retry later)",
 			"method", r.Method, "path", r.URL.Path, "trace_id", TraceIDFromContext(r.Context()), "error", err)
 	}
 	if _, ok := problemKinds[code]; !ok || code == orderly.EINTERNAL {

@@ -384,7 +384,7 @@ func TestRequestDeadline(t *testing.T) {
 			if got := rec.Header().Get("Retry-After"); got != "1" {
 				t.Errorf("Retry-After = %q, want 1", got)
 			}
-			if logs := f.logs.String(); !strings.Contains(logs, "level=WARN msg=\"http request not served in time\"") ||
+			if logs := f.logs.String(); !strings.Contains(logs, "level=WARN msg=\"http request answered 503 unavailable (retry later)\"") ||
 				strings.Contains(logs, "level=ERROR") {
 				t.Errorf("logs: %s", logs)
 			}
