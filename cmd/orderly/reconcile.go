@@ -111,8 +111,13 @@ func readStatement(path string) ([]reconcile.StatementLine, error) {
 func printFindings(w io.Writer, rep *reconcile.Report) {
 	for _, f := range rep.Findings {
 		what := f.OrderID
-		if f.SKU != "" {
+		switch {
+		case f.SKU != "":
 			what = "sku " + f.SKU
+		case what == "" && f.Target != "":
+			what = f.Target // a transaction, a hold, an account, a message id
+		case what == "":
+			what = "-"
 		}
 		state, detail := "found", f.Detail
 		switch {
