@@ -174,7 +174,8 @@ func (c *client) do(ctx context.Context, method, path string, body any, header h
 // growing pause each time every target failed, until one answers or retryFor has passed
 // since the first try and every target was tried once after the first failure (a try may
 // have waited long on a server that then died). An answer ends it, but for a 409 conflict
-// (a row changed concurrently, nothing was done), which the server asks to retry: it is
+// (a row changed concurrently, nothing was done) or payment-started-concurrently (another
+// start of the order's payment overlapped, nothing was done), which ask to retry: it is
 // sent again up to maxConflictRetries times; and but for a 503 (the server's database
 // restarted, ended the session or is busy), which is sent again like a request that got
 // no answer. Any other answer is the caller's to judge.
@@ -209,7 +210,8 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 			return ambiguous, err
 		}
 		he.Tries, he.earlier, he.First, he.Elapsed = try, earlier, first, time.Since(first)
-		if he.Status == http.StatusConflict && he.code() == orderly.ECONFLICT && conflicts < maxConflictRetries && ctx.Err() == nil {
+		if he.Status == http.StatusConflict && (he.code() == orderly.ECONFLICT || he.code() == orderly.EPAYMENTRACE) &&
+			conflicts < maxConflictRetries && ctx.Err() == nil {
 			conflicts++
 			if sleepUntil(ctx, time.Now().Add(conflictPause<<(conflicts-1))) != nil {
 				return ambiguous, err

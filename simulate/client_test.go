@@ -317,6 +317,9 @@ func TestClientConflict(t *testing.T) {
 	}{
 		{name: "conflict then success", conflicts: 2, code: orderly.ECONFLICT, wantTries: 3},
 		{name: "conflict every time", conflicts: 100, code: orderly.ECONFLICT, wantTries: 1 + maxConflictRetries, wantErr: true},
+		// Two payment starts of one order overlapped (a retry after a lost answer raced the
+		// first try): nothing was done, start again (found by a 3-instance run with kills).
+		{name: "payment started concurrently then success", conflicts: 1, code: orderly.EPAYMENTRACE, wantTries: 2},
 		{name: "another 409 is an answer", conflicts: 100, code: orderly.EOUTOFSTOCK, wantTries: 1, wantErr: true},
 	}
 	for _, tt := range tests {
