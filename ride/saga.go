@@ -112,6 +112,21 @@ func (s *Service) load(ctx context.Context, c *saga.Call) (*sagaInput, *orderly.
 	return in, t, err
 }
 
+// loadTx is load for a LocalTx step: the call's input, its trip read in tx and the
+// database's now.
+func loadTx(ctx context.Context, tx store.Tx, c *saga.Call) (*sagaInput, *orderly.Trip, time.Time, error) {
+	in, err := input(c)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	t, err := tx.TripGet(ctx, in.TripID)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	now, err := tx.Now(ctx)
+	return in, t, now, err
+}
+
 // gatewayOutcome classifies a gateway error: a domain refusal is a business failure, the
 // rest (a lost reply, an injected failure) transient.
 func gatewayOutcome(err error) error {
@@ -232,15 +247,7 @@ func (s *Service) fees(paid int64) (platform, driver int64) {
 }
 
 func (s *Service) recordPaid(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	in, err := input(c)
-	if err != nil {
-		return err
-	}
-	t, err := tx.TripGet(ctx, in.TripID)
-	if err != nil {
-		return err
-	}
-	now, err := tx.Now(ctx)
+	in, t, now, err := loadTx(ctx, tx, c)
 	if err != nil {
 		return err
 	}
@@ -332,16 +339,8 @@ func (s *Service) unsettle(ctx context.Context, c *saga.Call) error {
 }
 
 func (s *Service) recordSettled(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	in, err := input(c)
+	in, t, now, err := loadTx(ctx, tx, c)
 	if err != nil || in.Kind != kindFare {
-		return err
-	}
-	t, err := tx.TripGet(ctx, in.TripID)
-	if err != nil {
-		return err
-	}
-	now, err := tx.Now(ctx)
-	if err != nil {
 		return err
 	}
 	if t, err = s.transition(ctx, tx, t, EventSettle, "", now, "saga"); err != nil {
@@ -351,16 +350,8 @@ func (s *Service) recordSettled(ctx context.Context, tx store.Tx, c *saga.Call) 
 }
 
 func (s *Service) refundFailed(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	in, err := input(c)
-	if err != nil {
-		return err
-	}
-	t, err := tx.TripGet(ctx, in.TripID)
+	_, t, now, err := loadTx(ctx, tx, c)
 	if err != nil || t.State != StateRefunding {
-		return err
-	}
-	now, err := tx.Now(ctx)
-	if err != nil {
 		return err
 	}
 	if t, err = s.transition(ctx, tx, t, EventRefundFail, "", now, "saga"); err != nil {
@@ -423,15 +414,7 @@ func (s *Service) refundCard(ctx context.Context, c *saga.Call) error {
 }
 
 func (s *Service) recordRefunded(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	in, err := input(c)
-	if err != nil {
-		return err
-	}
-	t, err := tx.TripGet(ctx, in.TripID)
-	if err != nil {
-		return err
-	}
-	now, err := tx.Now(ctx)
+	_, t, now, err := loadTx(ctx, tx, c)
 	if err != nil {
 		return err
 	}
