@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -101,10 +102,7 @@ func (s *Server) Trade(paymentID string) (Trade, bool) {
 		return Trade{}, false
 	}
 	c := *t
-	c.Refunds = make(map[string]Refund, len(t.Refunds))
-	for k, v := range t.Refunds {
-		c.Refunds[k] = v
-	}
+	c.Refunds = maps.Clone(t.Refunds)
 	return c, true
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -121,10 +122,7 @@ func (s *Server) Order(paymentID string) (Order, bool) {
 		return Order{}, false
 	}
 	c := *o
-	c.Refunds = make(map[string]Refund, len(o.Refunds))
-	for k, v := range o.Refunds {
-		c.Refunds[k] = v
-	}
+	c.Refunds = maps.Clone(o.Refunds)
 	return c, true
 }
 
