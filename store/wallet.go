@@ -76,6 +76,10 @@ type WalletTx interface {
 	WalletHoldNextWakeAt(ctx context.Context) (wakeAt time.Time, ok bool, err error)
 	// WalletHoldsOverdueCount counts pending holds whose wake_at is before before.
 	WalletHoldsOverdueCount(ctx context.Context, before time.Time) (int64, error)
+	// WalletHoldsOverdue returns up to Limit pending holds whose wake_at (their expiry) is
+	// before Before, with id > AfterID, by id (keyset pagination), read through the pending
+	// holds' wake_at index: the reconciliation's scan, which must not read resolved holds.
+	WalletHoldsOverdue(ctx context.Context, params *WalletHoldsOverdueParams) ([]*orderly.WalletHold, error)
 	// WalletHoldList returns up to Limit holds with id > AfterID, by id.
 	WalletHoldList(ctx context.Context, params *ListParams) ([]*orderly.WalletHold, error)
 	// WalletHoldResolutions returns, for up to Limit holds with id > AfterID that have any,
@@ -100,6 +104,13 @@ type WalletLedger struct {
 // Agrees reports whether the account's balances equal its entries' sums.
 func (l *WalletLedger) Agrees() bool {
 	return l.Account.Available == l.LedgerAvailable && l.Account.Held == l.LedgerHeld
+}
+
+// WalletHoldsOverdueParams is the input of Tx.WalletHoldsOverdue.
+type WalletHoldsOverdueParams struct {
+	Before  time.Time
+	AfterID string
+	Limit   int
 }
 
 // WalletHoldResolutions counts the transfers that resolved one hold.

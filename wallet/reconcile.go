@@ -47,13 +47,12 @@ func scanHoldsOverdue(ctx context.Context, r *reconcile.Reconciler, _ time.Time,
 		if err != nil {
 			return 0, after, err
 		}
-		hs, err := tx.WalletHoldList(ctx, &store.ListParams{AfterID: after, Limit: limit})
+		hs, err := tx.WalletHoldsOverdue(ctx, &store.WalletHoldsOverdueParams{Before: now.Add(-r.OverdueTolerance()),
+			AfterID: after, Limit: limit})
 		for _, h := range hs {
-			if h.State == orderly.HoldPending && h.ExpiresAt.Before(now.Add(-r.OverdueTolerance())) {
-				emit(&reconcile.Finding{Kind: KindHoldOverdue, Target: h.ID,
-					Detail: fmt.Sprintf("hold %s of account %s (%d %s) is pending %d ms past its expiry %s",
-						h.ID, h.AccountID, h.Amount, h.Currency, now.Sub(h.ExpiresAt).Milliseconds(), stamp(h.ExpiresAt))})
-			}
+			emit(&reconcile.Finding{Kind: KindHoldOverdue, Target: h.ID,
+				Detail: fmt.Sprintf("hold %s of account %s (%d %s) is pending %d ms past its expiry %s",
+					h.ID, h.AccountID, h.Amount, h.Currency, now.Sub(h.ExpiresAt).Milliseconds(), stamp(h.ExpiresAt))})
 			after = h.ID
 		}
 		return len(hs), after, err

@@ -66,7 +66,9 @@ var (
 	})
 	qWalletHoldNextWakeAt    = sqlText(`SELECT MIN(wake_at) FROM wallet_holds WHERE wake_at IS NOT NULL`)
 	qWalletHoldsOverdueCount = sqlText(`SELECT COUNT(*) FROM wallet_holds WHERE wake_at < ?`)
-	qWalletHoldResolutions   = sqlText(`SELECT hold_id, COUNT(*) FROM wallet_transfers
+	qWalletHoldsOverdue      = sqlText(`SELECT ` + walletHoldColumns + ` FROM wallet_holds
+		WHERE wake_at IS NOT NULL AND wake_at < ? AND id > ? ORDER BY id LIMIT ?`)
+	qWalletHoldResolutions = sqlText(`SELECT hold_id, COUNT(*) FROM wallet_transfers
 		WHERE hold_id > ? AND kind IN ('post', 'void', 'expire') GROUP BY hold_id ORDER BY hold_id LIMIT ?`)
 	qWalletHoldList = sqlText(`SELECT ` + walletHoldColumns + ` FROM wallet_holds WHERE id > ? ORDER BY id LIMIT ?`)
 	// qWalletLedgers sums each account's entries through wallet_entries_account (account_id,
@@ -258,6 +260,11 @@ func (t *tx) WalletHoldNextWakeAt(ctx context.Context) (time.Time, bool, error) 
 		return time.Time{}, false, nil
 	}
 	return fromMS(v.Int64), true, nil
+}
+
+// WalletHoldsOverdue implements store.Tx.
+func (t *tx) WalletHoldsOverdue(ctx context.Context, p *store.WalletHoldsOverdueParams) ([]*orderly.WalletHold, error) {
+	return scanAll(t, ctx, "overdue wallet holds", scanWalletHold, qWalletHoldsOverdue, ms(p.Before), p.AfterID, p.Limit)
 }
 
 // WalletHoldsOverdueCount implements store.Tx.

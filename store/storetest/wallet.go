@@ -268,6 +268,20 @@ func testWalletHolds(t *testing.T, open opener) {
 	if overdue != 2 {
 		t.Errorf("overdue before t0+150s: %d, want 2", overdue)
 	}
+	overdueIDs := func(after string, limit int) []string {
+		hs := read(t, s, func(tx store.Tx) ([]*orderly.WalletHold, error) {
+			return tx.WalletHoldsOverdue(ctx, &store.WalletHoldsOverdueParams{Before: t0.Add(150 * time.Second), AfterID: after, Limit: limit})
+		})
+		var ids []string
+		for _, h := range hs {
+			ids = append(ids, h.ID)
+		}
+		return ids
+	}
+	first, second := min(holds[0].ID, holds[1].ID), max(holds[0].ID, holds[1].ID) // the two expiring before t0+150s, by id
+	equal(t, "overdue holds", overdueIDs("", 10), []string{first, second})
+	equal(t, "overdue holds, one per page", overdueIDs("", 1), []string{first})
+	equal(t, "overdue holds after the first", overdueIDs(first, 10), []string{second})
 	// Due: those with wake_at <= now, earliest first; 1 ms before a deadline it is not due.
 	due := write(t, s, func(tx store.Tx) ([]*orderly.WalletHold, error) {
 		return tx.WalletHoldsDue(ctx, t0.Add(2*time.Minute-time.Millisecond), 10)
