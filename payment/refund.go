@@ -15,7 +15,8 @@ import (
 // RefundExecuteHandler returns the outbox handler of refund.execute, the gateway side of a
 // refund made by order.Service.CreateRefund:
 //
-//   - Call asks the gateway to refund, with the refund id as idempotency key, so a message
+//   - Call first reads the refund: one no longer requested (failed by a provider's
+//     notification, or confirmed) is not sent again. Otherwise it asks the gateway to refund, with the refund id as idempotency key, so a message
 //     delivered again (a crash between the call and the commit, a failed Apply) never
 //     refunds twice. A refusal by the gateway (an *orderly.Error) marks the refund failed
 //     in its own transaction — its amount and item counts become refundable again; stock
@@ -35,6 +36,21 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 			var ref orderly.RefundRef
 			if err := outbox.Decode(m, &ref); err != nil {
 				return err
+			}
+			// A refund no longer requested was settled while this message waited (a provider's
+			// notification failed it, or confirmed it before a redelivery): asking the gateway
+			// again could only start a second refund. Apply's guarded update is then a no-op.
+			var f *orderly.Refund
+			if err := s.cfg.Store.Read(ctx, func(tx store.Tx) (err error) {
+				f, err = tx.RefundGet(ctx, ref.RefundID)
+				return err
+			}); err != nil {
+				return fmt.Errorf("refund %s of order %s: %w", ref.RefundID, ref.OrderID, err)
+			}
+			if f.State != orderly.RefundRequested {
+				s.cfg.Logger.Info("refund already settled; the gateway is not asked again", "refund_id", ref.RefundID,
+					"order_id", ref.OrderID, "state", f.State)
+				return nil
 			}
 			gw, err := s.gatewayOfPayment(ctx, ref.PaymentID)
 			if err != nil {

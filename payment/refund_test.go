@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
@@ -485,4 +486,53 @@ func TestExtraCaptureRefundKeepsRefundingOrder(t *testing.T) {
 			e.Gateway.Refunded(p2.ID), e.Gateway.Refunded(p1.ID), o.Amount)
 	}
 	wantOrder(t, e, o.ID, orderly.StateRefunding, orderly.PayPaid, 0)
+}
+
+// TestRefundFailedByNotificationNotSentAgain: the gateway's answer to a refund is lost (the
+// outcome is unknown, the message stays due), then the provider's notification fails the
+// refund. The redelivered message must not ask the gateway again: a second request after a
+// failure could start a refund the merchant no longer expects. The amount is refundable
+// again and no money moved.
+func TestRefundFailedByNotificationNotSentAgain(t *testing.T) {
+	t.Parallel()
+	var (
+		inner outbox.Handler
+		lost  atomic.Bool
+	)
+	lost.Store(true)
+	h := outbox.Handler{
+		Call: func(ctx context.Context, m *orderly.Message) error {
+			if lost.Swap(false) {
+				return errors.New("gateway timeout") // no answer: unknown outcome, retried
+			}
+			return inner.Call(ctx, m)
+		},
+		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			return inner.Apply(ctx, tx, msgs)
+		},
+	}
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
+	inner = e.Payments.RefundExecuteHandler()
+	o, p := paidOrder(t, e, orderly.Item{SKU: "SKU-1", Quantity: 1, UnitPrice: 1000})
+	f := refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 1000})
+	e.Drain(t)
+	res, err := e.Payments.HandleNotification(context.Background(), &channel.Notification{
+		Channel: "sim", EventID: "evt-refund-failed", Kind: channel.RefundFailed,
+		PaymentID: p.ID, Amount: 1000, Currency: p.Currency, RefundID: f.ID, OccurredAt: e.Clock.Now(),
+	})
+	if err != nil || !res.Applied {
+		t.Fatalf("refund.failed notification: %+v, %v; want applied", res, err)
+	}
+	e.Clock.Advance(time.Minute) // past the retry's backoff
+	e.Drain(t)
+	if got, _ := e.Gateway.RefundedFor(f.ID); got != 0 || e.Gateway.Refunded(p.ID) != 0 {
+		t.Fatalf("the gateway refunded %d under the refund id (%d of the payment) after the provider failed it, want 0",
+			got, e.Gateway.Refunded(p.ID))
+	}
+	fs := refundsOf(t, e, o.ID)
+	if len(fs) != 1 || fs[0].State != orderly.RefundFailed {
+		t.Fatalf("refunds %+v, want one failed", fs)
+	}
+	wantOrder(t, e, o.ID, orderly.StateRefunding, orderly.PayPaid, 0)
+	wantVerified(t, e)
 }
