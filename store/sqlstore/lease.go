@@ -2,6 +2,8 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,22 +31,31 @@ var (
 		FROM job_runs WHERE ? = '' OR job = ? ORDER BY id DESC LIMIT ?`)
 )
 
-// LeaseAcquire implements store.Tx.
+// LeaseAcquire implements store.Tx. The row is taken with the guarded UPDATE first and
+// created (INSERT … DO NOTHING / INSERT IGNORE) only when it does not exist yet: on InnoDB an
+// insert of an existing key takes a shared lock on the row, and a later UPDATE upgrading it
+// deadlocked against a LeaseCheck waiting for the same row. Whether the lease is held is read
+// back from the row rather than from the count of affected rows, which MySQL reports as 0
+// for a renewal that changes nothing (the same expiry in the same millisecond).
 func (t *tx) LeaseAcquire(ctx context.Context, p *store.LeaseParams) (*store.Lease, bool, error) {
-	if _, err := t.exec(ctx, "lease "+p.Name, qLeaseEnsure, p.Name); err != nil {
-		return nil, false, err
-	}
-	n, err := t.exec(ctx, "lease "+p.Name, qLeaseTake, p.Owner, p.Owner, ms(p.Now.Add(p.TTL)), p.Name, p.Owner, ms(p.Now))
-	if err != nil {
-		return nil, false, err
-	}
 	l := store.Lease{Name: p.Name}
 	var expires int64
-	if err := t.queryRow(ctx, qLeaseGet, p.Name).Scan(&l.Owner, &l.Token, &expires); err != nil {
-		return nil, false, translate(err, "lease "+p.Name)
+	for created := false; ; created = true {
+		if _, err := t.exec(ctx, "lease "+p.Name, qLeaseTake, p.Owner, p.Owner, ms(p.Now.Add(p.TTL)), p.Name, p.Owner, ms(p.Now)); err != nil {
+			return nil, false, err
+		}
+		err := t.queryRow(ctx, qLeaseGet, p.Name).Scan(&l.Owner, &l.Token, &expires)
+		if err == nil {
+			break
+		} else if !errors.Is(err, sql.ErrNoRows) || created {
+			return nil, false, translate(err, "lease "+p.Name)
+		}
+		if _, err := t.exec(ctx, "lease "+p.Name, qLeaseEnsure, p.Name); err != nil {
+			return nil, false, err
+		}
 	}
 	l.ExpiresAt = fromMS(expires)
-	return &l, n == 1, nil
+	return &l, l.Owner == p.Owner && expires > ms(p.Now), nil
 }
 
 // LeaseCheck implements store.Tx.

@@ -89,6 +89,52 @@ func testLeases(t *testing.T, open opener) {
 			t.Fatalf("winners %v, want exactly one", winners)
 		}
 	})
+	t.Run("RenewsAndChecksDoNotDeadlock", func(t *testing.T) {
+		// The holder renews (LeaseAcquire by its owner) while its job transactions pass the
+		// fence (LeaseCheck, which locks the row): on InnoDB an acquire that first took a
+		// shared lock on the existing row (INSERT IGNORE of a duplicate key) and then
+		// upgraded it deadlocked against a waiting check. Every call must succeed, and a
+		// store that counts aborted transactions must count none.
+		_, s := setup(t, open)
+		a, _ := acquire(t, s, "A", t0)
+		aborts := func() int64 {
+			if c, ok := s.(interface{ Aborts() int64 }); ok {
+				return c.Aborts()
+			}
+			return 0
+		}
+		before := aborts()
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 25 {
+					now := t0.Add(time.Duration(i) * time.Millisecond)
+					err := s.InTx(t.Context(), func(tx store.Tx) error {
+						if g%2 == 0 {
+							_, ok, err := tx.LeaseAcquire(t.Context(), &store.LeaseParams{Name: "sweep", Owner: "A", Now: now, TTL: 10 * time.Second})
+							if err == nil && !ok {
+								err = fmt.Errorf("renew by the holder refused")
+							}
+							return err
+						}
+						held, err := tx.LeaseCheck(t.Context(), "sweep", "A", a.Token, now)
+						if err == nil && !held {
+							err = fmt.Errorf("the holder failed the fence")
+						}
+						return err
+					})
+					if err != nil {
+						t.Errorf("goroutine %d, round %d: %v", g, i, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := aborts() - before; n != 0 {
+			t.Errorf("the database aborted %d transactions on the lease row for a deadlock, want none", n)
+		}
+	})
 	t.Run("JobRuns", func(t *testing.T) {
 		_, s := setup(t, open)
 		for i, job := range []string{"sweep", "deep_check", "sweep"} {
