@@ -54,8 +54,9 @@ func VerifyHeader(name string, secrets [][]byte, header string, body []byte, now
 		return orderly.Errorf(orderly.EUNAUTHORIZED, "missing %s header", name)
 	}
 	var (
-		ts   string
-		sigs [][]byte
+		ts        string
+		sigs      [][]byte
+		malformed int // v1 values that are not hex
 	)
 	for part := range strings.SplitSeq(header, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
@@ -68,6 +69,8 @@ func VerifyHeader(name string, secrets [][]byte, header string, body []byte, now
 		case "v1":
 			if b, err := hex.DecodeString(v); err == nil {
 				sigs = append(sigs, b)
+			} else {
+				malformed++
 			}
 		}
 	}
@@ -75,7 +78,9 @@ func VerifyHeader(name string, secrets [][]byte, header string, body []byte, now
 	if err != nil {
 		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s has no valid timestamp", name)
 	}
-	if len(sigs) == 0 {
+	if len(sigs) == 0 && malformed > 0 {
+		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s has a v1 signature that is not hex (HMAC-SHA256 as 64 hex digits)", name)
+	} else if len(sigs) == 0 {
 		return orderly.Errorf(orderly.EUNAUTHORIZED, "%s has no v1 signature", name)
 	}
 	if d := now.Sub(time.Unix(secs, 0)); d > tolerance || d < -tolerance {

@@ -1,6 +1,7 @@
 package payment_test
 
 import (
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,28 @@ func TestSignature(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		} else if !tc.ok && orderly.ErrorCode(err) != orderly.EUNAUTHORIZED {
 			t.Errorf("%s: error %v, want %s", tc.name, err, orderly.EUNAUTHORIZED)
+		}
+	}
+}
+
+// TestSignatureRefusalSaysWhy: each malformed header is refused with a message naming
+// what is wrong with it (the message reaches the caller's problem+json detail).
+func TestSignatureRefusalSaysWhy(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1, 0)
+	for header, want := range map[string]string{
+		"":              "missing Orderly-Signature header",
+		"v1=00ff":       "Orderly-Signature has no valid timestamp",
+		"t=1":           "Orderly-Signature has no v1 signature",
+		"t=1,v0=00ff":   "Orderly-Signature has no v1 signature",
+		"t=1,v1=abc":    "Orderly-Signature has a v1 signature that is not hex (HMAC-SHA256 as 64 hex digits)",
+		"t=1,v1=00ff":   "Orderly-Signature does not match the body",
+		"t=999,v1=00ff": "Orderly-Signature timestamp is outside the 5m0s tolerance",
+	} {
+		err := payment.Verify([]byte("s"), header, []byte("{}"), now, payment.DefaultSignatureTolerance)
+		var oe *orderly.Error
+		if !errors.As(err, &oe) || oe.Code != orderly.EUNAUTHORIZED || oe.Message != want {
+			t.Errorf("header %q: %v, want %s %q", header, err, orderly.EUNAUTHORIZED, want)
 		}
 	}
 }
