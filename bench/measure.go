@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -55,28 +57,39 @@ func (db *DB) ReadCloses(ctx context.Context, since int64) (*Closes, error) {
 }
 
 // WaitClosed polls (every 100 ms, on the partial index of open orders) until no order created at or after since is open, or until
-// timeout. It returns the number still open when it stopped.
+// timeout. It returns the number still open when it stopped. A poll asks whether one such
+// order is left (LIMIT 1), not how many: counting 100 000 open orders ten times a second
+// took a fifth of the database's time during a burst, which the bench then measured as
+// the server's.
 func (db *DB) WaitClosed(ctx context.Context, since int64, timeout time.Duration) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	const open = `FROM orders WHERE wake_at IS NOT NULL AND state = 'pending_payment' AND created_at >= `
 	//nolint:gosec // formats a bind placeholder only
-	q := fmt.Sprintf(`SELECT count(*) FROM orders WHERE wake_at IS NOT NULL AND state = 'pending_payment' AND created_at >= %s`, db.Placeholder(1))
+	anyOpen := `SELECT 1 ` + open + db.Placeholder(1) + ` LIMIT 1`
+	//nolint:gosec // formats a bind placeholder only
+	countOpen := `SELECT count(*) ` + open + db.Placeholder(1)
 	for {
-		var open int64
-		if err := db.SQL.QueryRowContext(ctx, q, since).Scan(&open); err != nil {
-			if ctx.Err() != nil {
-				return -1, nil //nolint:nilerr // timed out: the caller reports what is left
-			}
+		var one int64
+		err := db.SQL.QueryRowContext(wctx, anyOpen, since).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		} else if err != nil && wctx.Err() == nil {
 			return -1, err
 		}
-		if open == 0 {
-			return 0, nil
+		if err == nil {
+			select {
+			case <-wctx.Done():
+			case <-time.After(100 * time.Millisecond):
+				continue
+			}
 		}
-		select {
-		case <-ctx.Done():
-			return open, nil
-		case <-time.After(100 * time.Millisecond):
+		// Timed out: count what is left, with the caller's context.
+		var left int64
+		if err := db.SQL.QueryRowContext(ctx, countOpen, since).Scan(&left); err != nil {
+			return -1, err
 		}
+		return left, nil
 	}
 }
 

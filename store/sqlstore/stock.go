@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -24,6 +25,16 @@ var (
 	qStockReserve = sqlText(`UPDATE stock SET available = available - ?, held = held + ? WHERE sku = ? AND available >= ?`)
 	qStockRelease = sqlText(`UPDATE stock SET available = available + ?, held = held - ? WHERE sku = ?`)
 	qStockCommit  = sqlText(`UPDATE stock SET sold = sold + ?, held = held - ? WHERE sku = ?`)
+	// qStockLockMany locks the stock rows of a JSON list of SKUs in SKU order (dialects with
+	// row locks), so that the set-based qStockReleaseMany and qStockCommitMany, whose join
+	// order the planner picks, take no lock in another order than a single-row update would.
+	qStockLockMany = newQuery(func(d *dialect) string {
+		return d.selectByIDs("stock.sku", "stock", "sku", d.ids, "1 = 1", ` ORDER BY stock.sku`+d.lockRows)
+	})
+	// qStockReleaseMany and qStockCommitMany apply a JSON list of [sku, units] pairs (one
+	// per SKU) to stock in one statement: units held go back to available, or to sold.
+	qStockReleaseMany = newQuery(func(d *dialect) string { return d.stockMoveMany("available = available + j.n") })
+	qStockCommitMany  = newQuery(func(d *dialect) string { return d.stockMoveMany("sold = sold + j.n") })
 
 	qReservationInsert = sqlText(`INSERT INTO reservations (order_id, sku, quantity, state, updated_at)
 		VALUES (?, ?, ?, 'held', ?)`)
@@ -95,17 +106,37 @@ func (t *tx) ReservationsRelease(ctx context.Context, orderID string, now time.T
 // ReservationsReleaseMany implements store.Tx: the guarded held → released update is the
 // idempotency; stock moves only for the rows it changed, once per SKU.
 func (t *tx) ReservationsReleaseMany(ctx context.Context, orderIDs []string, now time.Time) ([]*orderly.Reservation, error) {
-	return t.moveReservations(ctx, orderIDs, now, orderly.ReservationReleased, qStockRelease)
+	return t.moveReservations(ctx, orderIDs, now, orderly.ReservationReleased, qStockRelease, qStockReleaseMany)
 }
 
 // ReservationsCommit implements store.Tx.
 func (t *tx) ReservationsCommit(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error) {
-	return t.moveReservations(ctx, []string{orderID}, now, orderly.ReservationCommitted, qStockCommit)
+	return t.moveReservations(ctx, []string{orderID}, now, orderly.ReservationCommitted, qStockCommit, qStockCommitMany)
+}
+
+// stockMoveMany builds the UPDATE of stock that moves the units of a JSON list of [sku, n]
+// pairs out of held (set is the other column's assignment, in terms of j.n).
+func (d *dialect) stockMoveMany(set string) string {
+	switch d {
+	case mysqlDialect:
+		return `UPDATE stock FORCE INDEX (PRIMARY) JOIN JSON_TABLE(?, '$[*]' COLUMNS (
+			sku VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', n BIGINT PATH '$[1]')) AS j
+			ON stock.sku = j.sku SET stock.` + set + `, stock.held = stock.held - j.n`
+	case postgresDialect:
+		return `UPDATE stock SET ` + set + `, held = held - j.n
+			FROM (SELECT e->>0 AS sku, (e->>1)::bigint AS n FROM jsonb_array_elements(?::jsonb) AS t(e)) AS j
+			WHERE stock.sku = j.sku`
+	default:
+		return `UPDATE stock SET ` + set + `, held = held - j.n
+			FROM (SELECT json_extract(value, '$[0]') AS sku, json_extract(value, '$[1]') AS n FROM json_each(?)) AS j
+			WHERE stock.sku = j.sku`
+	}
 }
 
 // moveReservations selects (and locks) the held reservations of the orders, marks them
-// to, and applies the per-SKU totals to stock in SKU order (a fixed lock order).
-func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.Time, to string, stockUpdate *query) ([]*orderly.Reservation, error) {
+// to, and applies the per-SKU totals to stock: one row with stockUpdate, several with one
+// statement, stockMany, after locking them in SKU order (a fixed lock order).
+func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.Time, to string, stockUpdate, stockMany *query) ([]*orderly.Reservation, error) {
 	if len(orderIDs) == 0 {
 		return nil, nil
 	}
@@ -126,18 +157,51 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 		skus = append(skus, sku)
 	}
 	slices.Sort(skus)
-	for _, sku := range skus {
+	if len(skus) == 1 {
+		sku := skus[0]
 		n, err := t.exec(ctx, "stock "+sku, stockUpdate, perSKU[sku], perSKU[sku], sku)
 		if err != nil {
 			return nil, err
 		} else if n != 1 {
 			return nil, fmt.Errorf("%s reservations of sku %s: stock row missing", to, sku)
 		}
+	} else {
+		if err := t.stockMoveMany(ctx, skus, perSKU, to, stockMany); err != nil {
+			return nil, err
+		}
 	}
 	slices.SortFunc(moved, func(a, b *orderly.Reservation) int {
 		return cmp.Or(cmp.Compare(a.OrderID, b.OrderID), cmp.Compare(a.SKU, b.SKU))
 	})
 	return moved, nil
+}
+
+// stockMoveMany applies the per-SKU totals of skus (sorted) to stock with stockMany, after
+// locking their rows in SKU order where the dialect has row locks.
+func (t *tx) stockMoveMany(ctx context.Context, skus []string, perSKU map[string]int64, to string, stockMany *query) error {
+	if t.db.d.lockRows != "" {
+		locked, err := t.strings(ctx, qStockLockMany, jsonList(skus))
+		if err != nil {
+			return fmt.Errorf("%s reservations: lock stock: %w", to, err)
+		} else if len(locked) != len(skus) {
+			return fmt.Errorf("%s reservations: %d of %d stock rows missing", to, len(skus)-len(locked), len(skus))
+		}
+	}
+	pairs := make([][2]any, len(skus))
+	for i, sku := range skus {
+		pairs[i] = [2]any{sku, perSKU[sku]}
+	}
+	b, err := json.Marshal(pairs)
+	if err != nil {
+		return err
+	}
+	n, err := t.exec(ctx, to+" stock", stockMany, string(b))
+	if err != nil {
+		return err
+	} else if n != int64(len(skus)) {
+		return fmt.Errorf("%s reservations: %d of %d stock rows missing", to, int64(len(skus))-n, len(skus))
+	}
+	return nil
 }
 
 func (t *tx) heldReservations(ctx context.Context, ids, to string) ([]*orderly.Reservation, error) {

@@ -378,6 +378,7 @@ func testClaims(t *testing.T, open opener) {
 		})
 		equal(t, "released reservations", len(moved), 6)
 		equal(t, "sku-a", getStock(t, s, "sku-a"), &orderly.Stock{SKU: "sku-a", Available: 10})
+		equal(t, "sku-b", getStock(t, s, "sku-b"), &orderly.Stock{SKU: "sku-b", Available: 10})
 		again := write(t, s, func(tx store.Tx) ([]*orderly.Reservation, error) {
 			return tx.ReservationsReleaseMany(t.Context(), ids, t0)
 		})

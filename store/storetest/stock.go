@@ -52,6 +52,26 @@ func testStock(t *testing.T, open opener) {
 		})
 	})
 
+	t.Run("CommitSeveralSKUs", func(t *testing.T) {
+		// An order holding units of several SKUs moves each SKU's own units to sold (one
+		// set-based statement), and leaves the other orders' units held.
+		ctx, s := setup(t, open)
+		setStock(t, s, "sku-a", 10)
+		setStock(t, s, "sku-b", 10)
+		setStock(t, s, "sku-c", 10)
+		insertOrder(t, s, &orderOpts{ID: "o1"})
+		insertOrder(t, s, &orderOpts{ID: "o2"})
+		reserve(t, s, "o1", "sku-a", 3)
+		reserve(t, s, "o1", "sku-b", 2)
+		reserve(t, s, "o2", "sku-b", 4)
+		moved := write(t, s, func(tx store.Tx) ([]*orderly.Reservation, error) { return tx.ReservationsCommit(ctx, "o1", t0) })
+		equal(t, "committed", moved, []*orderly.Reservation{
+			{OrderID: "o1", SKU: "sku-a", Quantity: 3, State: orderly.ReservationCommitted},
+			{OrderID: "o1", SKU: "sku-b", Quantity: 2, State: orderly.ReservationCommitted}})
+		equal(t, "stock", read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx) }), []*orderly.Stock{
+			{SKU: "sku-a", Available: 7, Sold: 3}, {SKU: "sku-b", Available: 4, Held: 4, Sold: 2}, {SKU: "sku-c", Available: 10}})
+	})
+
 	t.Run("NegativeRejected", func(t *testing.T) { testStockNegative(t, open) })
 	t.Run("Reserve", func(t *testing.T) { testStockReserve(t, open) })
 	t.Run("ReserveTwiceForOneOrder", func(t *testing.T) {
