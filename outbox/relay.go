@@ -98,6 +98,12 @@ type Lane struct {
 	// store does not claim them while it is leased) and one slot. Meant for topics without
 	// Apply, where set-based applies gain nothing (webhook deliveries).
 	CommitPerKey bool
+	// FedByRelay says that the lane's topics are written only in the relay's own delivery
+	// transactions (a fan-out of another lane's messages: webhook deliveries). Relay.Notify,
+	// called after every commit that wrote messages elsewhere, then does not wake it (each
+	// wake-up was a claim transaction that found nothing); a drain of another lane that
+	// handled messages does, and PollInterval covers its retries.
+	FedByRelay bool
 }
 
 // lane is a Lane ready to run: its claim filter, its wake-up channel and, with
@@ -173,7 +179,9 @@ func NewRelay(cfg Config) (*Relay, error) {
 // Notify wakes the relay after a commit that wrote messages. It never blocks.
 func (r *Relay) Notify() {
 	for _, l := range r.lanes {
-		l.notify()
+		if !l.FedByRelay {
+			l.notify()
+		}
 	}
 }
 

@@ -145,6 +145,11 @@ type Closer struct {
 	armMu sync.Mutex
 	armed time.Time // the wake_at the timer sleeps until; zero when it sleeps without one
 	arm   chan struct{}
+	// timedNext is each Config.Timed kind's earliest deadline as the timer last read it
+	// (nextWakeAt); timedGen counts the times it was forgotten (forgetTimedLocked). Both
+	// under armMu.
+	timedNext []timedNext
+	timedGen  uint64
 
 	offset atomic.Int64                  // database clock − local clock, in ns (see measureOffset)
 	anchor atomic.Pointer[dbClockAnchor] // the last database clock reading; nil before one (see dbNow)
@@ -231,7 +236,10 @@ func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) 
 			break
 		}
 	}
-	for _, t := range c.cfg.Timed {
+	for i, t := range c.cfg.Timed {
+		if trigger == TriggerTimer && c.timedIdle(i, c.dbNow()) {
+			continue // nothing of it is due: no transaction (see timedIdle)
+		}
 		claimed, fired, err := c.fireTimed(ctx, t, trigger, fence)
 		total.Claimed += claimed
 		total.Fired += fired

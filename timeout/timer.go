@@ -14,7 +14,7 @@ import (
 // re-arms when the deadline is earlier than the one it sleeps until, and the delay queue,
 // when configured, records it (a failure there is logged: the sweep covers it).
 func (c *Closer) Created(ctx context.Context, id string, closeAt time.Time) {
-	c.Deadline(ctx, closeAt)
+	c.deadline(ctx, closeAt, false)
 	if c.cfg.DelayQueue != nil {
 		if err := c.cfg.DelayQueue.Add(ctx, []DelayItem{{OrderID: id, CloseAt: closeAt}}); err != nil {
 			c.cfg.Logger.Warn("delay queue add failed; the sweep will close the order", "order_id", id, "error", err)
@@ -28,19 +28,32 @@ func (c *Closer) Created(ctx context.Context, id string, closeAt time.Time) {
 // committed here is kept on time by them too when this instance stops; then the timer
 // re-arms (Arm).
 func (c *Closer) Deadline(ctx context.Context, at time.Time) {
+	c.deadline(ctx, at, true)
+}
+
+// deadline is Deadline; timed says that the deadline may be one of Config.Timed (not only
+// an order's), so the timer's pass must not skip them (see timedIdle).
+func (c *Closer) deadline(ctx context.Context, at time.Time, timed bool) {
 	c.armMu.Lock()
 	earliest := c.armed.IsZero() || at.Before(c.armed)
 	c.armMu.Unlock()
 	if earliest && c.cfg.Notify != nil {
 		c.cfg.Notify(ctx, at)
 	}
-	c.Arm(at)
+	c.rearm(at, timed)
 }
 
-// Arm tells the timer that an order with this close_at was committed; when it is earlier
-// than the deadline the timer sleeps until, the timer re-arms. It never blocks.
-func (c *Closer) Arm(closeAt time.Time) {
+// Arm tells the timer that something timed with this deadline was committed (an order, or
+// another of Config.Timed: the wake-up of another instance does not say which); when it is
+// earlier than the deadline the timer sleeps until, the timer re-arms. It never blocks.
+func (c *Closer) Arm(closeAt time.Time) { c.rearm(closeAt, true) }
+
+// rearm is Arm; timed as in deadline.
+func (c *Closer) rearm(closeAt time.Time, timed bool) {
 	c.armMu.Lock()
+	if timed {
+		c.forgetTimedLocked()
+	}
 	earlier := c.armed.IsZero() || closeAt.Before(c.armed)
 	if earlier {
 		c.armed = closeAt
@@ -217,23 +230,67 @@ func (c *Closer) runTimer(ctx context.Context) {
 	}
 }
 
+// nextWakeAt returns the earliest deadline among orders and Config.Timed, and records each
+// kind's own earliest deadline for the timer's next pass (timedIdle).
 func (c *Closer) nextWakeAt(ctx context.Context) (next time.Time, ok bool, err error) {
+	c.armMu.Lock()
+	gen := c.timedGen
+	c.armMu.Unlock()
+	kinds := make([]timedNext, len(c.cfg.Timed))
 	err = c.cfg.Store.Read(ctx, func(tx store.Tx) error {
 		if next, ok, err = tx.OrderNextWakeAt(ctx); err != nil {
 			return err
 		}
-		for _, t := range c.cfg.Timed {
+		for i, t := range c.cfg.Timed {
 			at, tok, err := t.NextWakeAt(ctx, tx)
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.Name(), err)
 			}
+			kinds[i] = timedNext{known: true, ok: tok, at: at}
 			if tok && (!ok || at.Before(next)) {
 				next, ok = at, true
 			}
 		}
 		return nil
 	})
+	if err == nil {
+		c.armMu.Lock()
+		if c.timedGen == gen { // no deadline of another kind was committed meanwhile
+			c.timedNext = kinds
+		}
+		c.armMu.Unlock()
+	}
 	return next, ok, err
+}
+
+// timedNext is what the timer's last read of the earliest deadlines says of one kind of
+// Config.Timed: nothing when !known (not read since a deadline of it may have been added),
+// none waiting when !ok, else the earliest deadline at.
+type timedNext struct {
+	known, ok bool
+	at        time.Time
+}
+
+// forgetTimedLocked drops what the timer knows of the deadlines of Config.Timed (a deadline
+// of one of them may have been committed since); armMu is held.
+func (c *Closer) forgetTimedLocked() {
+	c.timedGen++
+	c.timedNext = nil
+}
+
+// timedIdle reports whether the timer's pass may skip the i-th kind of Config.Timed at
+// now (the estimated database clock): its last read found no deadline of it, or one still
+// ahead, and no deadline that may be of it was committed since. A skipped kind costs no
+// transaction; its deadline, when there is one, is the earliest the timer sleeps until, so
+// the timer's next pass runs it. The sweep and the deep check never skip.
+func (c *Closer) timedIdle(i int, now time.Time) bool {
+	c.armMu.Lock()
+	defer c.armMu.Unlock()
+	if i >= len(c.timedNext) || !c.timedNext[i].known {
+		return false
+	}
+	k := c.timedNext[i]
+	return !k.ok || k.at.After(now)
 }
 
 // Sweep is the periodic compensating scan, a job.Func: the same claim-and-close as the

@@ -317,7 +317,8 @@ func (s *Service) Handler() outbox.Handler {
 func (s *Service) Lane(concurrency int) outbox.Lane {
 	concurrency = cmp.Or(concurrency, DefaultConcurrency)
 	return outbox.Lane{Name: "webhook", Topics: []string{orderly.TopicWebhookDeliver},
-		Concurrency: concurrency, CallTimeout: s.cfg.Timeout + time.Second, BatchSize: concurrency, CommitPerKey: true}
+		Concurrency: concurrency, CallTimeout: s.cfg.Timeout + time.Second, BatchSize: concurrency, CommitPerKey: true,
+		FedByRelay: true} // written only by FanOut, in the main lane's delivery transactions
 }
 
 func (s *Service) deliver(ctx context.Context, m *orderly.Message) error {
