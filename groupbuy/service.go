@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -49,7 +50,15 @@ type Config struct {
 type Service struct {
 	cfg  Config
 	flow *orderly.Flow
+	// deals caches the deals read, by id, up to maxCachedDeals (then it starts again): a
+	// deal never changes once created, so a join or an open reads it from the database
+	// about once per process, not once a seat.
+	dealsMu sync.Mutex
+	deals   map[string]*orderly.Deal
 }
+
+// maxCachedDeals bounds Service.deals.
+const maxCachedDeals = 10_000
 
 var _ orderly.GroupService = (*Service)(nil)
 
@@ -70,7 +79,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.WakeRelay == nil {
 		cfg.WakeRelay = func() {}
 	}
-	return &Service{cfg: cfg, flow: flow}, nil
+	return &Service{cfg: cfg, flow: flow, deals: map[string]*orderly.Deal{}}, nil
 }
 
 // validateDeal checks p and fills in the default member timeout. Errors: EINVALID.
@@ -118,6 +127,7 @@ func (s *Service) CreateDeal(ctx context.Context, p *orderly.CreateDealParams) (
 	if err != nil {
 		return nil, fmt.Errorf("create deal: %w", err)
 	}
+	s.cacheDeal(d)
 	return d, nil
 }
 
@@ -128,6 +138,34 @@ func (s *Service) Deal(ctx context.Context, id string) (d *orderly.Deal, err err
 		return err
 	})
 	return d, err
+}
+
+// deal returns deal id, from the cache when it was read before (deals never change).
+// Errors: ENOTFOUND.
+func (s *Service) deal(ctx context.Context, tx store.Tx, id string) (*orderly.Deal, error) {
+	s.dealsMu.Lock()
+	d := s.deals[id]
+	s.dealsMu.Unlock()
+	if d != nil {
+		return d, nil
+	}
+	d, err := tx.DealGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.cacheDeal(d)
+	return d, nil
+}
+
+// cacheDeal adds a copy of d to the cache, after emptying a full one.
+func (s *Service) cacheDeal(d *orderly.Deal) {
+	c := *d
+	s.dealsMu.Lock()
+	defer s.dealsMu.Unlock()
+	if len(s.deals) >= maxCachedDeals {
+		clear(s.deals)
+	}
+	s.deals[d.ID] = &c
 }
 
 // Group implements orderly.GroupService.
@@ -183,7 +221,7 @@ func (s *Service) OpenGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 		return nil, nil, false, err
 	}
 	return s.admit(ctx, p, func(ctx context.Context, tx store.Tx) (*orderly.Order, *orderly.Group, bool, error) {
-		d, err := tx.DealGet(ctx, p.DealID)
+		d, err := s.deal(ctx, tx, p.DealID)
 		if err != nil {
 			return nil, nil, false, err
 		}
@@ -199,11 +237,14 @@ func (s *Service) OpenGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 				return g.DeadlineAt, tx.GroupInsert(ctx, g)
 			},
 			Inserted: func(o *orderly.Order) error {
-				if err := tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt}); err != nil {
+				m := &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, OrderState: o.State, PayStatus: o.PayStatus, JoinedAt: o.CreatedAt}
+				if err := tx.GroupMemberInsert(ctx, m); err != nil {
 					return err
 				}
-				g, err = load(ctx, tx, g.ID)
-				return err
+				// The group is this transaction's own row: what it wrote is what a read
+				// would give back (GroupInsert stores version 1).
+				g.Members, g.SeatsTaken, g.Version = []*orderly.GroupMember{m}, 1, max(g.Version, 1)
+				return nil
 			},
 		})
 		return o, g, created, err
@@ -248,14 +289,6 @@ func leaveRefusal(g *orderly.Group, now time.Time) error {
 // group.
 func (s *Service) refuseUnlocked(ctx context.Context, id, userID, key string, refusal func(*orderly.Group, time.Time) error) error {
 	return s.cfg.Store.Read(ctx, func(tx store.Tx) error {
-		if key != "" {
-			_, _, err := tx.OrderGetByIdempotencyKey(ctx, userID, key)
-			if err == nil {
-				return nil
-			} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
-				return err
-			}
-		}
 		g, err := tx.GroupGet(ctx, id)
 		if err != nil {
 			return err
@@ -264,7 +297,17 @@ func (s *Service) refuseUnlocked(ctx context.Context, id, userID, key string, re
 		if err != nil {
 			return err
 		}
-		return refusal(g, now)
+		refused := refusal(g, now)
+		if refused == nil || key == "" {
+			return refused
+		}
+		// Refused: unless it is the replay of a request that was applied.
+		if _, _, err := tx.OrderGetByIdempotencyKey(ctx, userID, key); err == nil {
+			return nil
+		} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			return err
+		}
+		return refused
 	})
 }
 
@@ -291,7 +334,7 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 		if err != nil {
 			return nil, nil, false, err
 		}
-		d, err := tx.DealGet(ctx, g.DealID)
+		d, err := s.deal(ctx, tx, g.DealID)
 		if err != nil {
 			return nil, nil, false, err
 		}
@@ -301,15 +344,17 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 				if err := joinRefusal(g, now); err != nil {
 					return time.Time{}, err
 				}
+				if g.SeatsTaken < g.MaxMembers {
+					// A user who holds a seat already is refused by the member row's
+					// unique seat (Inserted), without a read here.
+					return g.DeadlineAt, nil
+				}
 				if _, err := tx.GroupMemberSeat(ctx, g.ID, p.UserID); err == nil {
 					return time.Time{}, orderly.Errorf(orderly.EALREADYMEMBER, "user %s already holds a seat in group %s", p.UserID, g.ID)
 				} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
 					return time.Time{}, err
 				}
-				if g.SeatsTaken >= g.MaxMembers {
-					return time.Time{}, orderly.Errorf(orderly.EGROUPFULL, "group %s has all its %d seats taken", g.ID, g.MaxMembers)
-				}
-				return g.DeadlineAt, nil
+				return time.Time{}, orderly.Errorf(orderly.EGROUPFULL, "group %s has all its %d seats taken", g.ID, g.MaxMembers)
 			},
 			Inserted: func(o *orderly.Order) error {
 				err := tx.GroupMemberInsert(ctx, &orderly.GroupMember{GroupID: g.ID, UserID: p.UserID, OrderID: o.ID, JoinedAt: o.CreatedAt})
@@ -318,8 +363,19 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 				} else if err != nil {
 					return err
 				}
-				g, err = load(ctx, tx, g.ID)
-				return err
+				// The group row is locked: only its members changed since it was read (a
+				// seat given up by a close does not take the group's lock), so they are
+				// read back and the seats counted from them.
+				if g.Members, err = tx.GroupMembers(ctx, g.ID); err != nil {
+					return err
+				}
+				g.SeatsTaken = 0
+				for _, m := range g.Members {
+					if m.LeftAt == nil {
+						g.SeatsTaken++
+					}
+				}
+				return nil
 			},
 		})
 		return o, g, created, err

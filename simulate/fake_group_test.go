@@ -21,6 +21,9 @@ type groupFaults struct {
 	refuseForming bool
 	// fullEarly answers group-full with one seat still free.
 	fullEarly bool
+	// neverSucceed never moves a group to succeeded: paid members wait for the deadline,
+	// and the group fails there with them refunded.
+	neverSucceed bool
 }
 
 // fakeGroups is the group-buy part of a fakeServer; it runs under the server's lock.
@@ -277,7 +280,7 @@ func (gb *fakeGroups) paid(o *orderly.Order, now time.Time) {
 				paid = append(paid, mo)
 			}
 		}
-		if len(paid) < g.MinMembers {
+		if len(paid) < g.MinMembers || gb.f.opts.groups.neverSucceed {
 			return
 		}
 		g.State, g.SucceededAt = groupSucceeded, &now

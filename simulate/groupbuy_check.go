@@ -192,7 +192,7 @@ func (g *groupFlow) Payments() ([]FinalPayment, []string) {
 //   - seat requests refused for a reason the server's own state did not allow (see
 //     judgeRefusal).
 func (g *groupFlow) Check(_ *runner, res *Result) {
-	gres := &GroupResult{Deals: len(g.dealOf), Joins: JoinCounts{Refused: map[string]int{}},
+	gres := &GroupResult{Deals: len(g.dealOf), Planned: map[string]int{}, Joins: JoinCounts{Refused: map[string]int{}},
 		DeadlinePayments: DeadlinePayments{WindowMS: float64(deadlineJitter / time.Millisecond),
 			Before: int(g.deadlineBefore.Load()), After: int(g.deadlineAfter.Load())}}
 	res.Groups = gres
@@ -225,6 +225,7 @@ func (g *groupFlow) Check(_ *runner, res *Result) {
 			continue
 		}
 		gres.Groups++
+		gres.Planned[tg.pg.fate.String()]++
 		res.Violations = append(res.Violations, tg.notes...)
 		gr := tg.final
 		if gr == nil {
@@ -289,6 +290,10 @@ func (g *groupFlow) Check(_ *runner, res *Result) {
 			for _, m := range tg.members {
 				res.Violations = append(res.Violations, g.checkFailedMember(gr, m)...)
 			}
+			if paid := g.paidInTime(tg, gr, leftAt); len(paid) >= gr.MinMembers {
+				violate("G: group %s failed although the payments of %d members, min_members %d, were acknowledged before its deadline %s and none of them left: %s",
+					gr.ID, len(paid), gr.MinMembers, formatTime(gr.DeadlineAt), strings.Join(paid, ", "))
+			}
 		default:
 			gres.Forming++
 			violate("G: group %s is still %s %s after its deadline %s", gr.ID, gr.State,
@@ -343,6 +348,27 @@ func (g *groupFlow) Check(_ *runner, res *Result) {
 			violate("I4: sku %s sold %d units but the member orders kept %d", pd.sku, st.Sold, kept[pd.sku])
 		}
 	}
+}
+
+// paidInTime returns the member orders of tg (as "id (behaviour)") whose success callback
+// was acknowledged before both the group deadline and the order's close_at, by more than
+// the clock margin, and that did not leave the group or cancel: once min_members of them
+// are paid, the group has succeeded (the payment that brought the count there did it).
+func (g *groupFlow) paidInTime(tg *trackedGroup, gr *group, leftAt map[string]*time.Time) []string {
+	var out []string
+	for _, m := range tg.members {
+		if m.successID == "" || m.leftAck || m.cancelled || leftAt[m.order.ID] != nil {
+			continue
+		}
+		by := g.local(gr.DeadlineAt)
+		if c := g.local(m.order.CloseAt); c.Before(by) {
+			by = c
+		}
+		if m.successAt.Before(by.Add(-g.margin)) {
+			out = append(out, fmt.Sprintf("%s (%s)", m.order.ID, m.pm.behaviour))
+		}
+	}
+	return out
 }
 
 // checkFailedMember checks a member of a failed group: it keeps nothing, and every payment

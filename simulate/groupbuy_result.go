@@ -12,6 +12,7 @@ import (
 //
 //	{"deals":N,"groups":N,"succeeded":N,"failed":N,"forming":N,"members":N,"paid_members":N,
 //	 "refunds":N,"left":N,"early_failures":N,"shipped":N,
+//	 "planned":{"fill":N,"race":N,"deadline":N,"spoiled":N,"under":N},
 //	 "lateness_ms":{"p50":x,"p90":x,"p99":x,"max":x},
 //	 "joins":{"sent":N,"created":N,"refused":{"group-full":N,…},"errors":N},
 //	 "deadline_payments":{"window_ms":x,"before":N,"after":N}}
@@ -23,6 +24,11 @@ type GroupResult struct {
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
 	Forming   int `json:"forming"`
+	// Planned counts the groups opened by what the plan made of them: fill and race are
+	// planned to succeed (min_members members pay in time), deadline is decided by a
+	// payment landing at the deadline ± a few ms, spoiled (a member who does not pay in
+	// time) and under (fewer than min_members) are planned to fail.
+	Planned map[string]int `json:"planned"`
 	// Members counts member orders created (leaders included); PaidMembers those whose
 	// payment was kept (their group succeeded).
 	Members     int `json:"members"`
@@ -67,8 +73,10 @@ type DeadlinePayments struct {
 // summary returns the lines Result.Summary prints for the groups.
 func (g *GroupResult) summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  groups      %d deals, %d groups: %d succeeded, %d failed, %d still forming; %d early failures\n",
-		g.Deals, g.Groups, g.Succeeded, g.Failed, g.Forming, g.EarlyFailures)
+	fmt.Fprintf(&b, "  groups      %d deals, %d groups: %d succeeded, %d failed, %d still forming; %d early failures; planned %d to succeed, %d at the deadline, %d to fail\n",
+		g.Deals, g.Groups, g.Succeeded, g.Failed, g.Forming, g.EarlyFailures,
+		g.Planned[fateFill.String()]+g.Planned[fateRace.String()], g.Planned[fateDeadline.String()],
+		g.Planned[fateSpoiled.String()]+g.Planned[fateUnder.String()])
 	fmt.Fprintf(&b, "  members     %d member orders, %d paid and kept, %d payments refunded, %d left, %d shipped\n",
 		g.Members, g.PaidMembers, g.Refunds, g.Left, g.Shipped)
 	refused := make([]string, 0, len(g.Joins.Refused))

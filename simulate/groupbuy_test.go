@@ -11,11 +11,12 @@ import (
 
 func TestGroupPlan(t *testing.T) {
 	t.Parallel()
-	a, b := newGroupPlan(5, "p", 600, 3*time.Second), newGroupPlan(5, "p", 600, 3*time.Second)
-	if a.members != 600 || len(a.groups) != len(b.groups) {
-		t.Fatalf("%d seats in %d groups (again: %d groups), want 600", a.members, len(a.groups), len(b.groups))
+	a, b := newGroupPlan(5, "p", 3000, 3*time.Second), newGroupPlan(5, "p", 3000, 3*time.Second)
+	if a.members != 3000 || len(a.groups) != len(b.groups) {
+		t.Fatalf("%d seats in %d groups (again: %d groups), want 3000", a.members, len(a.groups), len(b.groups))
 	}
 	counts := map[member]int{}
+	fates := map[fate]int{}
 	over, under, late := 0, 0, 0
 	for i, g := range a.groups {
 		d := g.deal
@@ -23,35 +24,78 @@ func TestGroupPlan(t *testing.T) {
 			d.memberTimeout > d.limit || d.memberTimeout < d.limit-time.Second {
 			t.Errorf("group %d: deal min %d max %d limit %s member timeout %s", i, d.min, d.max, d.limit, d.memberTimeout)
 		}
-		if len(g.members) != len(b.groups[i].members) || g.members[0].behaviour != b.groups[i].members[0].behaviour {
+		if len(g.members) != len(b.groups[i].members) || g.members[0].behaviour != b.groups[i].members[0].behaviour || g.fate != b.groups[i].fate {
 			t.Errorf("group %d differs between two plans of one seed", i)
 		}
+		fates[g.fate]++
+		n := len(g.members)
 		if g.oversubscribed {
 			over++
-			n := len(g.members)
-			if i < len(a.groups)-1 && (n != d.max+1 || g.members[n-1].joinAt != g.members[n-2].joinAt && !g.members[n-1].lateJoin) {
+			if i < len(a.groups)-1 && (n != d.max+1 || g.members[n-1].joinAt != g.members[n-2].joinAt) {
 				t.Errorf("group %d: oversubscribed with %d members for max %d; the last two should race", i, n, d.max)
 			}
 		}
-		if len(g.members) < d.min {
-			under++
+		var seated, keepers, deciders int // seated: members not refused by plan (late join, race loser)
+		var raceAt time.Duration
+		if g.oversubscribed {
+			raceAt = g.members[n-1].joinAt
 		}
-		for _, m := range g.members {
+		for j, m := range g.members {
 			counts[m.behaviour]++
 			if m.lateJoin {
 				late++
-				if m.joinAt <= d.limit || m.joinAt > d.limit+lateJoinLatest+5*time.Millisecond {
-					t.Errorf("group %d: late join at %s for a limit of %s", i, m.joinAt, d.limit)
+				if m.joinAt <= d.limit || m.joinAt > d.limit+lateJoinLatest+5*time.Millisecond || m.keeper {
+					t.Errorf("group %d: late join at %s for a limit of %s (keeper %v)", i, m.joinAt, d.limit, m.keeper)
 				}
-			} else if m.joinAt >= d.limit/2 {
+				continue
+			}
+			if m.joinAt >= d.limit/2 {
 				t.Errorf("group %d: join at %s, want in the first half of %s", i, m.joinAt, d.limit)
+			}
+			if m.keeper {
+				if m.behaviour != memberPayOnTime && m.behaviour != memberPayTwice {
+					t.Errorf("group %d: keeper %d plays %s", i, j, m.behaviour)
+				}
+				// A keeper pays in time: by 70 % of the limit if served at once, and in a
+				// racing group only after the race.
+				if pay := m.joinAt + m.payDelay + m.callbackDelay; pay > d.limit*7/10+raceAt || (g.oversubscribed && j < n-2 && m.joinAt+m.payDelay < raceAt) {
+					t.Errorf("group %d: keeper %d joins at %s and pays at %s (race at %s), limit %s", i, j, m.joinAt, pay, raceAt, d.limit)
+				}
+				if !g.oversubscribed || j < n-2 {
+					keepers++
+				}
+			}
+			if m.behaviour == memberPayAtDeadline || slices.Contains(spoilers, m.behaviour) {
+				deciders++
 			}
 			if m.deadlineOffset.Abs() > deadlineJitter {
 				t.Errorf("deadline offset %s beyond %s", m.deadlineOffset, deadlineJitter)
 			}
+			seated++
 		}
-		if seats := int64(len(g.members)); d.stock < seats {
-			t.Errorf("deal %d stocks %d for %d seats of group %d", d.index, d.stock, seats, i)
+		if g.oversubscribed {
+			seated-- // one of the racers loses
+			if keepers < d.min && i < len(a.groups)-1 {
+				keepers = d.min // max = min: every member keeps, the race's winner is the min-th
+			}
+		}
+		if i == len(a.groups)-1 {
+			continue // cut short by the number of seats
+		}
+		switch g.fate {
+		case fateFill, fateRace:
+			if keepers < d.min || seated > d.max {
+				t.Errorf("group %d (%s): %d keepers holding a seat, %d seated, want ≥ min %d, ≤ max %d", i, g.fate, keepers, seated, d.min, d.max)
+			}
+		case fateDeadline, fateSpoiled:
+			if seated != d.min || keepers != d.min-1 || deciders < 1 {
+				t.Errorf("group %d (%s): %d seated, %d keepers, %d deciders; want %d, %d, 1", i, g.fate, seated, keepers, deciders, d.min, d.min-1)
+			}
+		case fateUnder:
+			if seated >= d.min || keepers != 0 {
+				t.Errorf("group %d (under): %d seated, %d keepers; want fewer than min %d and none", i, seated, keepers, d.min)
+			}
+			under++
 		}
 	}
 	if over == 0 || under == 0 || late == 0 {
@@ -61,6 +105,10 @@ func TestGroupPlan(t *testing.T) {
 		if counts[m] == 0 {
 			t.Errorf("no member plays %s", m)
 		}
+	}
+	// Most groups are planned to fill and pay, a minority to fail.
+	if ok := fates[fateFill] + fates[fateRace]; ok*100 < 60*len(a.groups) || fates[fateSpoiled] == 0 || fates[fateDeadline] == 0 || a.fates != [numFates]int{fates[0], fates[1], fates[2], fates[3], fates[4]} {
+		t.Errorf("fates %v (plan counts %v) of %d groups: want ≥ 60 %% fill or race, some of every fate", fates, a.fates, len(a.groups))
 	}
 }
 
@@ -101,6 +149,13 @@ func TestGroupBuyAgainstFake(t *testing.T) {
 			if g == nil || g.Succeeded == 0 || g.Failed == 0 || g.Forming != 0 || g.Refunds == 0 || g.Shipped == 0 || g.Left == 0 {
 				t.Fatalf("groups %+v: want some succeeded, failed, refunded, shipped, left; none forming", g)
 			}
+			// Against a correct server that answers at once, the groups end as planned:
+			// those planned to fail fail, and about all those planned to succeed succeed.
+			toSucceed := g.Planned[fateFill.String()] + g.Planned[fateRace.String()]
+			toFail := g.Planned[fateSpoiled.String()] + g.Planned[fateUnder.String()]
+			if sum(g.Planned) != g.Groups || toSucceed == 0 || toFail == 0 || g.Failed < toFail || g.Succeeded*10 < toSucceed*8 {
+				t.Errorf("planned %v: %d to succeed, %d to fail; %d succeeded, %d failed", g.Planned, toSucceed, toFail, g.Succeeded, g.Failed)
+			}
 			if g.Groups != g.Succeeded+g.Failed || g.Joins.Sent != g.Joins.Created+g.Joins.Errors+sum(g.Joins.Refused) || g.Members != g.Joins.Created {
 				t.Errorf("groups %+v do not reconcile", g)
 			}
@@ -136,6 +191,8 @@ func TestGroupBuyDetectsBrokenServer(t *testing.T) {
 			want: []string{"was refused group-not-forming: it was answered at", "was forming until it failed at"}},
 		{name: "answers group-full with a seat free", faults: groupFaults{fullEarly: true},
 			want: []string{"was refused group-full: the plan asks for", "was refused group-full: at most"}},
+		{name: "fails groups whose members paid in time", faults: groupFaults{neverSucceed: true},
+			want: []string{"failed although the payments of", "were acknowledged before its deadline"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
