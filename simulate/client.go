@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +42,9 @@ type client struct {
 	retries atomic.Int64
 	// apiKey is the bearer token of every request (Config.APIKey); "" for none.
 	apiKey string
+
+	waitMu sync.Mutex
+	waits  []float64 // how long each request waited for a slot, in ms
 }
 
 // target is one server.
@@ -190,12 +195,14 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 			return false, &httpError{Method: method, Path: path, Err: err, Tries: 1}
 		}
 	}
+	queued := time.Now()
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
 		return false, &httpError{Method: method, Path: path, Err: ctx.Err(), Tries: 1}
 	}
 	defer func() { <-c.sem }()
+	c.waited(time.Since(queued))
 	deadline := time.Now().Add(c.retryFor)
 	backoff := retryBackoffMin
 	conflicts := 0
@@ -239,6 +246,20 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 		}
 		k = c.pick(k)
 	}
+}
+
+// waited records a request's wait for a slot.
+func (c *client) waited(d time.Duration) {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	c.waits = append(c.waits, float64(d)/float64(time.Millisecond))
+}
+
+// queueWait returns the percentiles of the requests' waits for a slot so far.
+func (c *client) queueWait() Percentiles {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	return newPercentiles(slices.Clone(c.waits))
 }
 
 // errorText is the cause of a try that got no answer, without the method and addresses.

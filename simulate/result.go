@@ -18,7 +18,7 @@ import (
 //	 "clock":{"source":"database","offset_ms":x,"uncertainty_ms":x,"margin_ms":x},
 //	 "near_deadline":{"window_ms":1000,"successes":N,"before_close_at":N,"paid":N,"closed":N},
 //	 "sent":N,"created":N,"rejected":{"coupon-unavailable":N,"out-of-stock":N},"errors":N,
-//	 "send_s":x}
+//	 "send_s":x,"missed_deadline":N,"queue_wait_ms":{"p50":x,"p90":x,"p99":x,"max":x}}
 //
 // The order requests reconcile: sent = created + Σ rejected + errors.
 //
@@ -69,6 +69,15 @@ type Result struct {
 	// SendS is the send window in seconds: from the first order request to the last answer
 	// to one.
 	SendS float64 `json:"send_s"`
+	// MissedDeadline counts buyers of the standard flow who meant to pay or cancel in
+	// time but whose payment start or cancel reached the server after the order's deadline
+	// and was refused (not payable, already closed): excused, not violations, but each is a
+	// payment the run meant to test and did not. A share well above 0 says the client or
+	// the server was too slow for the payment timeout (see QueueWait).
+	MissedDeadline int `json:"missed_deadline"`
+	// QueueWait is how long the run's requests waited for one of Config.Concurrency
+	// slots before being sent, in ms.
+	QueueWait Percentiles `json:"queue_wait_ms"`
 
 	// OutOfStock and CouponUnavailable count orders refused with 409 for those reasons,
 	// an expected outcome for scarce stock and contended coupons.
@@ -168,6 +177,8 @@ func (r *Result) Summary() string {
 		r.OutOfStock, r.CouponUnavailable)
 	fmt.Fprintf(&b, "  callbacks   %d late payments, %d duplicate callbacks, %d pay/close races\n",
 		r.LatePayments, r.DuplicateCallbacks, r.Races)
+	fmt.Fprintf(&b, "  client      %d buyers reached the server after their deadline; wait for a request slot p50 %s, p99 %s, max %s\n",
+		r.MissedDeadline, ms(r.QueueWait.P50), ms(r.QueueWait.P99), ms(r.QueueWait.Max))
 	if r.PartialRefunds > 0 {
 		fmt.Fprintf(&b, "  refunds     %d partial refunds of paid orders\n", r.PartialRefunds)
 	}

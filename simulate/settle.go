@@ -95,6 +95,7 @@ func (r *runner) evaluate() *Result {
 		d.Check(r, res)
 	}
 	res.Lateness = newPercentiles(res.lateness)
+	res.QueueWait = r.c.queueWait()
 	if r.cfg.GatewayLedger != nil {
 		res.Violations = append(res.Violations, r.checkRefundLedger(r.cfg.GatewayLedger())...)
 	}

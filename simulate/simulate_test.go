@@ -54,8 +54,8 @@ func TestPercentile(t *testing.T) {
 
 // resultKeys are the members of the result JSON, exactly.
 var resultKeys = []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes",
-	"errors", "late_payments", "lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded", "rejected",
-	"send_s", "sent", "violations"}
+	"errors", "late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid",
+	"queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
 
 // checkResultJSON checks that res encodes with exactly the documented members.
 func checkResultJSON(t *testing.T, res *Result) map[string]json.RawMessage {
@@ -96,7 +96,7 @@ func TestResultJSON(t *testing.T) {
 	res := &Result{Orders: 3, Paid: 1, Closed: 1, Cancelled: 1, Refunded: 2, LatePayments: 1, DuplicateCallbacks: 5,
 		Violations: []string{}, Lateness: Percentiles{P50: 1, P90: 2, P99: 3, Max: 4}, DurationS: 1.5, OrdersPerS: 2,
 		Sent: 9, Created: 3, Rejected: map[string]int{"out-of-stock": 6, "coupon-unavailable": 0}, SendS: 1.5,
-		OutOfStock: 6, Behaviours: map[string]int{"cancel": 1},
+		OutOfStock: 6, Behaviours: map[string]int{"cancel": 1}, MissedDeadline: 2, QueueWait: Percentiles{P90: 1, P99: 5, Max: 7},
 		Clock:        ClockOffset{Source: ClockSourceDatabase, OffsetMS: 0.25, UncertaintyMS: 0.5, MarginMS: 1},
 		NearDeadline: NearDeadline{WindowMS: 1000, Successes: 2, BeforeCloseAt: 1, Paid: 1, Closed: 1}}
 	b, err := json.Marshal(res)
@@ -107,7 +107,8 @@ func TestResultJSON(t *testing.T) {
 		`"early_closes":0,"violations":[],"lateness_ms":{"p50":1,"p90":2,"p99":3,"max":4},"duration_s":1.5,"orders_per_s":2,` +
 		`"clock":{"source":"database","offset_ms":0.25,"uncertainty_ms":0.5,"margin_ms":1},` +
 		`"near_deadline":{"window_ms":1000,"successes":2,"before_close_at":1,"paid":1,"closed":1},` +
-		`"sent":9,"created":3,"rejected":{"coupon-unavailable":0,"out-of-stock":6},"errors":0,"send_s":1.5}`
+		`"sent":9,"created":3,"rejected":{"coupon-unavailable":0,"out-of-stock":6},"errors":0,"send_s":1.5,` +
+		`"missed_deadline":2,"queue_wait_ms":{"p50":0,"p90":1,"p99":5,"max":7}}`
 	if string(b) != want {
 		t.Errorf("result JSON\n got %s\nwant %s", b, want)
 	}

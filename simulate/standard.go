@@ -74,7 +74,10 @@ type tracked struct {
 	lateSent  bool   // a late success callback was acknowledged
 	cancelled bool   // the cancel was acknowledged
 	seenClose bool   // counted in closedSeen
-	notes     []string
+	// missed marks a buyer whose payment start or cancel was refused because it reached
+	// the server after the order's deadline (excused: counted in Result.MissedDeadline).
+	missed bool
+	notes  []string
 
 	refunds []*orderly.Refund // partial refunds acknowledged (201 or 200), in order
 
@@ -245,6 +248,7 @@ func (r *standardFlow) play(ctx context.Context, t *tracked, created time.Time) 
 		case errors.As(err, &he) && he.code() == orderly.EILLEGAL && time.Now().After(t.order.CloseAt.Add(-r.margin)):
 			// The cancel may have reached the server after close_at (an overloaded client
 			// or server) and found the order closed for timeout: the buyer was late.
+			t.missed = true
 		case err != nil:
 			t.note("HTTP: cancel of order %s: %v", t.order.ID, err)
 		case o.State != orderly.StateClosed || o.CloseReason != orderly.CloseReasonBuyerCancelled:
@@ -274,6 +278,7 @@ func (r *standardFlow) startPayment(ctx context.Context, t *tracked, at time.Tim
 		case errors.As(err, &he) && he.code() == orderly.ENOTPAYABLE && time.Now().After(t.order.ExpiresAt.Add(-r.margin)):
 			// The request may have reached the server after the deadline (an overloaded
 			// client or server): the buyer was late, not the server wrong.
+			t.missed = true
 		default:
 			t.note("HTTP: start payment for order %s (%s): %v", t.order.ID, t.po.behaviour, err)
 		}

@@ -249,6 +249,9 @@ func (r *standardFlow) Check(_ *runner, res *Result) {
 		}
 		res.Orders++
 		res.Behaviours[t.po.behaviour.String()]++
+		if t.missed {
+			res.MissedDeadline++
+		}
 		res.Violations = append(res.Violations, t.notes...)
 		o := t.final
 		if o == nil {

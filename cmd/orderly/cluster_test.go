@@ -103,8 +103,8 @@ func decodeCluster(t *testing.T, stdout []byte) *clusterResult {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
 	}
 	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors",
-		"instances", "kills", "late_payments", "lateness_ms", "near_deadline", "orders", "orders_per_s", "paid", "refunded",
-		"rejected", "send_s", "sent", "violations"}
+		"instances", "kills", "late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid",
+		"queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
 	got := make([]string, 0, len(keys))
 	for k := range keys {
 		got = append(got, k)
