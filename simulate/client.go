@@ -26,13 +26,14 @@ const maxResponseBytes = 1 << 20
 // client speaks the HTTP contract of README.md "API" to one or more servers that share one
 // database. Requests are spread round robin over the targets; a request that gets no
 // answer (connection refused or reset, the server died mid-request) is sent again to the
-// next target, for up to retryFor. A semaphore caps the requests in flight; a request
-// keeps its slot through its retries.
+// next target, for up to retryFor. A number of slots caps the requests in flight; a request
+// keeps its slot through its retries, and a freed slot goes to a buyer's request before a
+// new order's create (slots.go).
 type client struct {
 	targets  []*target
 	next     atomic.Uint32 // round-robin cursor
 	hc       *http.Client
-	sem      chan struct{}
+	slots    *slots // caps the requests in flight, follow-ups first
 	secret   []byte
 	retryFor time.Duration // ≤ 0: never send a request again
 	pause    time.Duration // a target that did not answer is avoided this long; targetPause
@@ -69,7 +70,7 @@ const (
 )
 
 func newClient(bases []string, hc *http.Client, concurrency int, secret []byte, retryFor time.Duration) *client {
-	c := &client{hc: hc, sem: make(chan struct{}, concurrency), secret: secret, retryFor: retryFor, pause: targetPause}
+	c := &client{hc: hc, slots: newSlots(concurrency), secret: secret, retryFor: retryFor, pause: targetPause}
 	for _, b := range bases {
 		c.targets = append(c.targets, &target{base: b})
 	}
@@ -185,6 +186,17 @@ func (c *client) do(ctx context.Context, method, path string, body any, header h
 // restarted, ended the session or is busy), which is sent again like a request that got
 // no answer. Any other answer is the caller's to judge.
 func (c *client) send(ctx context.Context, method, path string, body any, header http.Header, out any) (ambiguous bool, err error) {
+	return c.sendAs(ctx, followUp, method, path, body, header, out)
+}
+
+// sendNew is send for a request that starts new work (an order's create): it gets a slot
+// only when no follow-up request waits for one (see slots).
+func (c *client) sendNew(ctx context.Context, method, path string, body any, header http.Header, out any) (ambiguous bool, err error) {
+	return c.sendAs(ctx, newWork, method, path, body, header, out)
+}
+
+// sendAs is send for a request of class p.
+func (c *client) sendAs(ctx context.Context, p priority, method, path string, body any, header http.Header, out any) (ambiguous bool, err error) {
 	var raw []byte
 	switch b := body.(type) {
 	case nil:
@@ -196,12 +208,10 @@ func (c *client) send(ctx context.Context, method, path string, body any, header
 		}
 	}
 	queued := time.Now()
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return false, &httpError{Method: method, Path: path, Err: ctx.Err(), Tries: 1}
+	if err := c.slots.acquire(ctx, p); err != nil {
+		return false, &httpError{Method: method, Path: path, Err: err, Tries: 1}
 	}
-	defer func() { <-c.sem }()
+	defer c.slots.release()
 	c.waited(time.Since(queued))
 	deadline := time.Now().Add(c.retryFor)
 	backoff := retryBackoffMin
@@ -382,7 +392,7 @@ type orderRequest struct {
 // now, not as created.
 func (c *client) createOrder(ctx context.Context, req *orderRequest, idempotencyKey string) (o *orderly.Order, ambiguous bool, err error) {
 	o = &orderly.Order{}
-	ambiguous, err = c.send(ctx, http.MethodPost, "/v1/orders", req, http.Header{"Idempotency-Key": {idempotencyKey}}, o)
+	ambiguous, err = c.sendNew(ctx, http.MethodPost, "/v1/orders", req, http.Header{"Idempotency-Key": {idempotencyKey}}, o)
 	if err == nil && o.ID == "" {
 		err = &httpError{Method: http.MethodPost, Path: "/v1/orders", Status: http.StatusCreated, Err: fmt.Errorf("answer has no order id")}
 	}
