@@ -52,6 +52,9 @@ type fakeOptions struct {
 	// refuse, when set, is asked (under the server's lock) for every valid new order
 	// whether to refuse it as out of stock, whatever it asks for.
 	refuse func() bool
+	// slowWrites holds the server's lock this long at the start of every POST, before it
+	// reads the clock: a server that serves at most 1/slowWrites writes per second.
+	slowWrites time.Duration
 }
 
 // fakeServer implements just enough of the HTTP contract in memory to drive the simulator:
@@ -122,6 +125,9 @@ func (f *fakeServer) handle(pattern string, h func(w http.ResponseWriter, r *htt
 	f.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if f.opts.slowWrites > 0 && r.Method == http.MethodPost {
+			time.Sleep(f.opts.slowWrites)
+		}
 		f.requests[pattern]++
 		now := time.Now().UTC().Truncate(time.Millisecond)
 		if f.gb != nil {
