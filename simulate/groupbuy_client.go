@@ -110,13 +110,12 @@ func (c *client) createDeal(ctx context.Context, req *dealRequest) (*deal, error
 
 // takeSeat opens a group (groupID "") or joins one, with an Idempotency-Key.
 func (c *client) takeSeat(ctx context.Context, groupID string, req *seatRequest, key string) (*seat, error) {
-	path, send := "/v1/groups", c.sendNew // a new group: new work
+	path := "/v1/groups"
 	if groupID != "" {
-		// A join: its group's time limit runs, like a buyer's deadline.
-		path, send = path+"/"+url.PathEscape(groupID)+"/join", c.send
+		path += "/" + url.PathEscape(groupID) + "/join"
 	}
 	var s seat
-	_, err := send(ctx, http.MethodPost, path, req, http.Header{"Idempotency-Key": {key}}, &s)
+	_, err := c.send(ctx, http.MethodPost, path, req, http.Header{"Idempotency-Key": {key}}, &s)
 	if err == nil && (s.Group == nil || s.Order == nil || s.Order.ID == "" || s.Group.ID == "") {
 		err = &httpError{Method: http.MethodPost, Path: path, Status: http.StatusCreated, Err: fmt.Errorf("answer has no group or order")}
 	}

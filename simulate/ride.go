@@ -168,7 +168,7 @@ func (f *rideFlow) Drive(ctx context.Context, _ *runner) {
 func (f *rideFlow) play(ctx context.Context, tt *trackedTrip, i int) error {
 	f.sent.Add(1)
 	var t rideTrip
-	_, err := f.c.sendNew(ctx, http.MethodPost, "/v1/trips", map[string]any{"rider_id": fmt.Sprintf("%s-rider-%d", f.prefix, i),
+	err := f.c.do(ctx, http.MethodPost, "/v1/trips", map[string]any{"rider_id": fmt.Sprintf("%s-rider-%d", f.prefix, i),
 		"currency": "USD", "estimate": tt.pt.estimate}, nil, &t)
 	if err != nil {
 		return err

@@ -254,7 +254,9 @@ func runFake(t *testing.T, opts fakeOptions, cfg Config) (*Result, *fakeServer) 
 	cfg.PaymentTimeout = cmpOr(cfg.PaymentTimeout, time.Second)
 	cfg.Rate = cmpOr(cfg.Rate, 200)
 	cfg.Drain = cmpOr(cfg.Drain, 3*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// A minute: TestRunOverloadedServerStillPays takes ~12 s alone, more beside the others
+	// on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := Run(ctx, cfg)
 	if err != nil {

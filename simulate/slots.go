@@ -13,8 +13,9 @@ const (
 	// followUp is a request about work already under way: a buyer's payment start,
 	// callback or cancel, a poll, a refund, a read. Its order has a deadline running.
 	followUp priority = iota
-	// newWork is a request that starts new work: an order's (a trip's, a group's) create.
-	// Nothing of it runs on the server yet, so it can wait.
+	// newWork is a request that starts new work: a standard order's create. Nothing of it
+	// runs on the server yet, so it can wait. (The other flows' creates are follow-ups:
+	// their polls would starve them.)
 	newWork
 	numPriorities
 )

@@ -164,7 +164,7 @@ func (w *walletFlow) checkout(ctx context.Context, c *walletCheckout, first bool
 		req.CouponID = c.buyer.coupon
 	}
 	o := &orderly.Order{}
-	_, err := w.c.sendNew(ctx, http.MethodPost, "/v1/orders", req, http.Header{"Idempotency-Key": {fmt.Sprintf("%s-wallet-%d", w.prefix, c.index)}}, o)
+	_, err := w.c.send(ctx, http.MethodPost, "/v1/orders", req, http.Header{"Idempotency-Key": {fmt.Sprintf("%s-wallet-%d", w.prefix, c.index)}}, o)
 	if first {
 		w.answered()
 	}
