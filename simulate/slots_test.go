@@ -92,8 +92,10 @@ func TestSlotsCancelled(t *testing.T) {
 // in time ends paid. With one queue for all requests, the payment starts waited behind the
 // creates sent before them, longer than the 1 s payment timeout, and were refused as late:
 // 0 of 162 such orders ended paid.
+//
+// Not parallel: the 1 s timeout is short, and a box busy with the package's other runs
+// delays the buyers' own goroutines into pay/close races.
 func TestRunOverloadedServerStillPays(t *testing.T) {
-	t.Parallel()
 	res, _ := runFake(t, fakeOptions{grace: 100 * time.Millisecond, slowWrites: 5 * time.Millisecond},
 		Config{Orders: 300, Rate: 300, Concurrency: 8, Seed: 7})
 	if !res.OK() {
@@ -107,10 +109,10 @@ func TestRunOverloadedServerStillPays(t *testing.T) {
 	if payers < res.Orders/2 {
 		t.Fatalf("%d of %d created orders have buyers who pay in time, want more than half (the plan's share is 60 %%)", payers, res.Orders)
 	}
-	// Against a correct, unloaded server about 93 % end paid (a few successes race the
-	// close); with one queue for all requests none did.
-	if res.Paid < payers*3/4 || res.MissedDeadline > res.Orders/10 {
-		t.Errorf("%d orders paid of %d whose buyers pay in time (want ≥ 75 %%), %d buyers of %d orders reached the server after their deadline (want ≤ 10 %%); request slot wait %+v",
+	// Alone on a quiet box about 93 % end paid (a few successes race the close), 62 % on a
+	// box at load 50; with one queue for all requests none did (180 of 272 missed).
+	if res.Paid < payers/2 || res.MissedDeadline > res.Orders*15/100 {
+		t.Errorf("%d orders paid of %d whose buyers pay in time (want ≥ 50 %%), %d buyers of %d orders reached the server after their deadline (want ≤ 15 %%); request slot wait %+v",
 			res.Paid, payers, res.MissedDeadline, res.Orders, res.QueueWait)
 	}
 }
