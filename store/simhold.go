@@ -56,6 +56,10 @@ type SimHoldTx interface {
 	SimHoldKeyGet(ctx context.Context, key string) (*SimHoldKey, error)
 	// SimHoldKeys returns the keys that applied something to a hold, oldest first.
 	SimHoldKeys(ctx context.Context, holdID string) ([]*SimHoldKey, error)
+	// SimHoldList returns up to Limit holds with id > AfterID, by id.
+	SimHoldList(ctx context.Context, params *ListParams) ([]*SimHold, error)
+	// SimHoldKeyList returns up to Limit keys with key > AfterID, by key.
+	SimHoldKeyList(ctx context.Context, params *ListParams) ([]*SimHoldKey, error)
 	// SimGatewayFaultArm sets how many of the next calls of op apply and then answer a
 	// timeout (n ≤ 0 disarms it).
 	SimGatewayFaultArm(ctx context.Context, op string, n int) error

@@ -25,6 +25,9 @@ var (
 	qSimHoldKeyGet    = sqlText(`SELECT ` + simHoldKeyColumns + ` FROM sim_hold_keys WHERE idempotency_key = ?`)
 	qSimHoldKeys      = sqlText(`SELECT ` + simHoldKeyColumns + ` FROM sim_hold_keys WHERE hold_id = ?
 		ORDER BY created_at, idempotency_key`)
+	qSimHoldList    = sqlText(`SELECT ` + simHoldColumns + ` FROM sim_holds WHERE id > ? ORDER BY id LIMIT ?`)
+	qSimHoldKeyList = sqlText(`SELECT ` + simHoldKeyColumns + ` FROM sim_hold_keys WHERE idempotency_key > ?
+		ORDER BY idempotency_key LIMIT ?`)
 	qSimFaultDelete = sqlText(`DELETE FROM sim_gateway_faults WHERE op = ?`)
 	qSimFaultInsert = sqlText(`INSERT INTO sim_gateway_faults (op, remaining) VALUES (?, ?)`)
 	qSimFaultTake   = sqlText(`UPDATE sim_gateway_faults SET remaining = remaining - 1 WHERE op = ? AND remaining > 0`)
@@ -116,4 +119,14 @@ func (t *tx) SimGatewayFaultArm(ctx context.Context, op string, n int) error {
 func (t *tx) SimGatewayFaultTake(ctx context.Context, op string) (bool, error) {
 	n, err := t.exec(ctx, "sim gateway fault "+op, qSimFaultTake, op)
 	return n == 1, err
+}
+
+// SimHoldList implements store.Tx.
+func (t *tx) SimHoldList(ctx context.Context, p *store.ListParams) ([]*store.SimHold, error) {
+	return scanAll(t, ctx, "list sim holds", scanSimHold, qSimHoldList, p.AfterID, p.Limit)
+}
+
+// SimHoldKeyList implements store.Tx.
+func (t *tx) SimHoldKeyList(ctx context.Context, p *store.ListParams) ([]*store.SimHoldKey, error) {
+	return scanAll(t, ctx, "list sim hold keys", scanSimHoldKey, qSimHoldKeyList, p.AfterID, p.Limit)
 }

@@ -72,6 +72,18 @@ func testSimHolds(t *testing.T, open opener) {
 	equal(t, "keys of hold-1", read(t, s, func(tx store.Tx) ([]*store.SimHoldKey, error) { return tx.SimHoldKeys(ctx, "hold-1") }),
 		[]*store.SimHoldKey{k1, k2})
 
+	equal(t, "keys listed after k1", read(t, s, func(tx store.Tx) ([]*store.SimHoldKey, error) {
+		return tx.SimHoldKeyList(ctx, &store.ListParams{AfterID: "other", Limit: 10})
+	}), []*store.SimHoldKey{k1, k2})
+	h2 := &store.SimHold{ID: "hold-2", Amount: 1, State: orderly.HoldPending, ExpiresAt: t0, CreatedAt: t0}
+	inTx(t, s, func(tx store.Tx) error { return tx.SimHoldInsert(ctx, h2) })
+	equal(t, "holds listed", read(t, s, func(tx store.Tx) ([]*store.SimHold, error) {
+		return tx.SimHoldList(ctx, &store.ListParams{Limit: 10})
+	}), []*store.SimHold{get("hold-1"), h2})
+	equal(t, "holds listed after hold-1", read(t, s, func(tx store.Tx) ([]*store.SimHold, error) {
+		return tx.SimHoldList(ctx, &store.ListParams{AfterID: "hold-1", Limit: 1})
+	}), []*store.SimHold{h2})
+
 	// Faults: armed n, taken n times; re-arming replaces; 0 disarms.
 	take := func() bool {
 		return write(t, s, func(tx store.Tx) (bool, error) { return tx.SimGatewayFaultTake(ctx, "capture_hold") })
