@@ -175,7 +175,8 @@ type Config struct {
 	SagaFaults saga.Faults
 	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
 	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
-	// Engine.SimGateway).
+	// Engine.SimGateway). A *payment.SimGateway given here is given the engine's database
+	// for its card holds (SimGateway.UseStore).
 	Gateway orderly.Gateway
 	// Channels are the real payment providers (package channel; channel/stripe), each
 	// reachable at POST /v1/channels/{name}/webhook. A payment attempt names its channel

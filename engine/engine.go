@@ -126,6 +126,10 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		e.sim = payment.NewSimGateway()
 		gateway = e.sim
 	}
+	// The simulated gateway keeps its card holds in the database (any instance sees them).
+	if sim, ok := gateway.(*payment.SimGateway); ok {
+		sim.UseStore(e.db)
+	}
 	log := cfg.Logger
 	wakeRelay := func() { e.relay.Notify() } // set below, before anything can call it
 
@@ -191,6 +195,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("engine: wallet service: %w", err)
 	}
+	e.payments.UseWallets(e.wallets) // refunds of wallet-paid orders credit the buyer's wallet
 	timed = append(slices.Clone(timed), wallet.NewExpiries(log))
 
 	// Ride-hailing trips: card holds at a gateway that has them (the simulated one), their

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/order"
@@ -52,15 +53,18 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 					"order_id", ref.OrderID, "state", f.State)
 				return nil
 			}
-			gw, err := s.gatewayOfPayment(ctx, ref.PaymentID)
-			if err != nil {
-				return err
+			wallet, err := s.refundToWallet(ctx, &ref)
+			if !wallet && err == nil {
+				var gw orderly.Gateway
+				if gw, err = s.gatewayOfPayment(ctx, ref.PaymentID); err != nil {
+					return err
+				}
+				err = gw.Refund(ctx, &orderly.GatewayRefund{
+					IdempotencyKey: ref.RefundID, PaymentID: ref.PaymentID, Amount: ref.Amount, Currency: ref.Currency,
+				})
 			}
-			err = gw.Refund(ctx, &orderly.GatewayRefund{
-				IdempotencyKey: ref.RefundID, PaymentID: ref.PaymentID, Amount: ref.Amount, Currency: ref.Currency,
-			})
 			var refused *orderly.Error
-			if errors.As(err, &refused) {
+			if errors.As(err, &refused) && !(wallet && retryableWalletError(refused.Code)) {
 				s.cfg.Logger.Warn("gateway refused a refund", "refund_id", ref.RefundID, "order_id", ref.OrderID,
 					"payment_id", ref.PaymentID, "amount", ref.Amount, "error", err)
 				return s.failRefund(ctx, &ref, refused.Message)
@@ -80,6 +84,36 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 			return nil
 		},
 	}
+}
+
+// refundToWallet refunds a wallet payment (channel WalletChannel) to the buyer's wallet:
+// a wallet refund of the payment's debit transfer under the key "refund:<refund id>", so
+// a message delivered again credits once. It reports false, doing nothing, for a payment
+// of another channel or when the service has no wallets (UseWallets).
+func (s *Service) refundToWallet(ctx context.Context, ref *orderly.RefundRef) (bool, error) {
+	if s.wallets == nil {
+		return false, nil
+	}
+	p, err := s.Payment(ctx, ref.PaymentID)
+	if err != nil {
+		return false, fmt.Errorf("the channel of payment %s: %w", ref.PaymentID, err)
+	}
+	if p.Channel != WalletChannel {
+		return false, nil
+	}
+	transfer, ok := strings.CutPrefix(p.ChannelTxnID, WalletChannel+":")
+	if !ok || transfer == "" {
+		return true, orderly.Errorf(orderly.EILLEGAL, "wallet payment %s names no debit transfer (%q)", p.ID, p.ChannelTxnID)
+	}
+	_, err = s.wallets.Refund(ctx, &orderly.WalletRefundParams{TransferID: transfer, Amount: ref.Amount,
+		IdempotencyKey: "refund:" + ref.RefundID})
+	return true, err
+}
+
+// retryableWalletError reports whether a wallet error leaves a refund's outcome to a retry
+// (a busy database, a concurrent change) rather than refusing it.
+func retryableWalletError(code string) bool {
+	return code == orderly.EUNAVAILABLE || code == orderly.EINTERNAL || code == orderly.ECONFLICT
 }
 
 // completeRefund records the gateway's confirmation of one refund and restocks its units

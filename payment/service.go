@@ -54,7 +54,17 @@ type Config struct {
 type Service struct {
 	cfg      Config
 	gateways map[string]orderly.Gateway // Channels by name, guarded (timeout, breaker)
+	wallets  orderly.WalletService      // refunds of wallet payments (UseWallets); nil: none
 }
+
+// WalletChannel is the channel of payments made from the buyer's wallet (the wallet
+// checkout, checkout.Channel); their channel_txn_id is "wallet:<debit transfer id>".
+const WalletChannel = "wallet"
+
+// UseWallets makes refunds of wallet payments (channel WalletChannel) credit the buyer's
+// wallet back (RefundExecuteHandler) instead of calling a gateway. Call it before the
+// outbox relay starts.
+func (s *Service) UseWallets(w orderly.WalletService) { s.wallets = w }
 
 var _ orderly.PaymentService = (*Service)(nil)
 

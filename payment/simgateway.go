@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
 )
 
 // SimGateway is the built-in simulated payment gateway, the default of `orderly serve`. It
@@ -23,12 +24,10 @@ type SimGateway struct {
 	payments map[string]*simPayment
 	refunds  map[string]int64 // idempotency key → amount of the refund it moved
 	ledger   []GatewayCall
-	// Holds (simhold.go): by hold id; what each capture or void key applied; the faults
-	// armed per operation; the clock (nil: time.Now).
-	holds    map[string]*SimHold
-	holdKeys map[string]simHoldKey
-	timeouts map[GatewayOp]int
-	now      func() time.Time
+	// Holds (simhold.go) live in st (UseStore); now is the test clock (nil: the
+	// database's for holds, time.Now for the ledger).
+	st  store.Store
+	now func() time.Time
 	// refusals: payment id → why every refund of it is refused (RefuseRefunds).
 	refusals map[string]string
 }
@@ -76,10 +75,9 @@ type GatewayCall struct {
 
 var _ orderly.Gateway = (*SimGateway)(nil)
 
-// NewSimGateway returns an empty simulated gateway.
+// NewSimGateway returns an empty simulated gateway; its holds need UseStore.
 func NewSimGateway() *SimGateway {
-	return &SimGateway{payments: map[string]*simPayment{}, refunds: map[string]int64{}, holds: map[string]*SimHold{},
-		holdKeys: map[string]simHoldKey{}}
+	return &SimGateway{payments: map[string]*simPayment{}, refunds: map[string]int64{}}
 }
 
 // record appends a call to the ledger; g.mu is held.

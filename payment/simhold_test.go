@@ -1,12 +1,16 @@
 package payment_test
 
 import (
+	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
 // simClock is a settable clock for the simulated gateway.
@@ -24,6 +28,7 @@ var holdT0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 func newHoldGateway(t *testing.T, amount int64, ttl time.Duration) (*payment.SimGateway, *simClock) {
 	t.Helper()
 	g := payment.NewSimGateway()
+	g.UseStore(openHoldStore(t))
 	clock := newSimClock(holdT0)
 	g.SetClock(clock.Now)
 	h, err := g.Authorize(t.Context(), "hold-1", amount, ttl)
@@ -33,13 +38,26 @@ func newHoldGateway(t *testing.T, amount int64, ttl time.Duration) (*payment.Sim
 	return g, clock
 }
 
+// openHoldStore opens a fresh SQLite database for the gateway's holds.
+func openHoldStore(t *testing.T) *sqlstore.DB {
+	t.Helper()
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "orderly.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
 // TestSimHoldCaptureTimesOutAfterApply: a hold of 5000, a fare of 3820 whose capture reply
 // times out after the gateway applied it; the retry with the same key answers the capture
 // and captures nothing more: 3820 captured, 1180 released, one capture in the ledger.
 func TestSimHoldCaptureTimesOutAfterApply(t *testing.T) {
 	t.Parallel()
 	g, _ := newHoldGateway(t, 5000, time.Hour)
-	g.TimeoutAfterApply(payment.GatewayCaptureHold, 1)
+	if err := g.TimeoutAfterApply(t.Context(), payment.GatewayCaptureHold, 1); err != nil {
+		t.Fatal(err)
+	}
 	_, err := g.CaptureHold(t.Context(), "hold-1", "trip-1:capture", 3820)
 	if !payment.IsGatewayTimeout(err) {
 		t.Fatalf("first capture: %v, want a gateway timeout", err)
@@ -99,7 +117,7 @@ func TestSimHoldRules(t *testing.T) {
 			if orderly.ErrorCode(err) != c.code {
 				t.Errorf("error %v, want code %q", err, c.code)
 			}
-			h, _ := g.Hold("hold-1")
+			h, _ := g.Hold(t.Context(), "hold-1")
 			if h.State != c.state || h.Captured != c.captured || h.Released != c.released {
 				t.Errorf("hold %+v, want %s captured %d released %d", h, c.state, c.captured, c.released)
 			}
@@ -109,11 +127,11 @@ func TestSimHoldRules(t *testing.T) {
 		t.Parallel()
 		g, clock := newHoldGateway(t, 5000, 10*time.Minute)
 		clock.Set(holdT0.Add(10*time.Minute - time.Millisecond))
-		if h, _ := g.Hold("hold-1"); h.State != orderly.HoldPending {
+		if h, _ := g.Hold(t.Context(), "hold-1"); h.State != orderly.HoldPending {
 			t.Errorf("1 ms before the expiry: %s", h.State)
 		}
 		clock.Set(holdT0.Add(10 * time.Minute))
-		if h, _ := g.Hold("hold-1"); h.State != orderly.HoldExpired || h.Released != 5000 {
+		if h, _ := g.Hold(t.Context(), "hold-1"); h.State != orderly.HoldExpired || h.Released != 5000 {
 			t.Errorf("at the expiry: %+v", h)
 		}
 	})
@@ -130,4 +148,109 @@ func TestSimHoldRules(t *testing.T) {
 			t.Errorf("%d authorisations that were not replays, want 1", n)
 		}
 	})
+}
+
+// TestSimHoldSharedByInstances: two gateways on one database stand for two instances. A
+// hold placed by one is captured by the other; the fault armed on one (apply, then time
+// out) hits a capture on the other; the retry on the first answers the capture and captures
+// nothing more; a refund retried across them moves money once; a concurrent capture under
+// another key is refused.
+func TestSimHoldSharedByInstances(t *testing.T) {
+	t.Parallel()
+	ctx, db := t.Context(), openHoldStore(t)
+	a, b := payment.NewSimGateway(), payment.NewSimGateway()
+	a.UseStore(db)
+	b.UseStore(db)
+	if _, err := a.Authorize(ctx, "hold-1", 5000, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.TimeoutAfterApply(ctx, payment.GatewayCaptureHold, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CaptureHold(ctx, "hold-1", "trip-1:capture", 3820); !payment.IsGatewayTimeout(err) {
+		t.Fatalf("capture on b: %v, want a gateway timeout", err)
+	}
+	h, err := a.CaptureHold(ctx, "hold-1", "trip-1:capture", 3820)
+	if err != nil || h.State != orderly.HoldPosted || h.Captured != 3820 || h.Released != 1180 {
+		t.Fatalf("retry on a: %+v, %v", h, err)
+	}
+	if _, err := b.CaptureHold(ctx, "hold-1", "other-key", 100); orderly.ErrorCode(err) != orderly.EHOLDNOTPENDING {
+		t.Errorf("a capture under another key: %v, want %s", err, orderly.EHOLDNOTPENDING)
+	}
+	for i, g := range []*payment.SimGateway{a, b, a} {
+		if err := g.RefundHold(ctx, "hold-1", "trip-1:refund", 3820); err != nil {
+			t.Fatalf("refund %d: %v", i, err)
+		}
+	}
+	if err := b.RefundHold(ctx, "hold-1", "trip-1:refund-2", 1); orderly.ErrorCode(err) != orderly.EREFUNDEXCEEDS {
+		t.Errorf("a refund beyond the capture: %v, want %s", err, orderly.EREFUNDEXCEEDS)
+	}
+	h, err = b.Hold(ctx, "hold-1")
+	if err != nil || h.Captured != 3820 || h.Released != 1180 || h.Refunded != 3820 {
+		t.Fatalf("hold on b: %+v, %v; want captured 3820, released 1180, refunded 3820", h, err)
+	}
+	keys, err := a.HoldKeys(ctx, "hold-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, k := range keys {
+		got = append(got, k.Op+" "+k.Key)
+	}
+	if want := "capture_hold trip-1:capture, refund trip-1:refund"; strings.Join(got, ", ") != want {
+		t.Errorf("keys %q, want %q", strings.Join(got, ", "), want)
+	}
+	if _, err := b.Hold(ctx, "no-such-hold"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Errorf("unknown hold: %v, want %s", err, orderly.ENOTFOUND)
+	}
+}
+
+// TestSimHoldConcurrentCaptures: eight captures of one hold under eight keys, from two
+// gateways on one database: exactly one captures, the others are refused, one key recorded.
+func TestSimHoldConcurrentCaptures(t *testing.T) {
+	t.Parallel()
+	ctx, db := t.Context(), openHoldStore(t)
+	gws := []*payment.SimGateway{payment.NewSimGateway(), payment.NewSimGateway()}
+	for _, g := range gws {
+		g.UseStore(db)
+	}
+	if _, err := gws[0].Authorize(ctx, "hold-1", 5000, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		captured int
+	)
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := gws[i%2].CaptureHold(ctx, "hold-1", fmt.Sprintf("k%d", i), int64(1000+i))
+			mu.Lock()
+			defer mu.Unlock()
+			switch orderly.ErrorCode(err) {
+			case "":
+				captured++
+			case orderly.EHOLDNOTPENDING:
+			default:
+				t.Errorf("capture %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	keys, err := gws[1].HoldKeys(ctx, "hold-1")
+	if captured != 1 || err != nil || len(keys) != 1 {
+		t.Fatalf("%d captures succeeded, %d keys (%v); want 1 and 1", captured, len(keys), err)
+	}
+	h, _ := gws[0].Hold(ctx, "hold-1")
+	if h.Captured != keys[0].Amount || h.Captured+h.Released != 5000 {
+		t.Errorf("hold %+v, key %+v", h, keys[0])
+	}
+}
+
+// TestSimHoldNeedsStore: without UseStore a hold call fails and changes nothing.
+func TestSimHoldNeedsStore(t *testing.T) {
+	t.Parallel()
+	if _, err := payment.NewSimGateway().Authorize(t.Context(), "hold-1", 5000, time.Hour); err == nil {
+		t.Fatal("a hold without a store was placed")
+	}
 }

@@ -114,7 +114,9 @@ func TestFareWithinHold(t *testing.T) {
 	for _, lost := range []bool{false, true} {
 		b := setup(t)
 		if lost {
-			b.gw.TimeoutAfterApply(payment.GatewayCaptureHold, 1)
+			if err := b.gw.TimeoutAfterApply(t.Context(), payment.GatewayCaptureHold, 1); err != nil {
+				t.Fatal(err)
+			}
 		}
 		tr := b.inTrip(t, "driver-1")
 		if _, err := b.rides.EndTrip(t.Context(), tr.ID, 3820); err != nil {
@@ -127,7 +129,7 @@ func TestFareWithinHold(t *testing.T) {
 		if tr.PlatformFee != 764 || tr.DriverPayout != 3056 {
 			t.Fatalf("lost=%v: platform fee %d driver payout %d, want 764 3056", lost, tr.PlatformFee, tr.DriverPayout)
 		}
-		h, _ := b.gw.Hold(tr.HoldID)
+		h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 		checkHold(t, h, orderly.HoldPosted, 3820, 1180)
 		if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
 			t.Fatalf("lost=%v: %d captures applied, want 1", lost, n)
@@ -172,11 +174,11 @@ func TestFareAboveHold(t *testing.T) {
 	if tr.Captured != 5000 || tr.Released != 0 || tr.ExtraCharged != 1100 {
 		t.Fatalf("captured %d released %d extra %d, want 5000 0 1100", tr.Captured, tr.Released, tr.ExtraCharged)
 	}
-	h, _ := b.gw.Hold(tr.HoldID)
+	h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldPosted, 5000, 0)
-	extra, ok := b.gw.Hold(tr.HoldID + "/extra")
-	if !ok {
-		t.Fatal("no second payment at the gateway")
+	extra, err := b.gw.Hold(t.Context(), tr.HoldID+"/extra")
+	if err != nil {
+		t.Fatalf("no second payment at the gateway: %v", err)
 	}
 	checkHold(t, extra, orderly.HoldPosted, 1100, 0)
 	for _, c := range b.gw.Ledger() {
@@ -196,7 +198,7 @@ func TestCaptureAfterExpiry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tr := b.inTrip(t, "driver-3")
-	h, _ := b.gw.Hold(tr.HoldID)
+	h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 	if h.State != orderly.HoldPending {
 		t.Fatalf("hold %s before the end, want pending", h.State)
 	}
@@ -215,7 +217,7 @@ func TestCaptureAfterExpiry(t *testing.T) {
 	if log[0].Outcome != saga.OutcomeBusinessFailure {
 		t.Fatalf("capture outcome %s, want business_failure (not retried)", log[0].Outcome)
 	}
-	h, _ = b.gw.Hold(tr.HoldID)
+	h, _ = b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldExpired, 0, 5000)
 	if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
 		t.Fatalf("%d capture calls, want the 1 refused", n)
@@ -248,7 +250,7 @@ func TestCancel(t *testing.T) {
 	if tr.State != orderly.StateClosed || tr.CloseReason != string(ride.CloseReasonRiderCancelled) || tr.Released != 5000 || tr.Captured != 0 {
 		t.Fatalf("cancelled requested trip %+v", tr)
 	}
-	h, _ := b.gw.Hold(tr.HoldID)
+	h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldVoided, 0, 5000)
 	if n := b.calls(payment.GatewayVoidHold, tr.HoldID); n != 1 {
 		t.Fatalf("%d voids, want 1", n)
@@ -267,7 +269,7 @@ func TestCancel(t *testing.T) {
 	if tr.CancellationFee != 500 || tr.Captured != 500 || tr.Released != 4500 || tr.DriverPayout != 400 || tr.PlatformFee != 100 {
 		t.Fatalf("cancelled in_trip trip %+v", tr)
 	}
-	h, _ = b.gw.Hold(tr.HoldID)
+	h, _ = b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldPosted, 500, 4500)
 	if got := b.balance(t, "driver-4"); got != 400 {
 		t.Fatalf("driver balance %d, want 400", got)
@@ -294,8 +296,13 @@ func TestRefundAfterSettlement(t *testing.T) {
 	if d, p := b.balance(t, "driver-5"), b.balance(t, ride.DefaultPlatformAccount); d != 0 || p != 0 {
 		t.Fatalf("after the refund the driver has %d and the platform %d, want 0 and 0", d, p)
 	}
-	if got, ok := b.gw.RefundedFor(tr.RefundSagaID + "/refund/action"); !ok || got != 3820 {
-		t.Fatalf("card refunded %d (%v), want 3820", got, ok)
+	h, err := b.gw.Hold(t.Context(), tr.HoldID)
+	if err != nil || h.Refunded != 3820 {
+		t.Fatalf("card refunded %+v (%v), want 3820", h, err)
+	}
+	keys, err := b.gw.HoldKeys(t.Context(), tr.HoldID)
+	if err != nil || len(keys) != 2 || keys[1].Key != tr.RefundSagaID+"/refund/action" || keys[1].Amount != 3820 {
+		t.Fatalf("keys of the hold %v (%v), want a capture and one refund of 3820 under the refund step's key", keys, err)
 	}
 	if _, err := b.rides.RefundTrip(t.Context(), tr.ID); orderly.ErrorCode(err) != orderly.EILLEGAL {
 		t.Fatalf("second refund: %v, want EILLEGAL", err)
@@ -366,7 +373,7 @@ func TestInjectedFaults(t *testing.T) {
 	transient := 0
 	for _, id := range ids {
 		tr := b.waitState(t, id, ride.StateSettled)
-		h, _ := b.gw.Hold(tr.HoldID)
+		h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 		checkHold(t, h, orderly.HoldPosted, 3820, 1180)
 		if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
 			t.Fatalf("trip %s: %d captures applied, want 1", id, n)
@@ -416,7 +423,7 @@ func TestUnassignedTripClosesAtHoldExpiry(t *testing.T) {
 	if o.ClosedAt == nil || o.ClosedAt.Before(o.CloseAt) || !o.CloseAt.Equal(tr.HoldExpiresAt) {
 		t.Fatalf("closed at %v, close_at %s, hold expiry %s: want closed at or after close_at = the hold's expiry", o.ClosedAt, o.CloseAt, tr.HoldExpiresAt)
 	}
-	h, _ := b.gw.Hold(tr.HoldID)
+	h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldExpired, 0, 5000)
 	if n, v := b.calls(payment.GatewayCaptureHold, tr.HoldID), b.calls(payment.GatewayVoidHold, tr.HoldID); n+v != 0 {
 		t.Fatalf("%d captures and %d voids of an expired hold, want none", n, v)

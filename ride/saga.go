@@ -184,13 +184,15 @@ func (s *Service) flagCollection(ctx context.Context, id string, amount int64) e
 // when it expired, was voided or does not exist (null compensation). The hold is this
 // saga's alone: only the trip's payment saga captures or voids it.
 func (s *Service) undoHold(ctx context.Context, id, key string) error {
-	h, ok := s.cfg.Gateway.Hold(id)
-	if !ok {
+	h, err := s.cfg.Gateway.Hold(ctx, id)
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
 		return nil
+	} else if err != nil {
+		return err
 	}
 	switch h.State {
 	case orderly.HoldPosted:
-		return gatewayOutcome(s.cfg.Gateway.RefundWithKey(ctx, id, key, h.Captured))
+		return gatewayOutcome(s.cfg.Gateway.RefundHold(ctx, id, key, h.Captured))
 	case orderly.HoldPending:
 		_, err := s.cfg.Gateway.VoidHold(ctx, id, key)
 		if c := orderly.ErrorCode(err); c == orderly.EHOLDEXPIRED {
@@ -401,12 +403,12 @@ func (s *Service) refundCard(ctx context.Context, c *saga.Call) error {
 		return err
 	}
 	if t.Captured > 0 {
-		if err := s.cfg.Gateway.RefundWithKey(ctx, t.HoldID, c.IdempotencyKey, t.Captured); err != nil {
+		if err := s.cfg.Gateway.RefundHold(ctx, t.HoldID, c.IdempotencyKey, t.Captured); err != nil {
 			return err
 		}
 	}
 	if t.ExtraCharged > 0 {
-		if err := s.cfg.Gateway.RefundWithKey(ctx, extraHoldID(t), c.IdempotencyKey+"/extra", t.ExtraCharged); err != nil {
+		if err := s.cfg.Gateway.RefundHold(ctx, extraHoldID(t), c.IdempotencyKey+"/extra", t.ExtraCharged); err != nil {
 			return err
 		}
 	}

@@ -28,7 +28,8 @@ const (
 
 // Gateway is what trips need of the payment gateway: holds (card pre-authorisation) with
 // partial capture, void and expiry, and refunds of what a hold captured, each idempotent
-// per key. *payment.SimGateway implements it.
+// per key. *payment.SimGateway implements it (its holds in the store: any instance sees
+// them).
 type Gateway interface {
 	// Authorize places a hold of amount minor units until ttl from now; the hold id is
 	// its idempotency key.
@@ -37,10 +38,10 @@ type Gateway interface {
 	CaptureHold(ctx context.Context, holdID, key string, amount int64) (*payment.SimHold, error)
 	// VoidHold releases a pending hold once per key.
 	VoidHold(ctx context.Context, holdID, key string) (*payment.SimHold, error)
-	// Hold returns the hold as the gateway sees it now.
-	Hold(holdID string) (*payment.SimHold, bool)
-	// RefundWithKey refunds amount of what hold (payment) paymentID captured, once per key.
-	RefundWithKey(ctx context.Context, paymentID, key string, amount int64) error
+	// Hold returns the hold as the gateway sees it now; ENOTFOUND if there is none.
+	Hold(ctx context.Context, holdID string) (*payment.SimHold, error)
+	// RefundHold refunds amount of what hold holdID captured, once per key.
+	RefundHold(ctx context.Context, holdID, key string, amount int64) error
 }
 
 var _ Gateway = (*payment.SimGateway)(nil)

@@ -109,10 +109,6 @@ type Config struct {
 	// checks that every refunded payment was refunded exactly once, for its amount, and
 	// nothing else was refunded.
 	GatewayLedger func() []payment.GatewayCall
-	// Holds, when set, returns a hold as the server's simulated gateway sees it
-	// (payment.SimGateway.Hold, when the server runs in this process): the ride_hailing
-	// flow checks every trip's hold against it.
-	Holds func(id string) (*payment.SimHold, bool)
 	// Provider, when set, stands for the server's payment provider: buyers' outcomes are
 	// played at it and reach the server as its signed webhooks instead of orderly callbacks
 	// (StripeProvider: `orderly simulate --gateway stripe`). The server must create its

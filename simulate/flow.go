@@ -77,9 +77,9 @@ var (
 )
 
 // excludeFromMixed leaves a registered flow out of FlowMixed: it runs only when named.
-// ride_hailing is, because its card holds live in one instance's memory (the simulated
-// gateway), which the mixed cluster runs (several instances, one killed now and then)
-// would spread and lose.
+// ride_hailing is: the mixed runs (standard and group_buy) keep their figures comparable
+// with earlier ones; it runs on several instances too when named (its card holds are in
+// the database).
 func excludeFromMixed(name string) {
 	flowsMu.Lock()
 	defer flowsMu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/store"
 )
 
 func init() {
@@ -263,25 +264,6 @@ func (f *rideFlow) Settle(ctx context.Context, _ *runner) bool {
 func (f *rideFlow) Check(_ *runner, res *Result) {
 	rr := &RideResult{ByState: map[string]int{}, ByScript: map[string]int{}, Sagas: map[string]int{}, Errors: int(f.errs.Load())}
 	res.Rides = rr
-	var holds func(string) (*payment.SimHold, bool)
-	if f.cfg.Holds != nil {
-		holds = f.cfg.Holds
-	}
-	captureKeys := map[string]map[string]bool{}
-	refunds := map[string]int64{}
-	if f.cfg.GatewayLedger != nil {
-		for _, c := range f.cfg.GatewayLedger() {
-			switch {
-			case c.Op == payment.GatewayCaptureHold:
-				if captureKeys[c.PaymentID] == nil {
-					captureKeys[c.PaymentID] = map[string]bool{}
-				}
-				captureKeys[c.PaymentID][c.IdempotencyKey] = true
-			case c.Op == payment.GatewayRefund && !c.Replay:
-				refunds[c.PaymentID] += c.Amount
-			}
-		}
-	}
 	ctx := context.Background()
 	var fees int64 // the platform fees the trips keep
 	for i, tt := range f.trips {
@@ -333,26 +315,44 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 		default:
 			bad("M", "trip at rest in %s", t.State)
 		}
-		// The gateway agrees: the hold resolved once, one capture key, nothing refunded
-		// but what the trip says.
-		if holds != nil {
-			if h, ok := holds(t.HoldID); !ok {
+		// The gateway agrees (its holds are in the database, whichever instance placed
+		// them): the hold resolved once, one capture key, nothing refunded but what the
+		// trip says.
+		if f.cfg.Store != nil {
+			h, keys, err := f.gatewayHold(ctx, t.HoldID)
+			switch {
+			case orderly.ErrorCode(err) == orderly.ENOTFOUND:
 				bad("M", "the gateway has no hold %s", t.HoldID)
-			} else {
+			case err != nil:
+				bad("DB", "hold %s: %v", t.HoldID, err)
+			default:
+				var captureKeys int
+				var refunded int64
+				for _, k := range keys {
+					switch k.Op {
+					case string(payment.GatewayCaptureHold):
+						captureKeys++
+					case string(payment.GatewayRefund):
+						refunded += k.Amount
+					}
+				}
 				if h.State == orderly.HoldPending && t.State != "requested" {
 					bad("M", "hold still pending at rest")
 				}
 				if h.Captured+h.Released != h.Amount && h.State != orderly.HoldPending {
 					bad("M", "gateway hold %d ≠ captured %d + released %d", h.Amount, h.Captured, h.Released)
 				}
-				if net := h.Captured - refunds[t.HoldID]; net != t.Captured-min(t.Refunded, t.Captured) {
+				if refunded != h.Refunded {
+					bad("M", "gateway hold refunded %d, its refund keys add up to %d", h.Refunded, refunded)
+				}
+				if net := h.Captured - h.Refunded; net != t.Captured-min(t.Refunded, t.Captured) {
 					bad("M", "the gateway kept %d of the hold (captured %d, refunded %d), the trip says %d captured, %d refunded",
-						net, h.Captured, refunds[t.HoldID], t.Captured, t.Refunded)
+						net, h.Captured, h.Refunded, t.Captured, t.Refunded)
+				}
+				if captureKeys > 1 {
+					bad("M", "hold captured under %d keys (double capture)", captureKeys)
 				}
 			}
-		}
-		if n := len(captureKeys[t.HoldID]); n > 1 {
-			bad("M", "hold captured under %d keys (double capture)", n)
 		}
 		// The driver's wallet holds the payout, or nothing after a refund.
 		if t.DriverID != "" {
@@ -380,6 +380,32 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 	res.Sent += int(f.sent.Load())
 	res.Created += int(f.created.Load())
 	res.Errors += rr.Errors
+}
+
+// gatewayHold reads a hold of the simulated gateway from the database as the gateway sees
+// it now (a pending hold past its expiry is expired, released in full) and the keys that
+// applied something to it.
+func (f *rideFlow) gatewayHold(ctx context.Context, id string) (*store.SimHold, []*store.SimHoldKey, error) {
+	var (
+		h    *store.SimHold
+		keys []*store.SimHoldKey
+	)
+	err := f.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		var err error
+		if h, err = tx.SimHoldGet(ctx, id); err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		if h.State == orderly.HoldPending && !now.Before(h.ExpiresAt) {
+			h.State, h.Released = orderly.HoldExpired, h.Amount
+		}
+		keys, err = tx.SimHoldKeys(ctx, id)
+		return err
+	})
+	return h, keys, err
 }
 
 // Payments returns no order payments (trips are paid by holds, checked by Check) and, as

@@ -196,6 +196,7 @@ type Tx interface {
 	RefundTx
 	GroupTx
 	TripTx
+	SimHoldTx
 	WalletTx
 	SagaTx
 	AdminTx

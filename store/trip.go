@@ -20,4 +20,6 @@ type TripTx interface {
 	// only when the row's version is still t.Version, which it then bumps (t.Version too).
 	// It reports false, changing nothing, when the row changed since t was read.
 	TripUpdate(ctx context.Context, t *orderly.Trip) (bool, error)
+	// TripList returns up to Limit trips with id > AfterID, by id (verify reads them all).
+	TripList(ctx context.Context, params *ListParams) ([]*orderly.Trip, error)
 }

@@ -153,8 +153,6 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit(positiveFlags(cmd, "payment-timeout").Error(), 2)
 	case instances < 1:
 		return cli.Exit("--instances must be at least 1", 2)
-	case slices.Contains(cfg.Flows, "ride_hailing") && (instances > 1 || killEvery > 0):
-		return cli.Exit("--flow ride_hailing runs on one instance (the simulated gateway keeps its card holds in that instance's memory); it does not go with --instances above 1 or --kill-every", 2)
 	case !rate01(cfg.FailRate) || !rate01(cfg.SlowRate) || !rate01(cfg.TimeoutAfterApplyRate):
 		return cli.Exit(fmt.Sprintf("--fail-rate, --slow-rate and --timeout-after-apply-rate must be 0 to 1, got %g, %g and %g",
 			cfg.FailRate, cfg.SlowRate, cfg.TimeoutAfterApplyRate), 2)
@@ -234,7 +232,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	if fake != nil {
 		fake.SetWebhook(e.URL() + "/v1/channels/stripe/webhook")
 	} else if cmd.String("gateway") == "sim" {
-		cfg.GatewayLedger, cfg.Holds = e.SimGateway().Ledger, e.SimGateway().Hold
+		cfg.GatewayLedger = e.SimGateway().Ledger
 	}
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/store"
 )
 
 const tripColumns = `t.order_id, t.rider_id, t.driver_id, o.state, o.close_reason, t.payment_method, t.currency,
@@ -17,7 +18,9 @@ var (
 		hold_amount, hold_expires_at, fare, cancellation_fee, captured, released, extra_charged, collection_due,
 		driver_payout, platform_fee, refunded, payment_saga_id, refund_saga_id, created_at, updated_at, version)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	qTripGet    = sqlText(`SELECT ` + tripColumns + ` FROM trips t JOIN orders o ON o.id = t.order_id WHERE t.order_id = ?`)
+	qTripGet  = sqlText(`SELECT ` + tripColumns + ` FROM trips t JOIN orders o ON o.id = t.order_id WHERE t.order_id = ?`)
+	qTripList = sqlText(`SELECT ` + tripColumns + ` FROM trips t JOIN orders o ON o.id = t.order_id
+		WHERE t.order_id > ? ORDER BY t.order_id LIMIT ?`)
 	qTripUpdate = sqlText(`UPDATE trips SET driver_id = ?, fare = ?, cancellation_fee = ?, captured = ?, released = ?,
 		extra_charged = ?, collection_due = ?, driver_payout = ?, platform_fee = ?, refunded = ?, payment_saga_id = ?,
 		refund_saga_id = ?, updated_at = ?, version = version + 1
@@ -35,17 +38,30 @@ func (t *tx) TripInsert(ctx context.Context, p *orderly.Trip) error {
 
 // TripGet implements store.Tx.
 func (t *tx) TripGet(ctx context.Context, id string) (*orderly.Trip, error) {
+	p, err := scanTrip(t.queryRow(ctx, qTripGet, id))
+	if err != nil {
+		return nil, translate(t.check(err), "trip "+id)
+	}
+	return p, nil
+}
+
+// TripList implements store.Tx.
+func (t *tx) TripList(ctx context.Context, p *store.ListParams) ([]*orderly.Trip, error) {
+	return scanAll(t, ctx, "list trips", scanTrip, qTripList, p.AfterID, p.Limit)
+}
+
+func scanTrip(r rowScanner) (*orderly.Trip, error) {
 	var (
 		p                orderly.Trip
 		reason           sql.NullString
 		expires, at, upd int64
 	)
-	err := t.queryRow(ctx, qTripGet, id).Scan(&p.ID, &p.RiderID, &p.DriverID, &p.State, &reason, &p.PaymentMethod,
+	err := r.Scan(&p.ID, &p.RiderID, &p.DriverID, &p.State, &reason, &p.PaymentMethod,
 		&p.Currency, &p.Estimate, &p.HoldID, &p.HoldAmount, &expires, &p.Fare, &p.CancellationFee, &p.Captured,
 		&p.Released, &p.ExtraCharged, &p.CollectionDue, &p.DriverPayout, &p.PlatformFee, &p.Refunded, &p.PaymentSagaID,
 		&p.RefundSagaID, &at, &upd, &p.Version)
 	if err != nil {
-		return nil, translate(t.check(err), "trip "+id)
+		return nil, err
 	}
 	p.CloseReason, p.HoldExpiresAt, p.CreatedAt, p.UpdatedAt = reason.String, fromMS(expires), fromMS(at), fromMS(upd)
 	return &p, nil

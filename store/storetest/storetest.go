@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Refunds", testRefunds},
 		{"Groups", testGroups},
 		{"Trips", testTrips},
+		{"SimHolds", testSimHolds},
 		{"Wallets", testWallets},
 		{"Sagas", testSagas},
 		{"Outbox", testOutbox},

@@ -55,4 +55,11 @@ func testTrips(t *testing.T, open opener) {
 		t.Fatal("a hold below the estimate was written")
 	}
 	equal(t, "trip after the refused writes", get(tr.ID), tr)
+
+	list := read(t, s, func(tx store.Tx) ([]*orderly.Trip, error) { return tx.TripList(ctx, &store.ListParams{Limit: 10}) })
+	equal(t, "trips listed", list, []*orderly.Trip{tr})
+	list = read(t, s, func(tx store.Tx) ([]*orderly.Trip, error) {
+		return tx.TripList(ctx, &store.ListParams{AfterID: tr.ID, Limit: 10})
+	})
+	equal(t, "trips after the last", len(list), 0)
 }
