@@ -33,7 +33,7 @@ type SimHoldKey struct {
 }
 
 // SimHoldTx holds the queries of the simulated gateway's card holds (tables sim_holds,
-// sim_hold_keys and sim_gateway_faults, migration 00017), so that every instance sees the
+// sim_hold_keys and sim_gateway_faults, migration 00016), so that every instance sees the
 // holds any of them placed. It is part of Tx.
 type SimHoldTx interface {
 	// SimHoldInsert writes a new hold as given; ECONFLICT when its id exists.
