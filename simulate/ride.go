@@ -165,6 +165,16 @@ func (f *rideFlow) Drive(ctx context.Context, _ *runner) {
 	}
 }
 
+// rideAfter are, per trip event, the states a trip can be in once the event took effect
+// (and what followed it: the payment saga runs on its own after end).
+var rideAfter = map[string][]orderly.State{
+	"assign": {"driver_assigned", "in_trip", "trip_ended", "paid", "settled", "closed"},
+	"start":  {"in_trip", "trip_ended", "paid", "settled", "closed"},
+	"end":    {"trip_ended", "paid", "settled", "refunding", "refunded"},
+	"cancel": {"closed"},
+	"refund": {"refunding", "refunded"},
+}
+
 // play runs one trip's script.
 func (f *rideFlow) play(ctx context.Context, tt *trackedTrip, i int) error {
 	f.sent.Add(1)
@@ -178,7 +188,24 @@ func (f *rideFlow) play(ctx context.Context, tt *trackedTrip, i int) error {
 	f.answered()
 	tt.id = t.ID
 	path := "/v1/trips/" + url.PathEscape(t.ID)
-	event := func(name string, body any) error { return f.c.do(ctx, http.MethodPost, path+"/"+name, body, nil, &t) }
+	event := func(name string, body any) error {
+		err := f.c.do(ctx, http.MethodPost, path+"/"+name, body, nil, &t)
+		var he *httpError
+		if !errors.As(err, &he) || he.Tries < 2 || he.code() != orderly.EILLEGAL {
+			return err
+		}
+		// An instance died after applying the event but before answering, and the request
+		// sent again found the trip past it: the first try took effect.
+		var now rideTrip
+		if gerr := f.c.do(ctx, http.MethodGet, path, nil, nil, &now); gerr != nil {
+			return err
+		}
+		if !slices.Contains(rideAfter[name], now.State) {
+			return err
+		}
+		t = now
+		return nil
+	}
 	if tt.pt.script == scriptCancelRequest {
 		return event("cancel", nil)
 	}
