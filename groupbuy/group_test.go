@@ -560,7 +560,7 @@ func TestGroupFailureLocksMembersFirst(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			w := &lockWatch{reached: make(chan struct{})}
-			e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+			e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace, IdleInTransactionTimeout: 30 * time.Second,
 				WrapStore: func(s store.Store) store.Store { w.Store = s; return w }})
 			e.SetStock(t, sku, initial)
 			d, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",
@@ -667,7 +667,7 @@ func TestSuccessDatedUnderGroupLock(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			h := &groupHold{arrived: make(chan struct{}), release: make(chan struct{})}
-			e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+			e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace, IdleInTransactionTimeout: 30 * time.Second,
 				WrapStore: func(s store.Store) store.Store { h.Store = s; return h }})
 			e.SetStock(t, sku, initial)
 			d, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",

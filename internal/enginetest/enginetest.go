@@ -98,6 +98,10 @@ type Options struct {
 	ChannelBreaker payment.BreakerConfig
 	// InspectionHold is engine.Config.InspectionHold (1 min).
 	InspectionHold time.Duration
+	// IdleInTransactionTimeout is engine.Config.DatabaseIdleInTransactionTimeout (1 s): a
+	// test that deliberately holds a transaction open while other work runs raises it, so
+	// that a slow machine does not end the held session.
+	IdleInTransactionTimeout time.Duration
 }
 
 // Start is the clock's initial time: a fixed instant with a non-zero millisecond part.
@@ -125,7 +129,7 @@ func New(t testing.TB, opts Options) *Env {
 		CloseBatchSize:   opts.CloseBatchSize, OutboxBatchSize: opts.OutboxBatch, OutboxMaxAttempts: opts.MaxAttempts,
 		GracePeriod: opts.GracePeriod, Handlers: opts.Handlers, Wrap: engine.Wrap{Store: opts.WrapStore},
 		Channels: opts.Channels, DefaultChannel: opts.DefaultChannel, ChannelBreaker: opts.ChannelBreaker,
-		InspectionHold: opts.InspectionHold,
+		InspectionHold: opts.InspectionHold, DatabaseIdleInTransactionTimeout: opts.IdleInTransactionTimeout,
 	})
 	if err != nil {
 		t.Fatalf("open engine: %v", err)
