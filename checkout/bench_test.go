@@ -20,8 +20,9 @@ import (
 // coupon, pay; no coupon named) through Engine.Checkout, 16 callers at once, over
 // 1000 buyers with wallets that cover every checkout and 100 SKUs stocked for all of
 // them. It reports checkouts/s. Work per checkout, measured by the statement counts in
-// README.md "Wallet checkout": two write transactions (the saga's start; the four steps,
-// each in a savepoint with its record) and one read (the order). On PostgreSQL when
+// README.md "Wallet checkout": one write transaction (the saga's start and its four
+// steps, each in a savepoint with its log row) and two reads (the idempotency look-up,
+// the order). On PostgreSQL when
 // ORDERLY_TEST_POSTGRES_URL is set.
 //
 //	go test -run '^$' -bench WalletCheckout -benchtime 5000x ./checkout/

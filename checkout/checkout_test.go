@@ -23,6 +23,7 @@ import (
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/verify"
+	"github.com/orderlyhq/orderly/wallet"
 )
 
 // bundle is an engine on a fresh database with one SKU, one buyer's wallet and coupon.
@@ -108,9 +109,8 @@ func (b *bundle) read(t *testing.T) state {
 		} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
 			return err
 		}
-		if a, err := tx.WalletAccountGet(ctx, orderly.SystemAccount(orderly.SystemPlatform, "USD").ID()); err == nil {
-			s.platform = a.Available
-		} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		var err error
+		if s.platform, _, err = wallet.PlatformBalance(ctx, tx, "USD"); err != nil {
 			return err
 		}
 		violations, err := verify.CheckWallets(ctx, tx)

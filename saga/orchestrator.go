@@ -167,12 +167,30 @@ type StartParams struct {
 }
 
 // Run starts a saga and runs it in the caller's goroutine until it ends or waits for a
-// retry (then the timer resumes it); it returns the instance as it was left. Errors:
+// retry (then the timer resumes it); it returns the instance as it was left. When the
+// first step's participant is a LocalTx, the instance is written in the transaction of
+// that first run of local steps (one transaction for a saga whose steps are all local);
+// when that transaction fails, Run starts the saga again the ordinary way (the start in a
+// transaction of its own, then the steps), as nothing of the first try committed. Errors:
 // EINVALID for an unknown definition or input that is not JSON, ECONFLICT for a taken id,
 // and database errors (an attempt whose outcome could not be recorded is due again when
 // its lease ends).
 func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, error) {
-	s, err := o.create(ctx, p)
+	def, s, err := o.prepare(p)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, first := current(s, def); first.inTx() {
+		next, err := o.startInTx(ctx, s, def)
+		if err == nil {
+			return newInstance(next), nil
+		}
+		if orderly.ErrorCode(err) == orderly.ECONFLICT && errors.Is(err, errTaken) {
+			return nil, err
+		}
+		o.cfg.Logger.DebugContext(ctx, "saga: the one-transaction start failed; starting it the ordinary way", "saga_id", s.ID, "error", err)
+	}
+	s, err = o.insert(ctx, s, def)
 	if err != nil {
 		return nil, err
 	}
@@ -207,37 +225,96 @@ func (o *Orchestrator) Begin(ctx context.Context, p *StartParams) (*Instance, er
 
 // create writes a running instance with its first attempt claimed by the caller.
 func (o *Orchestrator) create(ctx context.Context, p *StartParams) (*store.SagaInstance, error) {
+	def, s, err := o.prepare(p)
+	if err != nil {
+		return nil, err
+	}
+	return o.insert(ctx, s, def)
+}
+
+// prepare checks p and returns its definition and the instance to write (its times and
+// claim are set when it is written).
+func (o *Orchestrator) prepare(p *StartParams) (*Definition, *store.SagaInstance, error) {
 	def := o.defs[p.Definition]
 	if def == nil {
-		return nil, orderly.Errorf(orderly.EINVALID, "unknown saga definition %q", p.Definition)
+		return nil, nil, orderly.Errorf(orderly.EINVALID, "unknown saga definition %q", p.Definition)
 	}
 	input := p.Input
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	} else if !json.Valid(input) {
-		return nil, orderly.Errorf(orderly.EINVALID, "saga input is not JSON")
+		return nil, nil, orderly.Errorf(orderly.EINVALID, "saga input is not JSON")
 	}
 	id := p.ID
 	if id == "" {
 		var err error
 		if id, err = order.NewID(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	return def, &store.SagaInstance{ID: id, Definition: def.Name, State: string(StateRunning), Input: input}, nil
+}
+
+// errTaken marks the ECONFLICT of an instance id that exists.
+var errTaken = errors.New("saga id taken")
+
+// start sets the times of tmpl, a new instance, to now, claims its first attempt and
+// writes it in tx.
+func (o *Orchestrator) start(ctx context.Context, tx store.Tx, tmpl *store.SagaInstance, def *Definition, now time.Time) (*store.SagaInstance, error) {
+	s := clone(tmpl)
+	s.CreatedAt, s.UpdatedAt = now, now
+	o.claim(s, def, now)
+	if err := tx.SagaInsert(ctx, s); err != nil {
+		if orderly.ErrorCode(err) == orderly.ECONFLICT {
+			return nil, fmt.Errorf("%w: %w", errTaken, err)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// insert writes tmpl, a new instance, running with its first attempt claimed, in a
+// transaction of its own.
+func (o *Orchestrator) insert(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, error) {
 	var s *store.SagaInstance
 	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
 		}
-		s = &store.SagaInstance{ID: id, Definition: def.Name, State: string(StateRunning), Input: input, CreatedAt: now, UpdatedAt: now}
-		o.claim(s, def, now)
-		return tx.SagaInsert(ctx, s)
+		s, err = o.start(ctx, tx, tmpl, def, now)
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("start saga %s: %w", id, err)
+		return nil, fmt.Errorf("start saga %s: %w", tmpl.ID, err)
 	}
 	return s, nil
+}
+
+// startInTx writes tmpl, a new instance whose first participant is a LocalTx, and runs
+// its first run of local steps, in one transaction (runLocal); it returns the instance as
+// last recorded.
+func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, error) {
+	var records []record
+	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		s, err := o.start(ctx, tx, tmpl, def, now)
+		if err != nil {
+			return err
+		}
+		records, err = o.runLocal(ctx, tx, s, def, records[:0], true)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start saga %s: %w", tmpl.ID, err)
+	}
+	for _, r := range records {
+		o.recorded(ctx, r.prev, r.next, r.claimed, r.logged)
+	}
+	return records[len(records)-1].next, nil
 }
 
 // errFenced: the instance changed since it was claimed (another runner took it over).
@@ -314,54 +391,22 @@ func outcomeOf(err error) (Outcome, string) {
 	}
 }
 
+// record is one attempt recorded in a run of local steps: the instance before and after.
+type record struct {
+	prev, next *store.SagaInstance
+	claimed    bool
+	logged     Outcome
+}
+
 // runInTx runs s's claimed attempt, a LocalTx participant, in one transaction with its
 // record, and goes on in the same transaction with each next attempt claimed at once whose
-// participant is a LocalTx too (a run of local steps, or their compensations, commits
-// once). Each participant runs in a savepoint: its error rolls back its own writes only,
-// and its failure is recorded like any other. Every record is the guarded update of the
-// instance (the fence: errFenced, and nothing commits, when another runner took it over)
-// and a log row.
+// participant is a LocalTx too (runLocal).
 func (o *Orchestrator) runInTx(ctx context.Context, s *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
-	type done struct {
-		prev, next *store.SagaInstance
-		claimed    bool
-		logged     Outcome
-	}
-	var records []done
+	var records []record
 	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		records = records[:0]
-		cur := s
-		for {
-			step, phase, p := current(cur, def)
-			if !p.inTx() {
-				return nil
-			}
-			attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
-			callErr := tx.Savepoint(ctx, func() error { return p.call(attemptCtx, tx, newCall(cur, step, phase)) })
-			callErr = callError(attemptCtx, step, callErr)
-			cancel()
-			out, msg := outcomeOf(callErr)
-			now, err := tx.Now(ctx)
-			if err != nil {
-				return err
-			}
-			next := clone(cur)
-			claimed, logged := o.advance(next, def, out, msg, now)
-			ok, err := tx.SagaUpdate(ctx, next)
-			if err != nil {
-				return err
-			} else if !ok {
-				return errFenced
-			}
-			if err := tx.SagaStepInsert(ctx, o.logRow(cur, next, claimed, def, logged, msg, now)); err != nil {
-				return err
-			}
-			records = append(records, done{cur, next, claimed, logged})
-			if !claimed {
-				return nil
-			}
-			cur = next
-		}
+		var err error
+		records, err = o.runLocal(ctx, tx, s, def, records[:0], false)
+		return err
 	})
 	if err != nil {
 		return nil, false, err
@@ -374,6 +419,64 @@ func (o *Orchestrator) runInTx(ctx context.Context, s *store.SagaInstance, def *
 	}
 	last := records[len(records)-1]
 	return last.next, last.claimed, nil
+}
+
+// runLocal runs s's claimed attempt, a LocalTx participant, in tx, records it, and goes on
+// with each next attempt claimed at once whose participant is a LocalTx too (a run of
+// local steps, or of their compensations, commits once); it appends the records to
+// records. Each participant runs in a savepoint: its error rolls back its own writes only,
+// and its failure is recorded like any other. Every attempt gets its log row. The
+// instance row is written by the guarded update of the first record (the fence: errFenced,
+// and nothing commits, when another runner took it over; the row then stays locked to the
+// commit) and by that of the last one: the states between are seen by no one else.
+// inserted says that tx wrote s itself (a new instance): no fence, only the last update.
+func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaInstance, def *Definition, records []record, inserted bool) ([]record, error) {
+	var written *store.SagaInstance // the state the row holds, when written in this run
+	fence := !inserted
+	for cur := s; ; {
+		step, phase, p := current(cur, def)
+		if !p.inTx() {
+			break
+		}
+		attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
+		callErr := tx.Savepoint(ctx, func() error { return p.call(attemptCtx, tx, newCall(cur, step, phase)) })
+		callErr = callError(attemptCtx, step, callErr)
+		cancel()
+		out, msg := outcomeOf(callErr)
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return records, err
+		}
+		next := clone(cur)
+		claimed, logged := o.advance(next, def, out, msg, now)
+		if fence {
+			if ok, err := tx.SagaUpdate(ctx, next); err != nil {
+				return records, err
+			} else if !ok {
+				return records, errFenced
+			}
+			fence, written = false, next
+		}
+		if err := tx.SagaStepInsert(ctx, o.logRow(cur, next, claimed, def, logged, msg, now)); err != nil {
+			return records, err
+		}
+		records = append(records, record{cur, next, claimed, logged})
+		if !claimed {
+			break
+		}
+		cur = next
+	}
+	if len(records) == 0 {
+		return records, nil
+	}
+	if last := records[len(records)-1].next; last != written {
+		if ok, err := tx.SagaUpdate(ctx, last); err != nil {
+			return records, err
+		} else if !ok {
+			return records, fmt.Errorf("saga %s: its row changed within the transaction that holds it", s.ID)
+		}
+	}
+	return records, nil
 }
 
 // record writes the outcome of s's claimed attempt (callErr decides it) and what follows,

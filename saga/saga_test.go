@@ -580,3 +580,92 @@ func TestLocalTxSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// countingStore counts the write transactions of a store; the first failFirst of them run
+// fn and then roll back with errInjected, as a transaction whose commit failed.
+type countingStore struct {
+	store.Store
+	writes    atomic.Int64
+	failFirst int64
+}
+
+var errInjected = errors.New("injected: the transaction rolled back")
+
+func (s *countingStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	n := s.writes.Add(1)
+	return s.Store.InTx(ctx, func(tx store.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if n <= s.failFirst {
+			return errInjected
+		}
+		return nil
+	})
+}
+
+// TestRunLocalSagaInOneTransaction: a saga whose steps are all LocalTx starts and runs in
+// one write transaction (the instance, its four log rows and the steps' rows); when that
+// transaction fails, Run starts it again the ordinary way (the start, then the steps) and
+// every row is written once.
+func TestRunLocalSagaInOneTransaction(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	step := func(name string) saga.Step {
+		return saga.Step{Name: name, Action: saga.LocalTx(func(ctx context.Context, tx store.Tx, c *saga.Call) error {
+			calls.Add(1)
+			return tx.CouponInsert(ctx, &orderly.Coupon{ID: c.SagaID + "/" + name, UserID: "u", AmountOff: 1, Currency: "EUR",
+				State: orderly.CouponAvailable, CreatedAt: time.Unix(0, 0).UTC()})
+		})}
+	}
+	def := saga.Definition{Name: "local4", Steps: []saga.Step{step("a"), step("b"), step("c"), step("d")}}
+	for _, tc := range []struct {
+		failFirst             int64
+		wantWrites, wantCalls int64
+	}{
+		{failFirst: 0, wantWrites: 1, wantCalls: 4},
+		{failFirst: 1, wantWrites: 3, wantCalls: 8}, // the failed try, then the start and the steps
+	} {
+		db := newStore(t)
+		cs := &countingStore{Store: db, failFirst: tc.failFirst}
+		o, err := saga.New(saga.Config{Store: cs, Definitions: []saga.Definition{def}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls.Store(0)
+		inst, err := o.Run(t.Context(), &saga.StartParams{Definition: "local4"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inst.State != saga.StateSucceeded {
+			t.Fatalf("fail first %d: saga %s, want succeeded", tc.failFirst, inst.State)
+		}
+		if got := cs.writes.Load(); got != tc.wantWrites {
+			t.Fatalf("fail first %d: %d write transactions, want %d", tc.failFirst, got, tc.wantWrites)
+		}
+		if got := calls.Load(); got != tc.wantCalls {
+			t.Fatalf("fail first %d: %d participant calls, want %d", tc.failFirst, got, tc.wantCalls)
+		}
+		got, log, err := o.Get(t.Context(), inst.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != saga.StateSucceeded || got.CurrentStep != 4 {
+			t.Fatalf("fail first %d: stored saga %s at step %d, want succeeded at 4", tc.failFirst, got.State, got.CurrentStep)
+		}
+		if want := []string{"a/action:succeeded", "b/action:succeeded", "c/action:succeeded", "d/action:succeeded"}; !slices.Equal(summary(log), want) {
+			t.Fatalf("fail first %d: log %v, want %v", tc.failFirst, summary(log), want)
+		}
+		var n int
+		if err := db.Read(t.Context(), func(tx store.Tx) error {
+			list, err := tx.CouponList(t.Context())
+			n = len(list)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n != 4 {
+			t.Fatalf("fail first %d: %d rows, want 4 (each step's once)", tc.failFirst, n)
+		}
+	}
+}

@@ -31,6 +31,7 @@ func (s *Service) DebitTx(ctx context.Context, tx store.Tx, id string, p *orderl
 	} else if cp.ID() == user.ID() {
 		return nil, orderly.Errorf(orderly.EINVALID, "counterparty: must be another account than the user's")
 	}
+	cp = platformShard(cp, p.IdempotencyKey)
 	tr := &orderly.WalletTransfer{Kind: orderly.TransferDebit, IdempotencyKey: p.IdempotencyKey, AccountID: user.ID(),
 		CounterpartyID: cp.ID(), Currency: p.Currency, Amount: p.Amount}
 	if first, err := replayTx(ctx, tx, tr); first != nil || err != nil {

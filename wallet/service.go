@@ -80,8 +80,8 @@ func (s *Service) Credit(ctx context.Context, p *orderly.WalletMoveParams) (*ord
 }
 
 // Debit implements orderly.WalletService: Amount moves from the user's available balance
-// to the counterparty (SystemPlatform by default), only if the balance covers it, whatever
-// runs concurrently (one guarded UPDATE). Errors: EINVALID, ENOTFOUND (the user has no
+// to the counterparty (SystemPlatform by default: one of its shards, PlatformShards), only
+// if the balance covers it, whatever runs concurrently (one guarded UPDATE). Errors: EINVALID, ENOTFOUND (the user has no
 // wallet in Currency), EINSUFFICIENT, EIDEMPOTENCY.
 func (s *Service) Debit(ctx context.Context, p *orderly.WalletMoveParams) (*orderly.WalletTransfer, error) {
 	return s.move(ctx, p, orderly.TransferDebit, orderly.SystemPlatform)
@@ -101,6 +101,7 @@ func (s *Service) move(ctx context.Context, p *orderly.WalletMoveParams, kind or
 	} else if cp.ID() == user.ID() {
 		return nil, orderly.Errorf(orderly.EINVALID, "counterparty: must be another account than the user's")
 	}
+	cp = platformShard(cp, p.IdempotencyKey)
 	tr := &orderly.WalletTransfer{Kind: kind, IdempotencyKey: p.IdempotencyKey, AccountID: user.ID(), CounterpartyID: cp.ID(),
 		Currency: p.Currency, Amount: p.Amount}
 	from, to := cp, user
@@ -156,7 +157,8 @@ func (s *Service) Hold(ctx context.Context, p *orderly.WalletHoldParams) (*order
 }
 
 // Post implements orderly.WalletService: it captures Amount (1 … the hold's amount) of a
-// pending hold to the counterparty (SystemPlatform by default) and releases the rest to
+// pending hold to the counterparty (SystemPlatform by default: one of its shards,
+// PlatformShards) and releases the rest to
 // the user's available balance, in one transfer, with the hold row locked. The rule of
 // this primitive is that a hold is never over-captured: a larger amount is refused
 // (EHOLDEXCEEDED) and changes nothing, the hold stays pending; a flow that may charge more
@@ -190,6 +192,7 @@ func (s *Service) Post(ctx context.Context, p *orderly.WalletPostParams) (*order
 		} else if cp.ID() == h.AccountID {
 			return orderly.Errorf(orderly.EINVALID, "counterparty: must be another account than the hold's")
 		}
+		cp = platformShard(cp, p.IdempotencyKey)
 		if p.Amount > h.Amount {
 			return orderly.Errorf(orderly.EHOLDEXCEEDED, "hold %s holds %d; a capture of %d is more", h.ID, h.Amount, p.Amount)
 		}

@@ -112,17 +112,15 @@ func (b *bundle) balance(t *testing.T, user string) (int64, int64) {
 
 func (b *bundle) platform(t *testing.T) int64 {
 	t.Helper()
-	var a *orderly.WalletAccount
+	var available int64
 	err := b.db.Read(t.Context(), func(tx store.Tx) (err error) {
-		a, err = tx.WalletAccountGet(t.Context(), orderly.SystemAccount(orderly.SystemPlatform, "USD").ID())
+		available, _, err = wallet.PlatformBalance(t.Context(), tx, "USD")
 		return err
 	})
-	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
-		return 0 // nothing was ever paid to it
-	} else if err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	return a.Available
+	return available
 }
 
 // checkLedger runs verify's wallet check and fails on any violation.
