@@ -72,7 +72,8 @@ func extraHoldID(t *orderly.Trip) string { return t.HoldID + "/extra" }
 //     amount authorised and captured at once. Compensation: refund or void it.
 //   - record (in the saga's transaction): trip_ended → paid (a fare), and the figures.
 //   - settle (wallet): credits the driver amount − platform fee and the platform its fee,
-//     from outside the ledger (the card money enters it). Compensation: debits them back.
+//     from outside the ledger (the card money enters it); retried for a day (forward
+//     recovery past the pivot, record). Compensation: debits them back.
 //   - settled (in the saga's transaction): paid → settled.
 func (s *Service) Definitions() []saga.Definition {
 	gw := 5 * time.Second
@@ -82,7 +83,12 @@ func (s *Service) Definitions() []saga.Definition {
 			{Name: "capture", Action: saga.Local(s.capture), Compensation: saga.Local(s.uncapture), Timeout: gw},
 			{Name: "extra", Action: saga.Local(s.chargeExtra), Compensation: saga.Local(s.unchargeExtra), Timeout: gw},
 			{Name: "record", Action: saga.LocalTx(s.recordPaid)},
-			{Name: "settle", Action: saga.Local(s.settle), Compensation: saga.Local(s.unsettle), Timeout: gw},
+			// After record the rider has paid: the settlement goes forward. A transient failure
+			// (a killed instance, a lock timeout on a hot ledger row) is retried for a day rather
+			// than compensated after the default deadline, which refunded the rider's card while
+			// the trip stayed paid.
+			{Name: "settle", Action: saga.Local(s.settle), Compensation: saga.Local(s.unsettle), Timeout: gw,
+				Retry: saga.RetryPolicy{Deadline: 24 * time.Hour}},
 			{Name: "settled", Action: saga.LocalTx(s.recordSettled)},
 		},
 	}, {
