@@ -181,7 +181,14 @@ func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, erro
 		return nil, err
 	}
 	if _, _, first := current(s, def); first.inTx() {
-		next, err := o.startInTx(ctx, s, def)
+		next, claimed, err := o.startInTx(ctx, s, def)
+		if err == nil && claimed {
+			// The local steps are done and the next one (a call outside the database) is
+			// claimed by this caller: run on, as the ordinary path does.
+			if next, err = o.drive(ctx, next); err != nil {
+				return nil, err
+			}
+		}
 		if err == nil {
 			return newInstance(next), nil
 		}
@@ -293,8 +300,8 @@ func (o *Orchestrator) insert(ctx context.Context, tmpl *store.SagaInstance, def
 
 // startInTx writes tmpl, a new instance whose first participant is a LocalTx, and runs
 // its first run of local steps, in one transaction (runLocal); it returns the instance as
-// last recorded.
-func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, error) {
+// last recorded, and whether its next attempt is claimed by the caller (to run on).
+func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
 	var records []record
 	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
@@ -309,12 +316,13 @@ func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, 
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("start saga %s: %w", tmpl.ID, err)
+		return nil, false, fmt.Errorf("start saga %s: %w", tmpl.ID, err)
 	}
 	for _, r := range records {
 		o.recorded(ctx, r.prev, r.next, r.claimed, r.logged)
 	}
-	return records[len(records)-1].next, nil
+	last := records[len(records)-1]
+	return last.next, last.claimed, nil
 }
 
 // errFenced: the instance changed since it was claimed (another runner took it over).
