@@ -64,7 +64,7 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 				})
 			}
 			var refused *orderly.Error
-			if errors.As(err, &refused) && !(wallet && retryableWalletError(refused.Code)) {
+			if errors.As(err, &refused) && (!wallet || !retryableWalletError(refused.Code)) {
 				s.cfg.Logger.Warn("gateway refused a refund", "refund_id", ref.RefundID, "order_id", ref.OrderID,
 					"payment_id", ref.PaymentID, "amount", ref.Amount, "error", err)
 				return s.failRefund(ctx, &ref, refused.Message)

@@ -222,7 +222,7 @@ func (g *SimGateway) resolveHold(ctx context.Context, op GatewayOp, holdID, key 
 			refusal = orderly.Errorf(orderly.EHOLDEXCEEDED, "hold %s holds %d; a capture of %d is more", holdID, h.Amount, amount)
 		}
 		if refusal != nil {
-			return nil
+			return nil //nolint:nilerr // refused: answered once this transaction commits (an expiry found above is kept)
 		}
 		if op == GatewayCaptureHold {
 			h.State, h.Captured, h.Released = orderly.HoldPosted, amount, h.Amount-amount
