@@ -252,24 +252,6 @@ func planGroup(rng *rand.Rand, g *plannedGroup, prefix string, taken, room int) 
 	return len(g.members)
 }
 
-func drawFate(rng *rand.Rand) fate {
-	n := rng.IntN(100)
-	for f, w := range fateWeights {
-		if n < w {
-			return fate(f)
-		}
-		n -= w
-	}
-	return fateFill
-}
+func drawFate(rng *rand.Rand) fate { return drawWeighted(rng, fateWeights[:], fateFill) }
 
-func drawMember(rng *rand.Rand) member {
-	n := rng.IntN(100)
-	for m, w := range memberWeights {
-		if n < w {
-			return member(m)
-		}
-		n -= w
-	}
-	return memberNeverPay
-}
+func drawMember(rng *rand.Rand) member { return drawWeighted(rng, memberWeights[:], memberNeverPay) }

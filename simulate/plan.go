@@ -180,13 +180,17 @@ func itemList(items []orderly.Item) string {
 	return strings.Join(parts, ", ")
 }
 
-func drawBehaviour(rng *rand.Rand) behaviour {
+func drawBehaviour(rng *rand.Rand) behaviour { return drawWeighted(rng, behaviourWeights[:], neverPay) }
+
+// drawWeighted draws an index of weights (percentages summing to at most 100) as a T;
+// fallback when the draw lands past their sum.
+func drawWeighted[T ~int](rng *rand.Rand, weights []int, fallback T) T {
 	n := rng.IntN(100)
-	for b, w := range behaviourWeights {
+	for i, w := range weights {
 		if n < w {
-			return behaviour(b)
+			return T(i)
 		}
 		n -= w
 	}
-	return neverPay
+	return fallback
 }
