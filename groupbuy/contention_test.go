@@ -47,10 +47,8 @@ func holdGroup(t *testing.T, e *enginetest.Env, id string) (release func()) {
 
 // noWait bounds a request that must not wait for the held group row: past it, the request
 // fails with its context's error instead of its own answer. It is far longer than the
-// request takes when it does not wait. A request that waits fails the test either way:
-// before noWait, the server's idle-in-transaction timeout may end the holding transaction
-// first (release reports it), which is how the test failed before joins and leaves were
-// refused without the lock.
+// request takes when it does not wait, and shorter than the holding transaction's
+// idle-in-transaction timeout (30 s here), so a request that waits fails on noWait.
 const noWait = 3 * time.Second
 
 // TestNoWaitOnHeldGroup: requests that cannot change a group do not queue behind the
@@ -90,7 +88,11 @@ func TestNoWaitOnHeldGroup(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(dialect+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
-				e, d := setup(t, dialect, 3, 4)
+				// The holding transaction sits idle while the request runs: the default
+				// 1 s idle-in-transaction timeout would end it whenever a loaded machine
+				// (CI under -race) takes that long for a request that does not wait.
+				e, d := setupWith(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+					IdleInTransactionTimeout: 30 * time.Second}, 3, 4)
 				g, _ := open(t, e, d, "u1")
 				p, cb := startPay(t, e, join(t, e, g, "u2"))
 				if res, err := e.Payments.HandleCallback(context.Background(), cb); err != nil || !res.Applied {

@@ -33,7 +33,13 @@ const (
 // members at price, limit seconds to form.
 func setup(t *testing.T, dialect string, minMembers, maxMembers int64) (*enginetest.Env, *orderly.Deal) {
 	t.Helper()
-	e := enginetest.New(t, enginetest.Options{Dialect: dialect, GracePeriod: grace})
+	return setupWith(t, enginetest.Options{Dialect: dialect, GracePeriod: grace}, minMembers, maxMembers)
+}
+
+// setupWith is setup on an engine built from opts.
+func setupWith(t *testing.T, opts enginetest.Options, minMembers, maxMembers int64) (*enginetest.Env, *orderly.Deal) {
+	t.Helper()
+	e := enginetest.New(t, opts)
 	e.SetStock(t, sku, initial)
 	d, err := e.Groups.CreateDeal(context.Background(), &orderly.CreateDealParams{SKU: sku, GroupPrice: price, Currency: "USD",
 		MinMembers: minMembers, MaxMembers: maxMembers, GroupTimeLimitSeconds: limit})
