@@ -245,19 +245,33 @@ func refundItems(ctx context.Context, tx store.Tx, orderID string, items []order
 	return nil
 }
 
-// RestockRefund puts back in stock the units of refund f, when it asks for a restock
-// (sold → available, per SKU in f's order, the lock order of stock rows): the step of a
-// confirmation, in its transaction. A refund requested before restocks waited for the
-// confirmation had restocked its units already: its reservation's guard (restocked <=
-// refunded) refuses a second restock and the units are left as they are. Errors: the
-// store's.
-func RestockRefund(ctx context.Context, tx store.Tx, f *orderly.Refund) error {
-	if !f.Restock {
-		return nil
+// RestockRefunds puts back in stock the units of the refunds fs that ask for a restock
+// (sold → available): the step of a confirmation, in its transaction, after its other
+// writes. The stock rows are taken in SKU order across all of fs (then by order id), the
+// lock order of stock rows in every transaction (creates, closes, payments), so that a
+// batch of confirmations cannot deadlock with them. A refund requested before restocks
+// waited for the confirmation had restocked its units already: its reservation's guard
+// (restocked <= refunded) refuses a second restock and the units are left as they are.
+// Errors: the store's.
+func RestockRefunds(ctx context.Context, tx store.Tx, fs ...*orderly.Refund) error {
+	type unit struct {
+		f  *orderly.Refund
+		it orderly.RefundItem
 	}
-	for _, it := range f.Items {
-		if _, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: f.OrderID, SKU: it.SKU, Restock: it.Quantity}); err != nil {
-			return fmt.Errorf("restock %d of sku %s for refund %s: %w", it.Quantity, it.SKU, f.ID, err)
+	var units []unit
+	for _, f := range fs {
+		if f.Restock {
+			for _, it := range f.Items {
+				units = append(units, unit{f, it})
+			}
+		}
+	}
+	slices.SortStableFunc(units, func(a, b unit) int {
+		return cmp.Or(strings.Compare(a.it.SKU, b.it.SKU), strings.Compare(a.f.OrderID, b.f.OrderID))
+	})
+	for _, u := range units {
+		if _, err := tx.ReservationRefund(ctx, &store.ReservationRefundParams{OrderID: u.f.OrderID, SKU: u.it.SKU, Restock: u.it.Quantity}); err != nil {
+			return fmt.Errorf("restock %d of sku %s for refund %s: %w", u.it.Quantity, u.it.SKU, u.f.ID, err)
 		}
 	}
 	return nil
@@ -271,9 +285,10 @@ func RestockRefund(ctx context.Context, tx store.Tx, f *orderly.Refund) error {
 // refuses to give back refunded units that are still restocked, and they are taken back
 // too). It returns the SKUs whose units could not be taken back because fewer were
 // available (sold again meanwhile): their counts stay, for reconciliation to report
-// (refund_mismatch). Errors: the store's; an error when a guard refuses for another reason.
+// (refund_mismatch). The stock rows are taken in SKU order, the lock order of stock rows.
+// Errors: the store's; an error when a guard refuses for another reason.
 func UnrefundItems(ctx context.Context, tx store.Tx, f *orderly.Refund, restocked bool) (kept []string, err error) {
-	for _, it := range f.Items {
+	for _, it := range slices.SortedFunc(slices.Values(f.Items), func(a, b orderly.RefundItem) int { return strings.Compare(a.SKU, b.SKU) }) {
 		p := &store.ReservationRefundParams{OrderID: f.OrderID, SKU: it.SKU, Refunded: -it.Quantity}
 		if restocked && f.Restock {
 			p.Restock = -it.Quantity

@@ -144,5 +144,5 @@ func (s *Service) applyRefundNotification(ctx context.Context, tx store.Tx, n *c
 	if f.State != orderly.RefundRequested {
 		return false, "", nil
 	}
-	return true, "", s.completeRefund(ctx, tx, ref)
+	return true, "", s.completeRefunds(ctx, tx, ref)
 }

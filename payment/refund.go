@@ -72,16 +72,14 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 			return err
 		},
 		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
-			for _, m := range msgs {
-				var ref orderly.RefundRef
-				if err := outbox.Decode(m, &ref); err != nil {
+			refs := make([]*orderly.RefundRef, len(msgs))
+			for i, m := range msgs {
+				refs[i] = new(orderly.RefundRef)
+				if err := outbox.Decode(m, refs[i]); err != nil {
 					return err
 				}
-				if err := s.completeRefund(ctx, tx, &ref); err != nil {
-					return fmt.Errorf("complete refund %s of order %s: %w", ref.RefundID, ref.OrderID, err)
-				}
 			}
-			return nil
+			return s.completeRefunds(ctx, tx, refs...)
 		},
 	}
 }
@@ -116,37 +114,55 @@ func retryableWalletError(code string) bool {
 	return code == orderly.EUNAVAILABLE || code == orderly.EINTERNAL || code == orderly.ECONFLICT
 }
 
-// completeRefund records the gateway's confirmation of one refund and restocks its units
-// when it asks for it; a repeat is a no-op.
-func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.RefundRef) error {
+// completeRefunds records the gateway's confirmation of the refunds refs, in tx: each
+// refund, then its order's transition and events (completeRefund), and last the units of
+// those that ask for a restock, all at once in SKU order (order.RestockRefunds): stock rows
+// are the last rows a transaction takes, in one order, so a batch of confirmations
+// cannot deadlock with creates and closes. A repeat is a no-op. Errors: the store's,
+// wrapped with the refund they concern.
+func (s *Service) completeRefunds(ctx context.Context, tx store.Tx, refs ...*orderly.RefundRef) error {
+	restock := make([]*orderly.Refund, 0, len(refs))
+	for _, ref := range refs {
+		f, err := s.completeRefund(ctx, tx, ref)
+		if err != nil {
+			return fmt.Errorf("complete refund %s of order %s: %w", ref.RefundID, ref.OrderID, err)
+		}
+		if f != nil {
+			restock = append(restock, f)
+		}
+	}
+	return order.RestockRefunds(ctx, tx, restock...)
+}
+
+// completeRefund records the gateway's confirmation of one refund, moves its order and
+// writes its events; it returns the refund when it confirmed it (nil for a repeat), whose
+// units the caller restocks after its other writes (completeRefunds).
+func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.RefundRef) (*orderly.Refund, error) {
 	now, err := tx.Now(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ok, err := tx.RefundSetState(ctx, &store.RefundSetStateParams{
 		ID: ref.RefundID, From: orderly.RefundRequested, To: orderly.RefundSucceeded, CompletedAt: now,
 	})
 	if err != nil || !ok {
-		return err // !ok: confirmed before, or refused (failRefund)
+		return nil, err // !ok: confirmed before, or refused (failRefund)
 	}
 	f, err := tx.RefundGet(ctx, ref.RefundID)
 	if err != nil {
-		return err
-	}
-	if err := order.RestockRefund(ctx, tx, f); err != nil {
-		return err
+		return nil, err
 	}
 	o, err := tx.OrderGet(ctx, ref.OrderID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	flow, err := s.cfg.Machine.Flow(o.Flow)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	refunds, err := tx.RefundList(ctx, o.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var succeeded int64
 	for _, f := range refunds {
@@ -166,7 +182,7 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 			if _, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 				IDs: []string{o.ID}, From: from, Event: orderly.EventRefund, Now: now, Cause: cause, Actor: "gateway",
 			}, nil); err != nil {
-				return err
+				return nil, err
 			}
 			from = orderly.StateRefunding
 		}
@@ -175,9 +191,9 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 			SetPayStatus: orderly.PayRefunded, Now: now, Cause: cause, Actor: "gateway",
 		}, nil)
 		if err != nil {
-			return err
+			return nil, err
 		} else if len(changed) != 1 {
-			return fmt.Errorf("order %s changed concurrently", o.ID)
+			return nil, fmt.Errorf("order %s changed concurrently", o.ID)
 		}
 		topics = append(topics, orderly.TopicOrderRefunded)
 		payloads = append(payloads, &orderly.OrderEvent{OrderID: o.ID, State: orderly.StateRefunded, Reason: cause, At: now})
@@ -188,9 +204,9 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 			SetPayStatus: orderly.PayPartiallyRefunded, Now: now, Cause: cause, Actor: "gateway",
 		}, nil)
 		if err != nil {
-			return err
+			return nil, err
 		} else if len(changed) != 1 {
-			return fmt.Errorf("order %s (%s, pay status %s) changed concurrently", o.ID, o.State, o.PayStatus)
+			return nil, fmt.Errorf("order %s (%s, pay status %s) changed concurrently", o.ID, o.State, o.PayStatus)
 		}
 	}
 	succeededRef := *ref // the command's payload stays as it was
@@ -199,10 +215,10 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 	msgs := make([]*store.OutboxInsertParams, len(topics))
 	for i, topic := range topics {
 		if msgs[i], err = outbox.NewEvent(ctx, tx, topic, o.ID, payloads[i], now); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return tx.OutboxInsert(ctx, msgs)
+	return f, tx.OutboxInsert(ctx, msgs)
 }
 
 // failRefund records a refund the gateway refused, in its own transaction: the refund

@@ -3,10 +3,14 @@ package payment_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -123,5 +127,94 @@ func TestRefundUnknownOutcomeRestocksOnConfirmation(t *testing.T) {
 		t.Fatalf("confirmed: %+v, want 9/0/1 with 2 refunded and restocked", got)
 	}
 	wantOrder(t, e, o.ID, orderly.StatePaid, orderly.PayPartiallyRefunded, 800)
+	wantVerified(t, e)
+}
+
+// lockOrder records, per transaction, the order in which a refund confirmation takes rows:
+// "order <id>" for a transition, "stock <sku>" for a restock.
+type lockOrder struct {
+	store.Store
+	mu  sync.Mutex
+	txs [][]string
+}
+
+func (l *lockOrder) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	var rows []string
+	err := l.Store.InTx(ctx, func(tx store.Tx) error {
+		rows = rows[:0]
+		return fn(&lockOrderTx{Tx: tx, rows: &rows})
+	})
+	l.mu.Lock()
+	l.txs = append(l.txs, slices.Clone(rows))
+	l.mu.Unlock()
+	return err
+}
+
+type lockOrderTx struct {
+	store.Tx
+	rows *[]string
+}
+
+func (t *lockOrderTx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionParams) ([]string, error) {
+	for _, id := range p.IDs {
+		*t.rows = append(*t.rows, "order "+id)
+	}
+	return t.Tx.OrdersTransition(ctx, p)
+}
+
+func (t *lockOrderTx) ReservationRefund(ctx context.Context, p *store.ReservationRefundParams) (bool, error) {
+	if p.Restock != 0 {
+		*t.rows = append(*t.rows, "stock "+p.SKU)
+	}
+	return t.Tx.ReservationRefund(ctx, p)
+}
+
+// TestRefundConfirmationsRestockLastInSKUOrder: the relay confirms the refunds waiting in
+// refund.execute in one transaction. It used to restock each refund's units in message
+// order, then move its order: a batch holding sku S-b while it waited for S-a deadlocked
+// with creates and closes, which take stock rows last and in SKU order (on PostgreSQL
+// with three instances under faults: ~250 deadlocks a run, creates timing out behind
+// them). Every stock row is now taken after every order row, in SKU order across the batch.
+func TestRefundConfirmationsRestockLastInSKUOrder(t *testing.T) {
+	t.Parallel()
+	log := &lockOrder{}
+	e := enginetest.New(t, enginetest.Options{WrapStore: func(s store.Store) store.Store { log.Store = s; return log }})
+	first, _ := paidOrder(t, e, orderly.Item{SKU: "S-a", Quantity: 1, UnitPrice: 300}, orderly.Item{SKU: "S-b", Quantity: 1, UnitPrice: 200})
+	second, _ := paidOrder(t, e, orderly.Item{SKU: "S-c", Quantity: 1, UnitPrice: 100}, orderly.Item{SKU: "S-a", Quantity: 1, UnitPrice: 400})
+	before := map[string]orderly.Stock{}
+	for _, sku := range []string{"S-a", "S-b", "S-c"} {
+		before[sku] = e.StockOf(t, sku)
+	}
+	// The first refund lists S-b before S-a; the second (a later message) S-c before S-a.
+	refund(t, e, &orderly.CreateRefundParams{OrderID: first.ID, Amount: 500, Restock: true,
+		Items: []orderly.RefundItem{{SKU: "S-b", Quantity: 1}, {SKU: "S-a", Quantity: 1}}})
+	refund(t, e, &orderly.CreateRefundParams{OrderID: second.ID, Amount: 500, Restock: true,
+		Items: []orderly.RefundItem{{SKU: "S-c", Quantity: 1}, {SKU: "S-a", Quantity: 1}}})
+	log.mu.Lock()
+	log.txs = nil
+	log.mu.Unlock()
+	e.Drain(t)
+
+	want := []string{"order " + first.ID, "order " + second.ID, "stock S-a", "stock S-a", "stock S-b", "stock S-c"}
+	var got []string
+	for _, rows := range log.txs {
+		if slices.ContainsFunc(rows, func(r string) bool { return strings.HasPrefix(r, "stock ") }) {
+			if got != nil {
+				t.Fatalf("restocks in two transactions: %q and %q; want the batch in one", got, rows)
+			}
+			got = rows
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rows taken by the confirmation: %q, want %q (orders first, then stock in SKU order)", got, want)
+	}
+	for sku, units := range map[string]int64{"S-a": 2, "S-b": 1, "S-c": 1} {
+		b := before[sku]
+		if st := e.StockOf(t, sku); st.Sold != b.Sold-units || st.Available != b.Available+units {
+			t.Errorf("stock of %s after both refunds: %+v, want %d units back from %+v", sku, st, units, b)
+		}
+	}
+	wantOrder(t, e, first.ID, orderly.StateRefunded, orderly.PayRefunded, 500)
+	wantOrder(t, e, second.ID, orderly.StateRefunded, orderly.PayRefunded, 500)
 	wantVerified(t, e)
 }
