@@ -133,9 +133,10 @@ func (d *dialect) stockMoveMany(set string) string {
 	}
 }
 
-// moveReservations selects (and locks) the held reservations of the orders, marks them
-// to, and applies the per-SKU totals to stock: one row with stockUpdate, several with one
-// statement, stockMany, after locking them in SKU order (a fixed lock order).
+// moveReservations selects (and locks) the held reservations of the orders, applies the
+// per-SKU totals to stock (one row with stockUpdate, several with one statement,
+// stockMany, after locking them in SKU order, a fixed lock order) and marks the
+// reservations to.
 func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.Time, to string, stockUpdate, stockMany *query) ([]*orderly.Reservation, error) {
 	if len(orderIDs) == 0 {
 		return nil, nil
@@ -143,9 +144,6 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 	ids := jsonList(orderIDs)
 	moved, err := t.heldReservations(ctx, ids, to)
 	if err != nil || len(moved) == 0 {
-		return nil, err
-	}
-	if _, err := t.exec(ctx, to+" reservations", qReservationsMark, t.db.d.byIDsArgs(ids, []any{to, ms(now)}, nil)...); err != nil {
 		return nil, err
 	}
 	perSKU := map[string]int64{}
@@ -169,6 +167,13 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 		if err := t.stockMoveMany(ctx, skus, perSKU, to, stockMany); err != nil {
 			return nil, err
 		}
+	}
+	// The reservations are marked after the stock rows are taken, not before: on MySQL a
+	// change of state rewrites the (sku, state) index entry, whose foreign key check takes
+	// a shared lock on the stock row; two transactions holding it shared and each wanting
+	// it exclusive deadlocked (TestMoveReservationsTakesStockBeforeMarking).
+	if _, err := t.exec(ctx, to+" reservations", qReservationsMark, t.db.d.byIDsArgs(ids, []any{to, ms(now)}, nil)...); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(moved, func(a, b *orderly.Reservation) int {
 		return cmp.Or(cmp.Compare(a.OrderID, b.OrderID), cmp.Compare(a.SKU, b.SKU))

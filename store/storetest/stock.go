@@ -93,6 +93,7 @@ func testStock(t *testing.T, open opener) {
 	t.Run("Conservation", func(t *testing.T) { testStockConservation(t, open) })
 	t.Run("ConcurrentRelease", func(t *testing.T) { testConcurrentMoves(t, open, false) })
 	t.Run("ConcurrentReleaseAndCommit", func(t *testing.T) { testConcurrentMoves(t, open, true) })
+	t.Run("MovesOfSharedSKUsDoNotDeadlock", func(t *testing.T) { testSharedSKUMoves(t, open) })
 }
 
 func testStockNegative(t *testing.T, open opener) {
@@ -391,4 +392,80 @@ func testConcurrentMoves(t *testing.T, open opener, mixed bool) {
 	equal(t, "reservations", reservations(t, s, "o1"), want)
 	equal(t, "sku-a", getStock(t, s, "sku-a"), &wantA)
 	equal(t, "sku-b", getStock(t, s, "sku-b"), &wantB)
+}
+
+// testSharedSKUMoves: transactions releasing and committing different orders of the same
+// SKUs (closes and payments of a hot product) wait for each other's stock rows but never
+// deadlock. On MySQL, marking the reservations before taking the stock rows took each
+// stock row shared first (the foreign key check of the rewritten (sku, state) index
+// entry) and exclusive next: two such transactions deadlocked, about 1000 times in a
+// minute of simulate on MariaDB. A store that counts aborted transactions must count none.
+func testSharedSKUMoves(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	aborts := func() int64 {
+		if c, ok := s.(interface{ Aborts() int64 }); ok {
+			return c.Aborts()
+		}
+		return 0
+	}
+	const workers, rounds = 8, 10
+	setStock(t, s, "sku-a", workers*rounds*2)
+	setStock(t, s, "sku-b", workers*rounds*2)
+	orders := make([][]string, workers)
+	for w := range workers {
+		for r := range rounds {
+			id := nextID("shared")
+			insertOrder(t, s, &orderOpts{ID: id})
+			reserve(t, s, id, "sku-a", 1)
+			if (w+r)%3 != 0 { // most hold both SKUs (one locking statement), some one
+				reserve(t, s, id, "sku-b", 1)
+			}
+			orders[w] = append(orders[w], id)
+		}
+	}
+	before := aborts()
+	var (
+		wg          sync.WaitGroup
+		start       = make(chan struct{})
+		mu          sync.Mutex
+		sold, freed int64
+	)
+	for w := range workers {
+		wg.Go(func() {
+			<-start
+			for r, id := range orders[w] {
+				var moved []*orderly.Reservation
+				err := s.InTx(ctx, func(tx store.Tx) (err error) {
+					if (w+r)%2 == 0 {
+						moved, err = tx.ReservationsCommit(ctx, id, t0)
+					} else {
+						moved, err = tx.ReservationsReleaseMany(ctx, []string{id}, t0)
+					}
+					return err
+				})
+				if err != nil {
+					t.Errorf("worker %d, order %s: %v", w, id, err)
+					return
+				}
+				mu.Lock()
+				for _, m := range moved {
+					if m.State == orderly.ReservationCommitted {
+						sold += m.Quantity
+					} else {
+						freed += m.Quantity
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := aborts() - before; n != 0 {
+		t.Errorf("the database aborted %d transactions for a deadlock on the stock rows, want none", n)
+	}
+	a, b := getStock(t, s, "sku-a"), getStock(t, s, "sku-b")
+	if a.Held != 0 || b.Held != 0 || a.Sold+b.Sold != sold || a.Available+b.Available != 2*workers*rounds*2-sold {
+		t.Errorf("stock after the moves: %+v and %+v; want nothing held, %d sold, %d released", a, b, sold, freed)
+	}
 }
