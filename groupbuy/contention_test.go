@@ -245,11 +245,13 @@ func TestSeatCalls(t *testing.T) {
 	})
 }
 
-// TestGroupFailuresInSKUOrder: the groups that one transaction fails are failed in the
-// order of their deal's SKU, not of their deadlines, so that their stock rows are taken
-// in SKU order as every other transaction takes them (a close batch holding SKU A and
-// waiting for SKU B never waits for a failure holding SKU B and waiting for SKU A).
-func TestGroupFailuresInSKUOrder(t *testing.T) {
+// TestGroupFailuresTakeStockLast: a transaction that fails several groups at their
+// deadline releases the stock of all their unpaid members with one call, after every other
+// write of the batch (the paid members' refunds, the audit rows, the events), followed
+// only by the coupons: the deals' stock rows, which every join and payment of those deals
+// waits for, are held from there to the commit, and taken in SKU order (one set-based
+// move) as every other transaction takes them.
+func TestGroupFailuresTakeStockLast(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, func(t *testing.T, dialect string) {
 		ctx := context.Background()
@@ -258,43 +260,105 @@ func TestGroupFailuresInSKUOrder(t *testing.T) {
 			WrapStore: func(s store.Store) store.Store { log.Store = s; return log }})
 		e.SetStock(t, "SKU-A", initial)
 		e.SetStock(t, "SKU-B", initial)
-		var members []string // by deadline: SKU-B, SKU-A, SKU-B
+		var unpaid []string // by deadline: SKU-B, SKU-A, SKU-B
+		var paid *orderly.Order
 		for i, s := range []string{"SKU-B", "SKU-A", "SKU-B"} {
 			d, err := e.Groups.CreateDeal(ctx, &orderly.CreateDealParams{SKU: s, GroupPrice: price, Currency: "USD",
-				MinMembers: 2, MaxMembers: 3, GroupTimeLimitSeconds: limit})
+				MinMembers: 3, MaxMembers: 3, GroupTimeLimitSeconds: limit})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, o := open(t, e, d, "u"+string(rune('1'+i)))
-			members = append(members, o.ID)
+			g, o := open(t, e, d, "u"+string(rune('1'+i)))
+			unpaid = append(unpaid, o.ID)
+			if i == 1 {
+				paid = join(t, e, g, "p1")
+				pay(t, e, paid)
+			}
 			e.Clock.Advance(time.Millisecond)
 		}
+		e.Drain(t)
 		e.Clock.Advance(limit * time.Second)
 		log.reset()
 		if res := closeDue(t, e); res.Fired != 3 {
 			t.Fatalf("closer: %+v, want 3 groups failed", res)
 		}
-		var released []string
-		for _, c := range log.get() {
-			if id, ok := strings.CutPrefix(c, "ReservationsReleaseMany:"); ok {
-				released = append(released, id)
+		calls := log.get()
+		slices.Sort(unpaid)
+		release := slices.Index(calls, "ReservationsReleaseMany:"+strings.Join(unpaid, ","))
+		var tail []string // the rest of the failure's transaction (another starts at InTx)
+		if release >= 0 {
+			tail = calls[release+1:]
+			if next := slices.Index(tail, "InTx"); next >= 0 {
+				tail = tail[:next]
 			}
 		}
-		want := []string{members[1], members[0], members[2]} // SKU-A, then SKU-B by deadline
-		if !slices.Equal(released, want) {
-			t.Errorf("released %v, want %v (SKU-A's group first)", released, want)
+		if release < 0 || slices.ContainsFunc(tail, func(c string) bool { return c != "CouponsRelease" }) {
+			t.Fatalf("calls of the failure: %v; want one release of %v after every other write, then only coupons", calls, unpaid)
+		}
+		if n := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "ReservationsReleaseMany:") }); n != release {
+			t.Errorf("calls of the failure: %v; want a single release", calls)
+		}
+		if !slices.Contains(calls[:release], "OutboxInsert") || !slices.Contains(calls[:release], "OrdersTransition") {
+			t.Errorf("calls of the failure: %v; want the transitions and events before the release", calls)
 		}
 		for _, s := range []string{"SKU-A", "SKU-B"} {
-			if st := e.StockOf(t, s); st.Held != 0 || st.Available != initial {
-				t.Errorf("stock of %s: %+v, want all %d back", s, st, initial)
+			if st := e.StockOf(t, s); st.Held != 0 {
+				t.Errorf("stock of %s after the failure: %+v, want none held", s, st)
 			}
+		}
+		e.Drain(t)
+		for _, s := range []string{"SKU-A", "SKU-B"} {
+			if st := e.StockOf(t, s); st.Held != 0 || st.Sold != 0 || st.Available != initial {
+				t.Errorf("stock of %s after the refund: %+v, want all %d back", s, st, initial)
+			}
+		}
+		if o := e.OrderOf(t, paid.ID); o.State != orderly.StateRefunded {
+			t.Errorf("paid member: %s, want refunded", o.State)
+		}
+	})
+}
+
+// TestGroupPaymentTakesStockLast: the payment that makes a group succeed counts itself in
+// the group, moves the group and its paid members and writes their events before it
+// commits its reservation: the deal's stock row is held from there to the commit.
+func TestGroupPaymentTakesStockLast(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, dialect string) {
+		log := &callLog{}
+		e, d := setupWith(t, enginetest.Options{Dialect: dialect, GracePeriod: grace,
+			WrapStore: func(s store.Store) store.Store { log.Store = s; return log }}, 2, 2)
+		g, leader := open(t, e, d, "u1")
+		second := join(t, e, g, "u2")
+		pay(t, e, leader)
+		log.reset()
+		pay(t, e, second)
+		calls := log.get()
+		commit := slices.Index(calls, "ReservationsCommit")
+		if commit < 0 {
+			t.Fatalf("calls of the payment: %v; want a commit of its reservation", calls)
+		}
+		tail := calls[commit+1:]
+		if next := slices.Index(tail, "InTx"); next >= 0 {
+			tail = tail[:next]
+		}
+		if slices.ContainsFunc(tail, func(c string) bool { return c != "CouponUse" }) {
+			t.Errorf("calls of the payment: %v; want only the coupon after the commit", calls)
+		}
+		if !slices.Contains(calls[:commit], "GroupSetState") {
+			t.Errorf("calls of the payment: %v; want the group's success before the commit", calls)
+		}
+		if got := group(t, e, g.ID); got.State != orderly.GroupSucceeded {
+			t.Fatalf("group: %s, want succeeded", got.State)
+		}
+		if s := e.StockOf(t, sku); s.Held != 0 || s.Sold != 2 {
+			t.Fatalf("stock %+v, want 2 sold", s)
 		}
 	})
 }
 
 // callLog is a store whose write transactions record some of their calls, in order:
-// GroupMemberInsert, GroupMembers, StockReserve, "ReservationsReleaseMany:<id>" for each
-// order released.
+// GroupMemberInsert, GroupMembers, StockReserve, OrdersTransition, OutboxInsert,
+// CouponsRelease, "ReservationsReleaseMany:<ids, sorted, comma-separated>" for each release.
 type callLog struct {
 	store.Store
 	group string // the group the test works on (set by the test)
@@ -396,8 +460,36 @@ func (t *callLogTx) StockReserve(ctx context.Context, p *store.StockReserveParam
 }
 
 func (t *callLogTx) ReservationsReleaseMany(ctx context.Context, ids []string, now time.Time) ([]*orderly.Reservation, error) {
-	for _, id := range ids {
-		t.l.add("ReservationsReleaseMany:" + id)
-	}
+	t.l.add("ReservationsReleaseMany:" + strings.Join(slices.Sorted(slices.Values(ids)), ","))
 	return t.Tx.ReservationsReleaseMany(ctx, ids, now)
+}
+
+func (t *callLogTx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionParams) ([]string, error) {
+	t.l.add("OrdersTransition")
+	return t.Tx.OrdersTransition(ctx, p)
+}
+
+func (t *callLogTx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams) error {
+	t.l.add("OutboxInsert")
+	return t.Tx.OutboxInsert(ctx, msgs)
+}
+
+func (t *callLogTx) ReservationsCommit(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error) {
+	t.l.add("ReservationsCommit")
+	return t.Tx.ReservationsCommit(ctx, orderID, now)
+}
+
+func (t *callLogTx) GroupSetState(ctx context.Context, p *store.GroupSetStateParams) (bool, error) {
+	t.l.add("GroupSetState")
+	return t.Tx.GroupSetState(ctx, p)
+}
+
+func (t *callLogTx) CouponUse(ctx context.Context, couponID, orderID string) (bool, error) {
+	t.l.add("CouponUse")
+	return t.Tx.CouponUse(ctx, couponID, orderID)
+}
+
+func (t *callLogTx) CouponsRelease(ctx context.Context, refs []orderly.CouponRef, now time.Time) (int64, error) {
+	t.l.add("CouponsRelease")
+	return t.Tx.CouponsRelease(ctx, refs, now)
 }

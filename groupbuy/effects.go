@@ -71,7 +71,12 @@ func memberPaid(ctx context.Context, tx store.Tx, b *order.EffectBatch) error {
 			}
 		case orderly.GroupFailed:
 			// The failure closes every unpaid member under the group lock that this payment
-			// took first, so this order could not still be pending; refund it all the same.
+			// took first, so this order could not still be pending; refund it all the same,
+			// restocking its units: they are committed here, ahead of the transition's own
+			// commit effect (which then finds nothing held), for the refund to count them.
+			if _, err := tx.ReservationsCommit(ctx, id, b.Params.Now); err != nil {
+				return err
+			}
 			if err := move(ctx, tx, b, now, []string{id}, EventGroupFail, "group "+g.ID+" failed before this payment"); err != nil {
 				return err
 			}

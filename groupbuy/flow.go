@@ -71,11 +71,12 @@ var Flow = &orderly.Flow{
 	Initial: orderly.StatePendingPayment,
 	Managed: true, // member orders are made with their group's rows (Service)
 	Transitions: []orderly.FlowTransition{
-		// The payment is counted after the commit: when the group failed first, the order is
-		// refunded at once, restocking the units it committed.
+		// The deal's stock row, which every join and payment of the deal needs, is taken
+		// last: the payment is counted (and the group's success applied) before the
+		// reservations are committed.
 		{From: orderly.StatePendingPayment, Event: orderly.EventPay, To: orderly.StatePaid, Effects: []string{
-			EffectLockGroup, orderly.EffectPublish + orderly.TopicOrderPaid, orderly.EffectCommitReservations,
-			orderly.EffectUseCoupon, EffectMemberPaid}},
+			EffectLockGroup, orderly.EffectPublish + orderly.TopicOrderPaid, EffectMemberPaid,
+			orderly.EffectCommitReservations, orderly.EffectUseCoupon}},
 		{From: orderly.StatePendingPayment, Event: orderly.EventTimeout, To: orderly.StateClosed, Effects: closeEffects},
 		{From: orderly.StatePendingPayment, Event: orderly.EventCancel, To: orderly.StateClosed, Effects: closeEffects},
 		{From: orderly.StatePendingPayment, Event: EventGroupFail, To: orderly.StateClosed, Effects: []string{

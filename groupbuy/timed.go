@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -55,31 +53,20 @@ func (d *Deadlines) OverdueCount(ctx context.Context, tx store.Tx, before time.T
 // deadline (SKIP LOCKED) and fails them all in tx.
 //
 // Lock order (README.md "Group-buy"): the claim holds the group rows; every member order
-// that will move is locked next, all groups' at once and in id order (OrdersLock); only
-// then does any transition release or restock a SKU, and the groups are failed in the
-// order of their deal's SKU, so that the stock rows are taken in SKU order as every other
-// transaction takes them. Failing the groups one after the other before locking their
-// orders would hold the deal's stock row after the first group and then wait for the
-// member orders of the next, which a timeout close of those orders (holding them and
-// waiting for that stock row) never gives up: a deadlock, broken by the database after
-// its detection delay, and the whole batch retried. Taking SKUs out of order (groups by
-// deadline: SKU B, then SKU A) would deadlock the same way with a close batch that holds
-// SKU A and waits for SKU B.
+// that will move is locked next, all groups' at once and in id order (OrdersLock); the
+// stock rows and coupons are taken last: the transitions defer their releases
+// (order.DeferEffects), applied once for the whole batch, in SKU order, as the
+// transaction's last statements. Failing the groups one after the other before locking
+// their orders would hold the deal's stock row after the first group and then wait for
+// the member orders of the next, which a timeout close of those orders (holding them and
+// waiting for that stock row) never gives up: a deadlock. Releasing each group's stock as
+// it fails held the batch's deals' stock rows, which every join and payment of those
+// deals needs, for the rest of the batch (tens of statements per group): on a PostgreSQL
+// cluster joins queued behind it for seconds.
 func (d *Deadlines) FireDue(ctx context.Context, tx store.Tx, now time.Time, limit int, trigger string) (claimed, fired int, err error) {
 	due, err := tx.GroupsDue(ctx, now, limit)
 	if err != nil {
 		return 0, 0, err
-	}
-	skus := map[string]string{} // by deal id
-	for _, g := range due {
-		if _, ok := skus[g.DealID]; ok {
-			continue
-		}
-		deal, err := tx.DealGet(ctx, g.DealID)
-		if err != nil {
-			return len(due), 0, err
-		}
-		skus[g.DealID] = deal.SKU
 	}
 	var (
 		failing []*failingGroup
@@ -91,30 +78,32 @@ func (d *Deadlines) FireDue(ctx context.Context, tx store.Tx, now time.Time, lim
 			return len(due), 0, err
 		}
 		if fg != nil {
-			fg.sku = skus[g.DealID]
 			failing = append(failing, fg)
 			moving = append(append(moving, fg.unpaid...), fg.paid...)
 		}
 	}
-	slices.SortStableFunc(failing, func(a, b *failingGroup) int { return strings.Compare(a.sku, b.sku) })
 	if _, err := tx.OrdersLock(ctx, moving); err != nil {
 		return len(due), 0, err
 	}
+	ctx, releases := order.DeferEffects(ctx, orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon)
 	for _, fg := range failing {
 		if err := d.fail(ctx, tx, fg, now, trigger); err != nil {
-			return len(due), fired, err
+			return len(due), 0, err
 		}
-		fired++
+	}
+	if err := releases.Flush(ctx, tx); err != nil {
+		return len(due), 0, err
+	}
+	for _, fg := range failing {
 		d.metrics.GroupLateness.Observe(now.Sub(fg.deadlineAt).Seconds())
 	}
-	return len(due), fired, nil
+	return len(due), len(failing), nil
 }
 
 // failingGroup is a group moved to failed in this transaction and the member orders its
 // failure moves.
 type failingGroup struct {
 	id         string
-	sku        string // the deal's: the stock row its failure restocks
 	deadlineAt time.Time
 	unpaid     []string          // pending_payment member orders: closed (group_failed)
 	paid       []string          // paid member orders: group_failed, refunded

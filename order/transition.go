@@ -154,6 +154,8 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 	for _, name := range row.Effects {
 		if strings.HasPrefix(name, orderly.EffectLock) {
 			continue // ran before the update
+		} else if deferred, derr := deferEffect(ctx, name, b); deferred || derr != nil {
+			err = derr // left to the caller's Deferred.Flush
 		} else if topic, ok := strings.CutPrefix(name, orderly.EffectPublish); ok {
 			err = publish(ctx, tx, topic, b)
 		} else if fn := m.effects[name]; fn != nil {
