@@ -311,5 +311,5 @@ func (t *tx) GroupMembersFree(ctx context.Context, orderIDs []string, at time.Ti
 	if len(orderIDs) == 0 {
 		return 0, nil
 	}
-	return t.exec(ctx, "free seats", qGroupMembersFree, t.db.d.byIDsArgs(jsonList(orderIDs), []any{ms(at)}, nil)...)
+	return t.exec(ctx, "free seats", qGroupMembersFree, t.db.d.byIDsArgs(idList(orderIDs), []any{ms(at)}, nil)...)
 }

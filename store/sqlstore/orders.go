@@ -172,7 +172,7 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 	if p.CloseAtBy != nil {
 		closeAtBy = ms(*p.CloseAtBy)
 	}
-	args := append(append([]any{jsonList(p.IDs), p.From}, stateArgs(payIn)...), closeAtBy)
+	args := append(append([]any{idList(p.IDs), p.From}, stateArgs(payIn)...), closeAtBy)
 	rows, err := t.query(ctx, qOrdersLock, args...)
 	if err != nil {
 		return nil, fmt.Errorf("transition orders %s -> %s: %w", p.From, p.To, err)
@@ -267,7 +267,7 @@ func (t *tx) OrdersLock(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	got, err := t.strings(ctx, qOrdersLockIDs, jsonList(ids))
+	got, err := t.strings(ctx, qOrdersLockIDs, idList(ids))
 	if err != nil {
 		return nil, fmt.Errorf("lock orders: %w", err)
 	}
@@ -323,7 +323,7 @@ func (t *tx) OrdersSetWakeAt(ctx context.Context, ids []string, wakeAt time.Time
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := t.exec(ctx, "set wake_at", qOrdersSetWakeAt, t.db.d.byIDsArgs(jsonList(ids), []any{ms(wakeAt)}, nil)...)
+	_, err := t.exec(ctx, "set wake_at", qOrdersSetWakeAt, t.db.d.byIDsArgs(idList(ids), []any{ms(wakeAt)}, nil)...)
 	return err
 }
 

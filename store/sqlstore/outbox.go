@@ -226,7 +226,7 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	list := jsonList(ids)
+	list := idList(ids)
 	if _, err := t.exec(ctx, "lease outbox", qOutboxLease, t.db.d.byIDsArgs(list, []any{ms(p.LeaseUntil)}, nil)...); err != nil {
 		return nil, err
 	}
@@ -272,7 +272,7 @@ func (t *tx) claimableMessageIDs(ctx context.Context, p *store.OutboxClaimParams
 		for i, m := range due {
 			ids[i] = m.id
 		}
-		if due, err = t.keyedIDs(ctx, qOutboxLockDue, jsonList(ids), ms(p.Now)); err != nil || len(due) == 0 {
+		if due, err = t.keyedIDs(ctx, qOutboxLockDue, idList(ids), ms(p.Now)); err != nil || len(due) == 0 {
 			return nil, err
 		}
 	}
@@ -337,7 +337,7 @@ func (t *tx) OutboxUnclaim(ctx context.Context, ids []int64, now time.Time, reas
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := t.exec(ctx, "unclaim messages", qOutboxUnclaim, t.db.d.byIDsArgs(jsonList(ids), []any{ms(now), reason}, nil)...)
+	_, err := t.exec(ctx, "unclaim messages", qOutboxUnclaim, t.db.d.byIDsArgs(idList(ids), []any{ms(now), reason}, nil)...)
 	return err
 }
 
@@ -346,7 +346,7 @@ func (t *tx) OutboxMarkDelivered(ctx context.Context, ids []int64, now time.Time
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := t.exec(ctx, "mark delivered", qOutboxDelivered, t.db.d.byIDsArgs(jsonList(ids), []any{ms(now)}, nil)...)
+	_, err := t.exec(ctx, "mark delivered", qOutboxDelivered, t.db.d.byIDsArgs(idList(ids), []any{ms(now)}, nil)...)
 	return err
 }
 

@@ -141,7 +141,7 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 	if len(orderIDs) == 0 {
 		return nil, nil
 	}
-	ids := jsonList(orderIDs)
+	ids := idList(orderIDs)
 	moved, err := t.heldReservations(ctx, ids, to)
 	if err != nil || len(moved) == 0 {
 		return nil, err
@@ -329,7 +329,7 @@ func (t *tx) CouponsRelease(ctx context.Context, refs []orderly.CouponRef, now t
 	for i, r := range refs {
 		coupons[i], orders[i] = r.CouponID, r.OrderID
 	}
-	return t.exec(ctx, "release coupons", qCouponsRelease, t.db.d.byIDsArgs(jsonList(coupons), []any{ms(now)}, []any{jsonList(orders)})...)
+	return t.exec(ctx, "release coupons", qCouponsRelease, t.db.d.byIDsArgs(idList(coupons), []any{ms(now)}, []any{jsonList(orders)})...)
 }
 
 // CouponUse implements store.Tx.

@@ -1,11 +1,13 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,6 +165,15 @@ func stateArgs[T ~string](states []T) []any {
 func jsonList[T any](vs []T) string {
 	b, _ := json.Marshal(vs) // strings, integers and flat structs always marshal
 	return string(b)
+}
+
+// idList is jsonList of the ids in ascending order: the list of a statement that locks the
+// rows it names. On MySQL such a statement is a join driven by the list (updateByIDs), so
+// it locks the rows in the list's order; two of them over overlapping rows (two relays
+// marking messages after a stale claim) deadlocked when their lists were in different
+// orders.
+func idList[T cmp.Ordered](ids []T) string {
+	return jsonList(slices.Sorted(slices.Values(ids)))
 }
 
 // translate maps sql.ErrNoRows to ENOTFOUND (with what) and wraps other errors with what.

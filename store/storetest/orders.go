@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,6 +104,7 @@ func testOrders(t *testing.T, open opener) {
 	t.Run("OverdueCount", func(t *testing.T) { testOrdersOverdueCount(t, open) })
 	t.Run("List", func(t *testing.T) { testOrderList(t, open) })
 	t.Run("Lock", func(t *testing.T) { testOrdersLock(t, open) })
+	t.Run("ListsInAnyOrderDoNotDeadlock", func(t *testing.T) { testListOrder(t, open) })
 }
 
 // utcMS is what the store must return for a time: UTC, truncated to the millisecond.
@@ -798,4 +800,52 @@ func ids(orders []*orderly.Order) []string {
 		out[i] = o.ID
 	}
 	return out
+}
+
+// testListOrder: statements that change the rows of an id list take them in id order,
+// whatever the order of the list: transactions setting wake_at on the same orders, half of
+// them listing them backwards, never deadlock (on MySQL such a statement is a join driven
+// by the list, which took the rows in the list's order: two relays marking overlapping
+// outbox messages deadlocked so).
+func testListOrder(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	const workers, rounds, n = 6, 15, 12
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = nextID("list")
+		insertOrder(t, s, &orderOpts{ID: ids[i]})
+	}
+	backward := slices.Clone(ids)
+	slices.Reverse(backward)
+	aborts := func() int64 {
+		if c, ok := s.(interface{ Aborts() int64 }); ok {
+			return c.Aborts()
+		}
+		return 0
+	}
+	before := aborts()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range workers {
+		list := ids
+		if w%2 == 1 {
+			list = backward
+		}
+		wg.Go(func() {
+			<-start
+			for r := range rounds {
+				if err := s.InTx(ctx, func(tx store.Tx) error {
+					return tx.OrdersSetWakeAt(ctx, list, t0.Add(time.Duration(w*rounds+r)*time.Millisecond))
+				}); err != nil {
+					t.Errorf("worker %d, round %d: %v", w, r, err)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if d := aborts() - before; d != 0 {
+		t.Errorf("the database aborted %d transactions for a deadlock, want none", d)
+	}
 }
