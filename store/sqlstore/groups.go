@@ -178,7 +178,7 @@ func (t *tx) GroupsLockByOrders(ctx context.Context, orderIDs []string) ([]strin
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	return t.strings(ctx, qGroupsLock, jsonList(ids))
+	return t.strings(ctx, qGroupsLock, idList(ids))
 }
 
 // strings runs a query of one text column.
