@@ -399,6 +399,15 @@ func (c *client) createOrder(ctx context.Context, req *orderRequest, idempotency
 	return o, ambiguous, err
 }
 
+// maybeAppliedBefore reports whether err is a 409 illegal-transition answered to a request
+// sent more than once: its first try may have taken effect on an instance that died before
+// answering, and moved the order (or trip) past the state the event leaves; the caller
+// reads it to tell.
+func maybeAppliedBefore(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.Tries > 1 && he.code() == orderly.EILLEGAL
+}
+
 func (c *client) order(ctx context.Context, id string) (*orderly.Order, error) {
 	var o orderly.Order
 	return &o, c.do(ctx, http.MethodGet, "/v1/orders/"+url.PathEscape(id), nil, nil, &o)

@@ -3,6 +3,7 @@ package simulate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -369,5 +370,46 @@ func TestClientAPIKey(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 2 || got[0] != "" || got[1] != "Bearer ok_abc_def" {
 		t.Errorf("Authorization headers %q, want none then Bearer ok_abc_def", got)
+	}
+}
+
+// TestOrderEventAppliedBeforeDeath: an instance applies a ship and dies before answering;
+// the request sent again is refused 409 illegal-transition by the next instance. The
+// client reads the order: shipped, so the event took effect and is answered as applied;
+// an order not in the event's state keeps the refusal.
+func TestOrderEventAppliedBeforeDeath(t *testing.T) {
+	t.Parallel()
+	for _, applied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+			t.Parallel()
+			var state atomic.Value
+			state.Store(string(orderly.StatePaid))
+			dying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if applied {
+					state.Store(string(orderly.StateShipped))
+				}
+				cut(w, r, nil)
+			}))
+			t.Cleanup(dying.Close)
+			live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				if r.Method == http.MethodGet {
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = fmt.Fprintf(w, `{"id":"o1","state":%q}`, state.Load())
+					return
+				}
+				writeProblem(w, http.StatusConflict, orderly.EILLEGAL, "no transition from "+state.Load().(string)+" on ship")
+			}))
+			t.Cleanup(live.Close)
+			cl := testClient(t, 5*time.Second, dying.URL, live.URL)
+			o, err := cl.orderEvent(t.Context(), "o1", orderly.EventShip, orderly.StateShipped)
+			if applied && (err != nil || o.State != orderly.StateShipped) {
+				t.Fatalf("ship applied by the dead instance: %+v, %v; want shipped, no error", o, err)
+			}
+			var he *httpError
+			if !applied && (!errors.As(err, &he) || he.code() != orderly.EILLEGAL) {
+				t.Fatalf("ship refused: %v; want the 409 illegal-transition", err)
+			}
+		})
 	}
 }

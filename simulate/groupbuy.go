@@ -545,7 +545,7 @@ func (g *groupFlow) merchant(ctx context.Context, tg *trackedGroup, deadline tim
 		}
 		switch {
 		case gr.State == groupSucceeded && state == stateGroupSucceeded:
-			o, err := g.c.orderEvent(ctx, m.order.ID, orderly.EventShip)
+			o, err := g.c.orderEvent(ctx, m.order.ID, orderly.EventShip, orderly.StateShipped)
 			switch {
 			case ctx.Err() != nil:
 			case err != nil:
@@ -557,7 +557,7 @@ func (g *groupFlow) merchant(ctx context.Context, tg *trackedGroup, deadline tim
 				g.shipped.Add(1)
 			}
 		case gr.State == groupFailed && m.successID != "":
-			o, err := g.c.orderEvent(ctx, m.order.ID, orderly.EventShip)
+			o, err := g.c.orderEvent(ctx, m.order.ID, orderly.EventShip, orderly.StateShipped)
 			var he *httpError
 			switch {
 			case ctx.Err() != nil:

@@ -132,8 +132,19 @@ func (c *client) group(ctx context.Context, id string) (*group, error) {
 	return &g, c.do(ctx, http.MethodGet, "/v1/groups/"+url.PathEscape(id), nil, nil, &g)
 }
 
-// orderEvent sends a merchant event (ship, complete) to an order.
-func (c *client) orderEvent(ctx context.Context, orderID string, event orderly.Event) (*orderly.Order, error) {
+// orderEvent sends a merchant event (ship, complete) that moves an order to state to. A
+// request sent again (an instance died after applying it but before answering) that is
+// refused 409 illegal-transition while the order is in state to took effect on its first
+// try: the order is answered as read then.
+func (c *client) orderEvent(ctx context.Context, orderID string, event orderly.Event, to orderly.State) (*orderly.Order, error) {
 	var o orderly.Order
-	return &o, c.do(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(orderID)+"/events", map[string]orderly.Event{"event": event}, nil, &o)
+	err := c.do(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(orderID)+"/events", map[string]orderly.Event{"event": event}, nil, &o)
+	if !maybeAppliedBefore(err) {
+		return &o, err
+	}
+	now, gerr := c.order(ctx, orderID)
+	if gerr != nil || now.State != to {
+		return &o, err
+	}
+	return now, nil
 }

@@ -190,8 +190,7 @@ func (f *rideFlow) play(ctx context.Context, tt *trackedTrip, i int) error {
 	path := "/v1/trips/" + url.PathEscape(t.ID)
 	event := func(name string, body any) error {
 		err := f.c.do(ctx, http.MethodPost, path+"/"+name, body, nil, &t)
-		var he *httpError
-		if !errors.As(err, &he) || he.Tries < 2 || he.code() != orderly.EILLEGAL {
+		if !maybeAppliedBefore(err) {
 			return err
 		}
 		// An instance died after applying the event but before answering, and the request
