@@ -296,3 +296,13 @@ func getMessage(t *testing.T, s store.Store, id int64) *orderly.Message {
 	t.Fatalf("message %d not found", id)
 	return nil
 }
+
+// abortCount returns how many transactions the database aborted for a deadlock or a
+// serialization failure in s so far (retried or not), when s counts them (sqlstore.DB
+// does); 0 otherwise.
+func abortCount(s store.Store) int64 {
+	if c, ok := s.(interface{ Aborts() int64 }); ok {
+		return c.Aborts()
+	}
+	return 0
+}

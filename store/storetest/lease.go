@@ -97,12 +97,7 @@ func testLeases(t *testing.T, open opener) {
 		// store that counts aborted transactions must count none.
 		_, s := setup(t, open)
 		a, _ := acquire(t, s, "A", t0)
-		aborts := func() int64 {
-			if c, ok := s.(interface{ Aborts() int64 }); ok {
-				return c.Aborts()
-			}
-			return 0
-		}
+		aborts := func() int64 { return abortCount(s) }
 		before := aborts()
 		var wg sync.WaitGroup
 		for g := range 8 {

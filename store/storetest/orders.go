@@ -817,12 +817,7 @@ func testListOrder(t *testing.T, open opener) {
 	}
 	backward := slices.Clone(ids)
 	slices.Reverse(backward)
-	aborts := func() int64 {
-		if c, ok := s.(interface{ Aborts() int64 }); ok {
-			return c.Aborts()
-		}
-		return 0
-	}
+	aborts := func() int64 { return abortCount(s) }
 	before := aborts()
 	var wg sync.WaitGroup
 	start := make(chan struct{})

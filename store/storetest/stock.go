@@ -402,12 +402,7 @@ func testConcurrentMoves(t *testing.T, open opener, mixed bool) {
 // minute of simulate on MariaDB. A store that counts aborted transactions must count none.
 func testSharedSKUMoves(t *testing.T, open opener) {
 	ctx, s := setup(t, open)
-	aborts := func() int64 {
-		if c, ok := s.(interface{ Aborts() int64 }); ok {
-			return c.Aborts()
-		}
-		return 0
-	}
+	aborts := func() int64 { return abortCount(s) }
 	const workers, rounds = 8, 10
 	setStock(t, s, "sku-a", workers*rounds*2)
 	setStock(t, s, "sku-b", workers*rounds*2)
