@@ -364,6 +364,13 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 			g := group{d.Flow, d.State, forced}
 			groups[g] = append(groups[g], d)
 		}
+		// The paying orders wait for their inspection before anything else is written: the
+		// transitions below take stock rows, which come last in every transaction (on MySQL,
+		// moving wake_at after them deadlocked with another close batch holding the
+		// wake_at index entries and waiting for those stock rows).
+		if err := tx.OrdersSetWakeAt(ctx, inspect, now.Add(c.cfg.InspectionBackoff)); err != nil {
+			return err
+		}
 		for g, orders := range groups {
 			flow, err := c.cfg.Machine.Flow(g.flow)
 			if err != nil {
@@ -407,7 +414,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 				reasons[cmp.Or(string(timed.CloseReason), string(timed.Event))] += len(changed)
 			}
 		}
-		return tx.OrdersSetWakeAt(ctx, inspect, now.Add(c.cfg.InspectionBackoff))
+		return nil
 	})
 	if err != nil {
 		return res, nil, fmt.Errorf("close due orders (%s): %w", trigger, err)

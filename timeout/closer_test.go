@@ -212,3 +212,65 @@ func TestDeadlineNotifies(t *testing.T) {
 		t.Fatalf("told the other instances %v, want %v", told, want)
 	}
 }
+
+// TestCloseBatchTakesStockLast: a close batch that claims a paying order (left for
+// inspection: its wake_at moves on) and an unpaid one (closed: its stock released) moves
+// the paying order's wake_at before it releases any stock, the lock order of every
+// transaction (stock rows last).
+func TestCloseBatchTakesStockLast(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 10)
+	paying := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})
+	unpaid := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})
+	if _, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: paying.ID}); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Set(unpaid.CloseAt)
+	log := &orderCallLog{Store: e.Store}
+	closer, err := timeout.NewCloser(timeout.Config{Store: log, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
+		return orderly.GatewayUnknown, nil
+	}), InspectionBackoff: time.Second, InspectionHold: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"OrdersSetWakeAt", "ReservationsReleaseMany"}; !slices.Equal(log.calls, want) {
+		t.Fatalf("calls of the close batch: %v, want %v", log.calls, want)
+	}
+	if got := e.OrderOf(t, unpaid.ID); got.State != orderly.StateClosed {
+		t.Fatalf("unpaid order: %s, want closed", got.State)
+	}
+	if got := e.OrderOf(t, paying.ID); got.State != orderly.StatePendingPayment || got.PayStatus != orderly.PayPaying {
+		t.Fatalf("paying order: %s/%s, want pending_payment/paying (in inspection)", got.State, got.PayStatus)
+	}
+}
+
+// orderCallLog records the OrdersSetWakeAt and ReservationsReleaseMany calls of its write
+// transactions, in order.
+type orderCallLog struct {
+	store.Store
+	calls []string
+}
+
+func (l *orderCallLog) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	return l.Store.InTx(ctx, func(tx store.Tx) error { return fn(&orderCallLogTx{Tx: tx, l: l}) })
+}
+
+type orderCallLogTx struct {
+	store.Tx
+	l *orderCallLog
+}
+
+func (t *orderCallLogTx) OrdersSetWakeAt(ctx context.Context, ids []string, wakeAt time.Time) error {
+	t.l.calls = append(t.l.calls, "OrdersSetWakeAt")
+	return t.Tx.OrdersSetWakeAt(ctx, ids, wakeAt)
+}
+
+func (t *orderCallLogTx) ReservationsReleaseMany(ctx context.Context, ids []string, now time.Time) ([]*orderly.Reservation, error) {
+	t.l.calls = append(t.l.calls, "ReservationsReleaseMany")
+	return t.Tx.ReservationsReleaseMany(ctx, ids, now)
+}
