@@ -219,6 +219,43 @@ func TestGroupFailsAtDeadline(t *testing.T) {
 	})
 }
 
+// TestUnpaidMembersCloseWithTheirGroup: with no grace period an unpaid member's payment
+// deadline is its group's deadline to the millisecond; at that instant the group fails
+// first, so the member closes as group_failed and keeps its seat in the failed group (it
+// did not leave), instead of timing out as payment_timeout with its seat given up.
+func TestUnpaidMembersCloseWithTheirGroup(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, dialect string) {
+		e, d := setupWith(t, enginetest.Options{Dialect: dialect}, 3, 5)
+		g, leader := open(t, e, d, "u1")
+		second := join(t, e, g, "u2")
+		if !second.CloseAt.Equal(g.DeadlineAt) {
+			t.Fatalf("member closes at %s, want the group deadline %s", second.CloseAt, g.DeadlineAt)
+		}
+		pay(t, e, leader)
+		e.Clock.Set(g.DeadlineAt)
+		if res := closeDue(t, e); res.Fired != 1 || res.Closed != 0 {
+			t.Fatalf("at D: %+v, want the group fired and no order timed out", res)
+		}
+		if o := e.OrderOf(t, second.ID); o.State != orderly.StateClosed || o.CloseReason != groupbuy.CloseReasonGroupFailed {
+			t.Fatalf("unpaid member: %s %s, want closed group_failed", o.State, o.CloseReason)
+		}
+		got := group(t, e, g.ID)
+		if got.State != orderly.GroupFailed || got.SeatsTaken != 2 {
+			t.Fatalf("group after D: %s with %d seats taken, want failed with 2", got.State, got.SeatsTaken)
+		}
+		for _, m := range got.Members {
+			if m.LeftAt != nil {
+				t.Errorf("member %s of the failed group left at %s; nobody left", m.UserID, m.LeftAt)
+			}
+		}
+		e.Drain(t)
+		if s := e.StockOf(t, sku); s.Available != initial || s.Held != 0 || s.Sold != 0 {
+			t.Fatalf("stock after the failure: %+v, want all %d available", s, initial)
+		}
+	})
+}
+
 // TestLateCallbackAfterFailure: the third member pays before D (captured at the gateway)
 // but its callback is processed after the group failed: the payment is refunded, the group
 // stays failed with two paid members, and the order's history says why it closed.

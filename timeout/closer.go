@@ -213,6 +213,21 @@ func (c *Closer) CloseDue(ctx context.Context, trigger string) (PassResult, erro
 // the sweep or the deep check).
 func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) (PassResult, error) {
 	var total PassResult
+	// The other timed kinds first: a group's deadline is the payment deadline of its members
+	// who joined late (capped at it), so both are due at the same instant; the group's
+	// failure then closes its unpaid members as group_failed, holding their seats, instead
+	// of their own timeouts closing them one by one as payment_timeout first.
+	for i, t := range c.cfg.Timed {
+		if trigger == TriggerTimer && c.timedIdle(i, c.dbNow()) {
+			continue // nothing of it is due: no transaction (see timedIdle)
+		}
+		claimed, fired, err := c.fireTimed(ctx, t, trigger, fence)
+		total.Claimed += claimed
+		total.Fired += fired
+		if err != nil {
+			return total, err
+		}
+	}
 	for {
 		res, paying, err := c.closeBatch(ctx, trigger, nil, nil, fence, false)
 		total.Claimed += res.Claimed
@@ -234,17 +249,6 @@ func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) 
 		}
 		if res.Claimed < c.cfg.BatchSize {
 			break
-		}
-	}
-	for i, t := range c.cfg.Timed {
-		if trigger == TriggerTimer && c.timedIdle(i, c.dbNow()) {
-			continue // nothing of it is due: no transaction (see timedIdle)
-		}
-		claimed, fired, err := c.fireTimed(ctx, t, trigger, fence)
-		total.Claimed += claimed
-		total.Fired += fired
-		if err != nil {
-			return total, err
 		}
 	}
 	c.cfg.Metrics.CloserPasses.WithLabelValues(trigger).Inc()
