@@ -108,8 +108,8 @@ type GroupService interface {
 	// EOUTOFSTOCK, ECOUPONUNAVAIL, EIDEMPOTENCY.
 	JoinGroup(ctx context.Context, params *JoinGroupParams) (group *Group, order *Order, created bool, err error)
 	// LeaveGroup gives up userID's seat in a forming group: an unpaid member order is
-	// cancelled (buyer_cancelled), a paid one refunded in full. Errors: ENOTFOUND (no such
-	// group or not a member), EGROUPNOTFORMING, EGROUPEXPIRED, ECONFLICT.
+	// cancelled (buyer_cancelled), a paid one refunded in full. Errors: EINVALID (userID not
+	// a valid id, e.g. empty), ENOTFOUND (no such group or not a member), EGROUPNOTFORMING, EGROUPEXPIRED, ECONFLICT.
 	LeaveGroup(ctx context.Context, groupID, userID, actor, traceID string) (*Group, error)
 	// Group returns a group with its members. Errors: ENOTFOUND.
 	Group(ctx context.Context, id string) (*Group, error)

@@ -90,3 +90,48 @@ func TestLastSeatOverHTTP(t *testing.T) {
 		t.Fatalf("group: %v %v", group, err)
 	}
 }
+
+// TestMemberInputOverHTTP: an explicit quantity below 1 in an open or a join, and a leave
+// without a user, are 422 invalid-input (quantity 0 was read as absent, and created a
+// one-unit order; a leave without a user answered 404); nothing is written.
+func TestMemberInputOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Serve(t, enginetest.ServerOptions{CallbackSecret: []byte("secret")})
+	req, _ := http.NewRequest(http.MethodPut, s.URL+"/v1/inventory/SKU-Q", bytes.NewReader([]byte(`{"available":10}`)))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("set stock: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	code, deal := post(t, s.URL+"/v1/deals", map[string]any{"sku": "SKU-Q", "group_price": 500, "currency": "EUR",
+		"min_members": 2, "max_members": 3, "group_time_limit_seconds": 3600})
+	if code != 201 {
+		t.Fatalf("create deal: %d %v", code, deal)
+	}
+	for _, q := range []int{0, -1} {
+		if code, body := post(t, s.URL+"/v1/groups", map[string]any{"deal_id": deal["id"], "user_id": "leader", "quantity": q}); code != 422 || body["type"] != "https://orderly.dev/problems/invalid-input" {
+			t.Fatalf("open with quantity %d: %d %v, want 422 invalid-input", q, code, body)
+		}
+	}
+	code, opened := post(t, s.URL+"/v1/groups", map[string]any{"deal_id": deal["id"], "user_id": "leader"})
+	if code != 201 || opened["order"].(map[string]any)["amount"] != float64(500) {
+		t.Fatalf("open group without quantity: %d %v, want 201 with one unit", code, opened)
+	}
+	g := opened["group"].(map[string]any)
+	if code, body := post(t, s.URL+"/v1/groups/"+g["id"].(string)+"/join", map[string]any{"user_id": "m1", "quantity": 0}); code != 422 {
+		t.Fatalf("join with quantity 0: %d %v, want 422", code, body)
+	}
+	if code, body := post(t, s.URL+"/v1/groups/"+g["id"].(string)+"/leave", map[string]any{}); code != 422 || body["type"] != "https://orderly.dev/problems/invalid-input" {
+		t.Fatalf("leave without user_id: %d %v, want 422 invalid-input", code, body)
+	}
+	resp, err := http.Get(s.URL + "/v1/groups/" + g["id"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || got["seats_taken"] != float64(1) {
+		t.Fatalf("group after the refusals: %v, %v; want the leader's seat only", got, err)
+	}
+}

@@ -432,6 +432,9 @@ const leaveRounds = 3
 // released, the attempt in flight cancelled at the gateway first), which frees the seat.
 func (s *Service) LeaveGroup(ctx context.Context, groupID, userID, actor, traceID string) (*orderly.Group, error) {
 	actor = cmp.Or(actor, "buyer")
+	if !order.ValidID(userID) {
+		return nil, orderly.Errorf(orderly.EINVALID, "user_id must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
+	}
 	if err := s.refuseUnlocked(ctx, groupID, userID, "", leaveRefusal); err != nil {
 		return nil, fmt.Errorf("leave group %s: %w", groupID, err)
 	}

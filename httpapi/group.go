@@ -76,15 +76,28 @@ type groupOrderResponse struct {
 type openGroupRequest struct {
 	DealID   string `json:"deal_id"`
 	UserID   string `json:"user_id"`
-	Quantity int64  `json:"quantity,omitempty"`
+	Quantity *int64 `json:"quantity,omitempty"` // absent means 1; 0 is refused
 	CouponID string `json:"coupon_id,omitempty"`
 }
 
 // joinGroupRequest is the body of POST /v1/groups/{id}/join.
 type joinGroupRequest struct {
 	UserID   string `json:"user_id"`
-	Quantity int64  `json:"quantity,omitempty"`
+	Quantity *int64 `json:"quantity,omitempty"` // absent means 1; 0 is refused
 	CouponID string `json:"coupon_id,omitempty"`
+}
+
+// memberQuantity returns the quantity of an open or join request: 0 (the service's "1")
+// when absent. Errors: EINVALID for an explicit quantity below 1 (the OpenAPI document's
+// minimum), which the service would otherwise read as absent.
+func memberQuantity(q *int64) (int64, error) {
+	switch {
+	case q == nil:
+		return 0, nil
+	case *q < 1:
+		return 0, orderly.Errorf(orderly.EINVALID, "quantity must be at least 1 (absent means 1), got %d", *q)
+	}
+	return *q, nil
 }
 
 // leaveGroupRequest is the body of POST /v1/groups/{id}/leave.
@@ -129,8 +142,13 @@ func (s *Server) openGroup(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req, bodyRequired) {
 		return
 	}
+	quantity, err := memberQuantity(req.Quantity)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	s.admitMember(w, r, s.groups.OpenGroup, &orderly.JoinGroupParams{DealID: req.DealID, UserID: req.UserID,
-		Quantity: req.Quantity, CouponID: req.CouponID, IdempotencyKey: key})
+		Quantity: quantity, CouponID: req.CouponID, IdempotencyKey: key})
 }
 
 // joinGroup handles POST /v1/groups/{id}/join: 201 with the group and the new member
@@ -145,8 +163,13 @@ func (s *Server) joinGroup(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req, bodyRequired) {
 		return
 	}
+	quantity, err := memberQuantity(req.Quantity)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	s.admitMember(w, r, s.groups.JoinGroup, &orderly.JoinGroupParams{GroupID: pathParam(r, "id"), UserID: req.UserID,
-		Quantity: req.Quantity, CouponID: req.CouponID, IdempotencyKey: key})
+		Quantity: quantity, CouponID: req.CouponID, IdempotencyKey: key})
 }
 
 // admitMember runs an open or a join and writes its answer.
