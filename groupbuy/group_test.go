@@ -17,6 +17,7 @@ import (
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/verify"
 )
 
 var dialects = []string{"sqlite", "postgres", "mysql"}
@@ -254,6 +255,55 @@ func TestUnpaidMembersCloseWithTheirGroup(t *testing.T) {
 			t.Fatalf("stock after the failure: %+v, want all %d available", s, initial)
 		}
 	})
+}
+
+// TestReturnsAfterSuccessVerify: members of a succeeded group may be refunded afterwards
+// as any paid order (a return: a full refund by event, a partial one with restock), and
+// verify agrees: the group succeeded with its members, their money adds up, no violation.
+// verify reported both as violations (I4: the state group_succeeded was not known to hold
+// a payment; G: "a succeeded group refunds none").
+func TestReturnsAfterSuccessVerify(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, d := setup(t, "sqlite", 2, 3)
+	g, leader := open(t, e, d, "u1")
+	second := join(t, e, g, "u2")
+	pay(t, e, leader)
+	pay(t, e, second)
+	if got := group(t, e, g.ID); got.State != orderly.GroupSucceeded {
+		t.Fatalf("group: %s, want succeeded", got.State)
+	}
+	e.Clock.Advance(time.Minute)
+	if _, err := e.Orders.ApplyEvent(ctx, leader.ID, orderly.EventRefund, "merchant", ""); err != nil {
+		t.Fatalf("refund the leader: %v", err)
+	}
+	if _, _, err := e.Orders.CreateRefund(ctx, &orderly.CreateRefundParams{OrderID: second.ID, Amount: price / 2,
+		Items: []orderly.RefundItem{{SKU: sku, Quantity: 1}}, Restock: true, Reason: "return"}); err != nil {
+		t.Fatalf("partial refund of the second member: %v", err)
+	}
+	e.Drain(t)
+	if o := e.OrderOf(t, leader.ID); o.State != orderly.StateRefunded {
+		t.Fatalf("leader: %s, want refunded", o.State)
+	}
+	if o := e.OrderOf(t, second.ID); o.State != groupbuy.StateGroupSucceeded || o.RefundedAmount != price/2 {
+		t.Fatalf("second member: %s refunded %d, want group_succeeded with %d refunded", o.State, o.RefundedAmount, price/2)
+	}
+	// The refund event refunds money only, as in the standard flow (goods come back with
+	// a refund naming its items and restock); the partial refund restocked its unit.
+	if s := e.StockOf(t, sku); s.Sold != 1 || s.Available != initial-1 {
+		t.Errorf("stock after the returns: %+v, want 1 sold (the leader's) and the second's unit back", s)
+	}
+	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Check(ctx, e.Store, verify.Options{Flows: flows, Groups: verify.ReadGroups, RequireDrained: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Groups["succeeded"] != 1 {
+		t.Fatalf("verify: groups %v, violations:\n%s", rep.Groups, strings.Join(rep.Violations, "\n"))
+	}
 }
 
 // TestLateCallbackAfterFailure: the third member pays before D (captured at the gateway)

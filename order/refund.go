@@ -429,8 +429,8 @@ func (s *Service) refundRest(ctx context.Context, id, actor, traceID string) (*o
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(RefundStates(flow), o.State) {
-		return nil, orderly.Errorf(orderly.EILLEGAL, "order %s is %s; only paid, shipped or completed orders are refunded", o.ID, o.State)
+	if states := RefundStates(flow); !slices.Contains(states, o.State) {
+		return nil, orderly.Errorf(orderly.EILLEGAL, "order %s is %s; flow %s refunds orders only in %v", o.ID, o.State, flow.Name, states)
 	}
 	rest := o.Amount - o.RefundedAmount
 	if rest <= 0 {

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -104,6 +105,12 @@ func (g *groupChecks) Order(_ *Violations, o *orderly.Order, payments []*orderly
 }
 
 // kept reports whether a member order in state s kept its payment.
+// refundedAfter reports whether refunds is not empty and every one of them was requested
+// at or after at (nil: never).
+func refundedAfter(refunds []*orderly.Refund, at *time.Time) bool {
+	return at != nil && len(refunds) > 0 && !slices.ContainsFunc(refunds, func(f *orderly.Refund) bool { return f.CreatedAt.Before(*at) })
+}
+
 func kept(s orderly.State) bool {
 	return s == stateGroupSucceeded || s == orderly.StateShipped || s == orderly.StateCompleted
 }
@@ -130,11 +137,15 @@ func (g *groupChecks) Finish(v *Violations) {
 		case groupSucceeded:
 			n := 0
 			for _, m := range members {
-				if kept(m.o.State) {
+				// A member refunded after the success (a return: the flow refunds
+				// group_succeeded, shipped and completed orders as the standard flow does)
+				// was one of the members that made it.
+				returned := (m.o.State == orderly.StateRefunding || m.o.State == orderly.StateRefunded) && refundedAfter(m.refunds, gr.SucceededAt)
+				if kept(m.o.State) || returned {
 					n++
 				}
 				refunded := m.o.State == stateGroupFailed || m.o.State == orderly.StateRefunding || m.o.State == orderly.StateRefunded
-				if left := leftAt[m.o.ID]; refunded && (left == nil || (gr.SucceededAt != nil && left.After(*gr.SucceededAt))) {
+				if left := leftAt[m.o.ID]; refunded && !returned && (left == nil || (gr.SucceededAt != nil && left.After(*gr.SucceededAt))) {
 					v.Add("G", "group %s succeeded and its member order %s is %s: a succeeded group refunds none but members who left before", gr.ID, m.o.ID, m.o.State)
 				}
 			}

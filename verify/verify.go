@@ -275,7 +275,7 @@ func (c *checker) load(ctx context.Context, tx store.Tx) error {
 
 // paidLike reports whether an order in state s has taken its payment and still keeps it.
 func paidLike(s orderly.State) bool {
-	return s == orderly.StatePaid || s == orderly.StateShipped || s == orderly.StateCompleted
+	return s == orderly.StatePaid || s == orderly.StateShipped || s == orderly.StateCompleted || s == stateGroupSucceeded
 }
 
 func (c *checker) checkOrder(ctx context.Context, tx store.Tx, o *orderly.Order) error {
