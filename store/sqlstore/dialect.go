@@ -151,7 +151,9 @@ var mysqlDialect = &dialect{
 }
 
 // updateByIDs builds an UPDATE of the rows of table whose idCol is in the id list ids (a
-// d.ids or d.intIDs subquery), with extra conditions where ("" for none). MySQL runs a
+// d.ids or d.intIDs subquery), with extra conditions where ("" for none). Where the
+// dialect has row locks the rows are taken in id order (send the list in id order too:
+// idList). MySQL runs a
 // single-table UPDATE … WHERE id IN (subquery) as a scan of the whole table, so there it
 // is a join, which puts the id list before SET: build the arguments with byIDsArgs.
 func (d *dialect) updateByIDs(table, idCol, ids, set, where string) string {
@@ -162,11 +164,18 @@ func (d *dialect) updateByIDs(table, idCol, ids, set, where string) string {
 		}
 		return q
 	}
-	q := "UPDATE " + table + " SET " + set + " WHERE " + idCol + " IN (" + ids + ")"
 	if where != "" {
-		q += " AND " + where
+		where = " AND " + where
 	}
-	return q
+	if d.lockRows != "" {
+		// PostgreSQL: the rows are locked first, in id order (LockRows above the sort), so
+		// that two such statements over the same rows take them in one order; the plan of
+		// the bare UPDATE (a hash of the list, a scan) took them in any order and they
+		// deadlocked (Orders/ListsInAnyOrderDoNotDeadlock).
+		return "UPDATE " + table + " SET " + set + " WHERE " + idCol + " IN (SELECT " + idCol + " FROM " + table +
+			" WHERE " + idCol + " IN (" + ids + ")" + where + " ORDER BY " + idCol + d.lockRows + ")"
+	}
+	return "UPDATE " + table + " SET " + set + " WHERE " + idCol + " IN (" + ids + ")" + where
 }
 
 // selectByIDs builds a SELECT of cols from the rows of table whose idCol is in the id list
