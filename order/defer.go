@@ -17,7 +17,7 @@ import (
 // flush to the commit, not from the first group's release to the end of the batch.
 type Deferred struct {
 	names   []string                // the deferred effects, in the order Flush runs them
-	batches map[string]*EffectBatch // by effect name; nil until a transition defers it
+	batches map[string]*EffectBatch // by effect name, once a transition deferred it
 }
 
 type deferredKey struct{}
@@ -41,20 +41,13 @@ func deferEffect(ctx context.Context, name string, b *EffectBatch) (bool, error)
 	}
 	acc := d.batches[name]
 	if acc == nil {
-		d.batches[name] = &EffectBatch{Machine: b.Machine, Flow: b.Flow, Transition: b.Transition,
-			IDs: slices.Clone(b.IDs), Coupons: maps.Clone(b.Coupons), Params: b.Params}
-		return true, nil
-	}
-	if !acc.Params.Now.Equal(b.Params.Now) {
+		acc = &EffectBatch{Machine: b.Machine, Flow: b.Flow, Transition: b.Transition, Coupons: map[string]string{}, Params: b.Params}
+		d.batches[name] = acc
+	} else if !acc.Params.Now.Equal(b.Params.Now) {
 		return true, fmt.Errorf("defer %s: transitions at %s and %s in one deferral", name, acc.Params.Now, b.Params.Now)
 	}
 	acc.IDs = append(acc.IDs, b.IDs...)
-	if len(b.Coupons) > 0 {
-		if acc.Coupons == nil {
-			acc.Coupons = map[string]string{}
-		}
-		maps.Copy(acc.Coupons, b.Coupons)
-	}
+	maps.Copy(acc.Coupons, b.Coupons)
 	return true, nil
 }
 

@@ -153,10 +153,20 @@ var mysqlDialect = &dialect{
 // updateByIDs builds an UPDATE of the rows of table whose idCol is in the id list ids (a
 // d.ids or d.intIDs subquery), with extra conditions where ("" for none). Where the
 // dialect has row locks the rows are taken in id order (send the list in id order too:
-// idList). MySQL runs a
-// single-table UPDATE … WHERE id IN (subquery) as a scan of the whole table, so there it
-// is a join, which puts the id list before SET: build the arguments with byIDsArgs.
+// idList). MySQL runs a single-table UPDATE … WHERE id IN (subquery) as a scan of the
+// whole table, so there it is a join, which puts the id list before SET: build the
+// arguments with byIDsArgs.
 func (d *dialect) updateByIDs(table, idCol, ids, set, where string) string {
+	return d.updateIDs(table, idCol, ids, set, where, true)
+}
+
+// updateLockedByIDs is updateByIDs for rows the transaction has locked already (a locking
+// read of the same rows, in id order, just before it): no lock step of its own.
+func (d *dialect) updateLockedByIDs(table, idCol, ids, set, where string) string {
+	return d.updateIDs(table, idCol, ids, set, where, false)
+}
+
+func (d *dialect) updateIDs(table, idCol, ids, set, where string, lock bool) string {
 	if d == mysqlDialect {
 		q := "UPDATE " + table + " FORCE INDEX (PRIMARY) JOIN (" + ids + ") AS j ON " + table + "." + idCol + " = j.v SET " + set
 		if where != "" {
@@ -167,7 +177,7 @@ func (d *dialect) updateByIDs(table, idCol, ids, set, where string) string {
 	if where != "" {
 		where = " AND " + where
 	}
-	if d.lockRows != "" {
+	if lock && d.lockRows != "" {
 		// PostgreSQL: the rows are locked first, in id order (LockRows above the sort), so
 		// that two such statements over the same rows take them in one order; the plan of
 		// the bare UPDATE (a hash of the list, a scan) took them in any order and they

@@ -32,8 +32,8 @@ var (
 		return d.selectByIDs("orders.id, orders.pay_status", "orders", "id", d.ids, `state = ? AND pay_status IN (`+stateIn+`) AND close_at <= ?`,
 			` ORDER BY orders.id`+d.lockRows)
 	})
-	qOrdersTransition = newQuery(func(d *dialect) string {
-		return d.updateByIDs("orders", "id", d.ids, `state = ?, version = version + 1, pay_status = COALESCE(?, pay_status),
+	qOrdersTransition = newQuery(func(d *dialect) string { // the rows qOrdersLock locked
+		return d.updateLockedByIDs("orders", "id", d.ids, `state = ?, version = version + 1, pay_status = COALESCE(?, pay_status),
 			close_reason = COALESCE(?, close_reason), closed_at = COALESCE(?, closed_at), paid_at = COALESCE(?, paid_at),
 			wake_at = CASE WHEN ? = 1 THEN close_at ELSE NULL END`, `state = ?`)
 	})

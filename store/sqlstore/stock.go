@@ -42,8 +42,8 @@ var (
 		return d.selectByIDs("reservations.order_id, reservations.sku, quantity", "reservations", "order_id", d.ids,
 			`state = 'held'`, ` ORDER BY reservations.order_id, reservations.sku`+d.lockRows)
 	})
-	qReservationsMark = newQuery(func(d *dialect) string {
-		return d.updateByIDs("reservations", "order_id", d.ids, `state = ?, updated_at = ?`, `state = 'held'`)
+	qReservationsMark = newQuery(func(d *dialect) string { // the rows qReservationsHeld locked
+		return d.updateLockedByIDs("reservations", "order_id", d.ids, `state = ?, updated_at = ?`, `state = 'held'`)
 	})
 	qReservationList = sqlText(`SELECT order_id, sku, quantity, state, refunded, restocked FROM reservations
 		WHERE ? = '' OR order_id = ? ORDER BY order_id, sku`)

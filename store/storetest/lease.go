@@ -97,8 +97,7 @@ func testLeases(t *testing.T, open opener) {
 		// store that counts aborted transactions must count none.
 		_, s := setup(t, open)
 		a, _ := acquire(t, s, "A", t0)
-		aborts := func() int64 { return abortCount(s) }
-		before := aborts()
+		before := abortCount(s)
 		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Go(func() {
@@ -126,7 +125,7 @@ func testLeases(t *testing.T, open opener) {
 			})
 		}
 		wg.Wait()
-		if n := aborts() - before; n != 0 {
+		if n := abortCount(s) - before; n != 0 {
 			t.Errorf("the database aborted %d transactions on the lease row for a deadlock, want none", n)
 		}
 	})

@@ -817,8 +817,7 @@ func testListOrder(t *testing.T, open opener) {
 	}
 	backward := slices.Clone(ids)
 	slices.Reverse(backward)
-	aborts := func() int64 { return abortCount(s) }
-	before := aborts()
+	before := abortCount(s)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for w := range workers {
@@ -840,7 +839,7 @@ func testListOrder(t *testing.T, open opener) {
 	}
 	close(start)
 	wg.Wait()
-	if d := aborts() - before; d != 0 {
+	if d := abortCount(s) - before; d != 0 {
 		t.Errorf("the database aborted %d transactions for a deadlock, want none", d)
 	}
 }

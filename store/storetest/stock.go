@@ -402,7 +402,6 @@ func testConcurrentMoves(t *testing.T, open opener, mixed bool) {
 // minute of simulate on MariaDB. A store that counts aborted transactions must count none.
 func testSharedSKUMoves(t *testing.T, open opener) {
 	ctx, s := setup(t, open)
-	aborts := func() int64 { return abortCount(s) }
 	const workers, rounds = 8, 10
 	setStock(t, s, "sku-a", workers*rounds*2)
 	setStock(t, s, "sku-b", workers*rounds*2)
@@ -418,7 +417,7 @@ func testSharedSKUMoves(t *testing.T, open opener) {
 			orders[w] = append(orders[w], id)
 		}
 	}
-	before := aborts()
+	before := abortCount(s)
 	var (
 		wg          sync.WaitGroup
 		start       = make(chan struct{})
@@ -456,7 +455,7 @@ func testSharedSKUMoves(t *testing.T, open opener) {
 	}
 	close(start)
 	wg.Wait()
-	if n := aborts() - before; n != 0 {
+	if n := abortCount(s) - before; n != 0 {
 		t.Errorf("the database aborted %d transactions for a deadlock on the stock rows, want none", n)
 	}
 	a, b := getStock(t, s, "sku-a"), getStock(t, s, "sku-b")
