@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly/bench"
+	"github.com/orderlyhq/orderly/internal/testdb"
 )
 
 // orderlyBinary builds cmd/orderly once per test binary; it skips under -short.
@@ -93,12 +94,46 @@ func TestScenariosSmall(t *testing.T) {
 				if r.Orders != 200 || len(r.Peers) != 1 || r.Peers[0].Orders != 200 {
 					t.Fatalf("notify: %+v", r)
 				}
+			case "ceiling":
+				// A second of each: some single-row commits, and whole 1 000-row statements.
+				if r.CommitsPerS == nil || *r.CommitsPerS < 10 || r.RowWritesPerS == nil || *r.RowWritesPerS < 1000 {
+					t.Fatalf("ceiling: %+v", r)
+				}
+				wantKeys(t, m, "scenario", "store", "orders", "commits_per_s", "row_writes_per_s")
 			}
 			if err := bench.WriteTable(&buf, r); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
+}
+
+// TestBurstWorkOnPostgres: a burst on PostgreSQL reports the database's own row writes and
+// WAL bytes per close. A close updates the order, writes its audit row and its event
+// (outbox row and sequence), releases its reservation and coupon and moves stock, and the
+// relay leases and marks its event: about a dozen row writes, a few KiB of WAL.
+func TestBurstWorkOnPostgres(t *testing.T) {
+	bin := orderlyBinary(t)
+	base := testdb.URL(t, "postgres")
+	out, err := bench.Run(t.Context(), "burst", bench.Config{Binary: bin, DatabaseURL: base, Burst: 500, BurstLead: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Result
+	if len(out.Violations) > 0 || r.Orders != 500 {
+		t.Fatalf("burst: %+v, violations %v", r, out.Violations)
+	}
+	if r.DBRowWritesPerClose == nil || *r.DBRowWritesPerClose < 6 || *r.DBRowWritesPerClose > 40 ||
+		r.DBWALBytesPerClose == nil || *r.DBWALBytesPerClose < 500 || *r.DBWALBytesPerClose > 50_000 {
+		t.Fatalf("database work per close: %v row writes, %v WAL bytes", deref(r.DBRowWritesPerClose), deref(r.DBWALBytesPerClose))
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 func wantKeys(t *testing.T, m map[string]any, keys ...string) {

@@ -127,3 +127,26 @@ func (db *DB) ConservationBroken(ctx context.Context) (int64, error) {
 		OR s.sold <> COALESCE((SELECT sum(quantity) FROM reservations r WHERE r.sku = s.sku AND r.state = 'committed'), 0)`).Scan(&n)
 	return n, err
 }
+
+// WaitDelivered waits until no outbox message is pending (the relay has delivered the
+// burst's events), polling every 100 ms, for at most timeout. Errors: the database
+// failed, or messages were still pending at the timeout.
+func (db *DB) WaitDelivered(ctx context.Context, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		var one int64
+		err := db.SQL.QueryRowContext(wctx, `SELECT 1 FROM outbox WHERE state = 'pending' LIMIT 1`).Scan(&one)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil
+		case err != nil:
+			return fmt.Errorf("bench: wait for the outbox to drain: %w", err)
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("bench: outbox messages still pending after %s", timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

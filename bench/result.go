@@ -39,8 +39,18 @@ type Result struct {
 	// CPUS is the CPU seconds (user + system) the servers used during the measured part.
 	CPUS *float64 `json:"cpu_s,omitempty"`
 	// PeakRSSMB is the servers' largest peak resident set (VmHWM), in MiB.
-	PeakRSSMB *float64  `json:"peak_rss_mb,omitempty"`
-	Peers     []*Result `json:"peers,omitempty"`
+	PeakRSSMB *float64 `json:"peak_rss_mb,omitempty"`
+	// DBRowWritesPerClose and DBWALBytesPerClose are the rows the database inserted,
+	// updated or deleted, and the WAL bytes it wrote, per order closed during a burst
+	// (PostgreSQL, from pg_stat_database and the WAL position; the whole database, the
+	// relay's delivery marks included).
+	DBRowWritesPerClose *float64 `json:"db_row_writes_per_close,omitempty"`
+	DBWALBytesPerClose  *float64 `json:"db_wal_bytes_per_close,omitempty"`
+	// CommitsPerS and RowWritesPerS are the ceiling scenario's: single-row UPDATE
+	// transactions per second, and rows updated per second by 1 000-row statements.
+	CommitsPerS   *float64  `json:"commits_per_s,omitempty"`
+	RowWritesPerS *float64  `json:"row_writes_per_s,omitempty"`
+	Peers         []*Result `json:"peers,omitempty"`
 }
 
 // Lateness are percentiles of a lateness distribution, in ms.
@@ -109,6 +119,10 @@ var columns = []column{
 	{"create p99 ms", func(r *Result) *float64 { return r.CreateP99MS }, true},
 	{"cpu s", func(r *Result) *float64 { return r.CPUS }, true},
 	{"peak rss MiB", func(r *Result) *float64 { return r.PeakRSSMB }, true},
+	{"db rows/close", func(r *Result) *float64 { return r.DBRowWritesPerClose }, true},
+	{"db WAL B/close", func(r *Result) *float64 { return r.DBWALBytesPerClose }, true},
+	{"commits/s", func(r *Result) *float64 { return r.CommitsPerS }, false},
+	{"row writes/s", func(r *Result) *float64 { return r.RowWritesPerS }, false},
 }
 
 func latenessField(r *Result, f func(*Lateness) float64) *float64 {

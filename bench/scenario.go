@@ -14,7 +14,7 @@ import (
 )
 
 // Scenarios are the names Run takes, in the order `orderly bench` runs them.
-var Scenarios = []string{"steady", "burst", "flash-sale", "history", "pending", "notify"}
+var Scenarios = []string{"steady", "burst", "flash-sale", "history", "pending", "notify", "ceiling"}
 
 // Config configures a bench run. Zero values mean the defaults documented per field.
 type Config struct {
@@ -148,6 +148,8 @@ func Run(ctx context.Context, name string, cfg Config) (*Outcome, error) {
 		out, err = r.pending(ctx)
 	case "notify":
 		out, err = r.notify(ctx)
+	case "ceiling":
+		out, err = r.ceiling(ctx)
 	default:
 		return nil, fmt.Errorf("bench: unknown scenario %q (one of %s)", name, strings.Join(Scenarios, ", "))
 	}
@@ -350,12 +352,34 @@ func (r *runner) burst(ctx context.Context) (*Outcome, error) {
 	if now >= due {
 		return nil, fmt.Errorf("the server was ready %d ms after the burst's deadline: raise --burst-lead", now-due)
 	}
+	w0, measured, err := db.work(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r.progress("server ready %d ms before the deadline; waiting for %d closes", due-now, cfg.Burst)
 	left, err := db.WaitClosed(ctx, 0, time.Duration(due-now)*time.Millisecond+5*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	return r.burstResult(ctx, db, srv, u0, due, left)
+	out, err := r.burstResult(ctx, db, srv, u0, due, left)
+	if err != nil || !measured {
+		return out, err
+	}
+	// The relay marks the last messages delivered after the last close, and the
+	// statistics arrive up to a second after a transaction ends.
+	if err := db.WaitDelivered(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	time.Sleep(1500 * time.Millisecond)
+	w1, _, err := db.work(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n := float64(out.Result.Orders); n > 0 {
+		out.Result.DBRowWritesPerClose = Ptr(round1(float64(w1.rowWrites-w0.rowWrites) / n))
+		out.Result.DBWALBytesPerClose = Ptr(round1(float64(w1.walBytes-w0.walBytes) / n))
+	}
+	return out, nil
 }
 
 func (r *runner) burstResult(ctx context.Context, db *DB, srv *servers, u0 usage, due, left int64) (*Outcome, error) {

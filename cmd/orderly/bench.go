@@ -48,14 +48,14 @@ func benchCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if cmd.Bool("peers") {
-				return runPeers(ctx, cmd, self)
-			}
 			cfg := benchConfig(cmd, self)
-			if cfg.CPUProfileDir != "" {
+			if cfg.CPUProfileDir != "" { // with --peers too: its servers write there
 				if err := os.MkdirAll(cfg.CPUProfileDir, 0o750); err != nil {
 					return err
 				}
+			}
+			if cmd.Bool("peers") {
+				return runPeers(ctx, cmd, self)
 			}
 			var violations []string
 			for _, name := range names {
