@@ -9,8 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // Defaults of Config.CreateBatch and Config.CreateQueue.
@@ -28,12 +31,17 @@ const (
 // creates of that SKU run one after another whatever the pool size; joined, they share
 // one row lock, one gate (store/sqlstore/gate.go) and one commit. Per SKU, one goroutine
 // runs the batches while creates wait: each batch takes up to max waiting creates in
-// arrival order. A member refused for a domain reason (out-of-stock, coupon-unavailable,
-// an idempotency conflict) does not fail the others: the batch runs with each member in
-// its own savepoint (createBatch), the refused member is rolled back to its savepoint and
-// answered with its error, and the others go on. Stock is reserved by the same guarded
-// update as a single create, so a batch never oversells; an idempotency key is looked up
-// in the batch's transaction, so two creates with one key in one batch make one order.
+// arrival order. A batch without coupons is written as one set (createTogether): the
+// members' orders are decided first, the SKU's available units are handed out in arrival
+// order under the stock row's lock, and the orders, audit rows and reservations are
+// written in multi-row statements with one guarded update of the stock row, so a refused
+// member wrote nothing. A batch with coupons runs member by member, and a member refused
+// for a domain reason (out-of-stock, coupon-unavailable, an idempotency conflict) does not
+// fail the others: the batch runs with each member in its own savepoint (createBatch), the
+// refused member is rolled back to its savepoint and answered with its error, and the
+// others go on. Either way stock is reserved by a guarded update, so a batch never
+// oversells; an idempotency key is looked up in the batch's transaction, so two creates
+// with one key in one batch make one order.
 // An error that is not a domain error (the database's) fails the whole batch, like a
 // single create.
 //
@@ -206,12 +214,33 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 		}
 	}
 	var err error
-	if !careful || len(live) == 1 {
+	if together(live) {
 		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 			reset() // a run again (a deadlock, a gate) starts from scratch
+			refused = false
+			r, err := s.createTogether(ctx, tx, live)
+			refused = r
+			return err
+		})
+		if orderly.ErrorCode(err) != orderly.ECONFLICT { // a key taken meanwhile: one by one, below
+			if err != nil {
+				for _, c := range live {
+					c.o, c.created, c.err = nil, false, err
+				}
+				return false
+			}
+			return refused
+		}
+	} else if !careful || len(live) == 1 {
+		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			reset() // a run again (a deadlock, a gate) starts from scratch
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
 			for _, c := range live {
 				var err error
-				if c.o, c.created, err = s.CreateInTx(memberContext{ctx, c.ctx}, tx, c.p, nil); err != nil {
+				if c.o, c.created, err = s.CreateInTx(memberContext{ctx, c.ctx}, tx, c.p, &CreateOptions{Now: now}); err != nil {
 					if len(live) == 1 {
 						return err
 					}
@@ -234,11 +263,15 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 	}
 	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		reset()
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
 		for _, c := range live {
 			mctx := memberContext{ctx, c.ctx}
 			err := tx.Savepoint(mctx, func() error {
 				var err error
-				c.o, c.created, err = s.CreateInTx(mctx, tx, c.p, nil)
+				c.o, c.created, err = s.CreateInTx(mctx, tx, c.p, &CreateOptions{Now: now})
 				return err
 			})
 			if err == nil {
@@ -259,4 +292,124 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 		return false
 	}
 	return refused
+}
+
+// together reports whether a batch can run as one set of writes (createTogether): none of
+// its members names a coupon (a coupon is frozen by a guarded update that may refuse its
+// member after the order was written).
+func together(calls []*createCall) bool {
+	for _, c := range calls {
+		if c.p.CouponID != "" {
+			return false
+		}
+	}
+	return len(calls) > 1
+}
+
+// createTogether is createBatch's transaction for a batch without coupons. It decides
+// every member's order first (newOrder: validation, idempotency key; nothing written),
+// then hands out the SKU's available units in arrival order under the stock row's lock
+// (a member whose quantity no longer fits is refused out-of-stock, as it would be one at
+// a time), and writes the orders, their audit rows and reservations in multi-row
+// statements with one update of the stock row: about 6 round trips for the batch where
+// one create at a time takes 5 per member, and the hot row is held for 3 of them. A
+// refused member wrote nothing, so it fails no other and needs no savepoint. Two members
+// with one idempotency key: the later one gets the earlier one's order (the same
+// request) or EIDEMPOTENCY, as one at a time. It reports whether a member was refused.
+// Errors: the database's, and ECONFLICT when an idempotency key was taken by another
+// transaction since the look-up (the batch then runs one member at a time).
+func (s *Service) createTogether(ctx context.Context, tx store.Tx, live []*createCall) (refused bool, err error) {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return false, err
+	}
+	type member struct {
+		c   *createCall
+		ctx context.Context
+		n   *newOrder
+	}
+	var fresh []*member
+	for _, c := range live {
+		m := &member{c: c, ctx: memberContext{ctx, c.ctx}}
+		if m.n, err = s.newOrder(m.ctx, tx, c.p, &CreateOptions{Now: now}); err != nil {
+			if orderly.ErrorCode(err) == orderly.EINTERNAL {
+				return false, err
+			}
+			c.err, refused = err, true
+			continue
+		}
+		if m.n.replay != nil {
+			c.o = m.n.replay
+			continue
+		}
+		fresh = append(fresh, m)
+	}
+	if len(fresh) == 0 {
+		return refused, nil
+	}
+	sku := fresh[0].c.p.Items[0].SKU
+	available, _, err := tx.StockLockAvailable(ctx, sku)
+	if err != nil {
+		return false, err
+	}
+	var (
+		orders    []*store.OrderInsertParams
+		audits    []*orderly.Transition
+		reserve   []*store.StockReserveParams
+		written   []*member
+		keyHolder = map[string]*member{} // user and idempotency key → the member writing them
+	)
+	for _, m := range fresh {
+		p := m.c.p
+		key := ""
+		if p.IdempotencyKey != "" {
+			key = p.UserID + "\x00" + p.IdempotencyKey
+			if first := keyHolder[key]; first != nil {
+				if first.n.hash == m.n.hash {
+					m.c.o = first.n.order // a replay of an order this batch writes
+				} else {
+					m.c.err, refused = orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey), true
+				}
+				continue
+			}
+		}
+		q := p.Items[0].Quantity
+		if q > available {
+			m.c.err, refused = orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", sku, q), true
+			continue
+		}
+		available -= q
+		if key != "" {
+			keyHolder[key] = m
+		}
+		o := m.n.order
+		written = append(written, m)
+		orders = append(orders, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: m.n.hash, NoDeadline: !m.n.timed})
+		audits = append(audits, m.n.audit(m.ctx, p))
+		reserve = append(reserve, &store.StockReserveParams{OrderID: o.ID, SKU: sku, Quantity: q, Now: now})
+	}
+	if len(written) == 0 {
+		return refused, nil
+	}
+	if err := tx.OrdersInsertMany(ctx, orders); err != nil {
+		return false, err
+	}
+	if err := tx.TransitionsInsertMany(ctx, audits); err != nil {
+		return false, err
+	}
+	for _, m := range written {
+		// A traced request leaves its trace context with the order (README.md "Tracing").
+		if trace.SpanFromContext(m.ctx).IsRecording() {
+			if err := tx.OrderTraceInsert(ctx, m.n.order.ID, telemetry.TraceParent(m.ctx)); err != nil {
+				return false, err
+			}
+		}
+	}
+	if err := tx.StockReserveMany(ctx, sku, reserve); err != nil {
+		return false, err
+	}
+	for _, m := range written {
+		m.c.o, m.c.created = m.n.order, true
+	}
+	return refused, nil
 }

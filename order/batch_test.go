@@ -62,7 +62,7 @@ func createAll(svc *order.Service, ps []*orderly.CreateOrderParams) ([]*orderly.
 
 // TestCreateBatch is group commit for a hot SKU (batch.go), on every dialect. 40 buyers of a
 // SKU with 7 units, the first transaction held until the 39 others wait: they are joined
-// into batches of at most CreateBatch (32) — 4 transactions, not 40 — and exactly 7 are
+// into batches of at most CreateBatch (32) — 3 transactions, not 40 — and exactly 7 are
 // created, 33 refused out-of-stock, the stock exact (7 held, 0 available). Members that fail
 // after their reservation (10 buyers of one coupon: one gets it) are rolled back to their
 // savepoint without failing the others: 1 created, 9 coupon-unavailable, 1 unit held. Six
@@ -113,10 +113,10 @@ func TestCreateBatch(t *testing.T) {
 			if ok != units || out != buyers-units {
 				t.Errorf("%d created, %d out-of-stock; want %d and %d", ok, out, units, buyers-units)
 			}
-			// 1 alone; 32 joined, run again with savepoints when the 7th of them is refused;
-			// 7 joined, with savepoints from the start (the previous batch had a refusal).
-			if got := st.calls.Load(); got != 4 {
-				t.Errorf("%d transactions for %d creates, want 4 (1, then 32 joined twice and 7 joined)", got, buyers)
+			// 1 alone; 32 joined in one transaction (the 26 refused write nothing: no run
+			// again, no savepoints); 7 joined.
+			if got := st.calls.Load(); got != 3 {
+				t.Errorf("%d transactions for %d creates, want 3 (1, then 32 joined and 7 joined)", got, buyers)
 			}
 			if s := e.StockOf(t, "hot"); s != (orderly.Stock{SKU: "hot", Held: units}) {
 				t.Errorf("stock %+v, want %d held, 0 available", s, units)
@@ -272,5 +272,99 @@ func TestCreateQueueDeadline(t *testing.T) {
 	}
 	if n := countOrders(t, e); n != 1 {
 		t.Errorf("%d orders, want 1", n)
+	}
+}
+
+// TestCreateTogether is a batch without coupons written as one set (createTogether), on
+// every dialect: units are handed out in arrival order under the stock row's lock, a
+// member that no longer fits is refused out-of-stock while a later smaller one still gets
+// the last unit, and members with one idempotency key get the first one's order (same
+// request) or idempotency-conflict (another body), as one create at a time would. The
+// batch is one transaction and the stock ends exact.
+func TestCreateTogether(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := enginetest.New(t, enginetest.Options{Dialect: dialect})
+			unblock := make(chan struct{})
+			st := &txCounter{Store: e.Store, hold: func() { <-unblock }}
+			svc, err := order.NewService(order.Config{Store: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.SetStock(t, "mix", 5)
+			keyed := func(qty int64, key string) *orderly.CreateOrderParams {
+				p := params("mix", qty)
+				p.IdempotencyKey = key
+				return p
+			}
+			ps := []*orderly.CreateOrderParams{
+				params("mix", 1), // alone, held until the others wait: 4 left
+				keyed(3, "kA"),   // 3 of the 4: 1 left
+				params("mix", 3), // no longer fits: out-of-stock
+				keyed(3, "kA"),   // the same request as the second: its order
+				keyed(2, "kA"),   // the same key, another body: idempotency-conflict
+				params("mix", 1), // the last unit
+				params("mix", 1), // out-of-stock
+			}
+			type outcome struct {
+				o       *orderly.Order
+				created bool
+				err     error
+			}
+			outs := make([]chan outcome, len(ps))
+			for i, p := range ps {
+				outs[i] = make(chan outcome, 1)
+				go func() {
+					o, created, err := svc.CreateOrder(ctx, p)
+					outs[i] <- outcome{o, created, err}
+				}()
+				if i == 0 {
+					waitFor(t, "the first transaction", func() bool { return st.calls.Load() == 1 })
+				} else {
+					waitFor(t, fmt.Sprintf("%d creates queued", i), func() bool { return svc.CreateWaiters("mix") == i })
+				}
+			}
+			close(unblock)
+			got := make([]outcome, len(ps))
+			for i := range outs {
+				got[i] = <-outs[i]
+			}
+			codes := make([]string, len(ps))
+			for i, g := range got {
+				codes[i] = orderly.ErrorCode(g.err)
+			}
+			want := []string{"", "", string(orderly.EOUTOFSTOCK), "", string(orderly.EIDEMPOTENCY), "", string(orderly.EOUTOFSTOCK)}
+			if fmt.Sprint(codes) != fmt.Sprint(want) {
+				t.Fatalf("outcomes %q, want %q (errors: %v)", codes, want, got)
+			}
+			if !got[1].created || got[3].created || got[3].o.ID != got[1].o.ID {
+				t.Errorf("the replayed key: created %v/%v, orders %s and %s; want one order, created once",
+					got[1].created, got[3].created, got[1].o.ID, got[3].o.ID)
+			}
+			for _, i := range []int{0, 1, 5} {
+				if !got[i].created || got[i].o.Amount != ps[i].Items[0].Quantity*500 {
+					t.Errorf("create %d: %+v, created %v", i, got[i].o, got[i].created)
+				}
+			}
+			if n := st.calls.Load(); n != 2 {
+				t.Errorf("%d transactions, want 2 (one alone, one batch of 6)", n)
+			}
+			if s := e.StockOf(t, "mix"); s != (orderly.Stock{SKU: "mix", Held: 5}) {
+				t.Errorf("stock %+v, want 5 held, 0 available", s)
+			}
+			if n := countOrders(t, e); n != 3 {
+				t.Errorf("%d orders in the store, want 3", n)
+			}
+			rep, err := verify.Check(ctx, e.Store, verify.Options{InitialStock: map[string]int64{"mix": 5}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Violations) != 0 {
+				t.Errorf("verify: %v", rep.Violations)
+			}
+		})
 	}
 }

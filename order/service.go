@@ -272,6 +272,9 @@ type CreateOptions struct {
 	// the stock and freezes the coupon itself, later (the wallet checkout's own saga steps,
 	// package checkout). The amount still takes the coupon off.
 	NoResources bool
+	// Now, when not zero, is the database clock the caller read in tx (tx.Now), used
+	// instead of reading it again: a batch of creates reads it once for its members.
+	Now time.Time
 }
 
 // CreateInTx is the body of CreateOrder in the caller's transaction tx, so that a domain
@@ -284,90 +287,23 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 	if opts == nil {
 		opts = &CreateOptions{}
 	}
-	total, err := validate(p)
+	n, err := s.newOrder(ctx, tx, p, opts)
 	if err != nil {
 		return nil, false, err
+	} else if n.replay != nil {
+		return n.replay, false, nil
 	}
-	flow, err := s.cfg.Machine.Flow(cmp.Or(p.Flow, orderly.FlowStandard))
-	if err != nil {
+	o, timed := n.order, n.timed
+	if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: n.hash, NoDeadline: !timed}); err != nil {
 		return nil, false, err
 	}
-	if len(p.IdempotencyKey) > 255 {
-		return nil, false, orderly.Errorf(orderly.EINVALID, "Idempotency-Key is longer than 255 characters")
-	}
-	hash := requestHash(p)
-	if opts.RequestTag != "" {
-		sum := sha256.Sum256([]byte(hash + "\x00" + opts.RequestTag))
-		hash = hex.EncodeToString(sum[:])
-	}
-	if p.IdempotencyKey != "" {
-		prev, prevHash, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
-		if err == nil {
-			if prevHash != hash {
-				return nil, false, orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey)
-			}
-			return prev, false, nil
-		} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
-			return nil, false, err
-		}
-	}
-	now, err := tx.Now(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	timeout := s.cfg.DefaultPaymentTimeout
-	if p.PaymentTimeoutSeconds > 0 {
-		timeout = time.Duration(p.PaymentTimeoutSeconds) * time.Second
-	}
-	expiresAt := now.Add(timeout)
-	if opts.Admit != nil {
-		deadlineCap, err := opts.Admit(now)
-		if err != nil {
-			return nil, false, err
-		}
-		if !deadlineCap.IsZero() && deadlineCap.Before(expiresAt) {
-			expiresAt = deadlineCap
-		}
-	}
-	id := opts.ID
-	if id == "" {
-		if id, err = NewID(); err != nil {
-			return nil, false, err
-		}
-	}
-	amount := total
-	if p.CouponID != "" {
-		c, err := tx.CouponGet(ctx, p.CouponID)
-		if orderly.ErrorCode(err) == orderly.ENOTFOUND {
-			return nil, false, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s does not exist", p.CouponID)
-		} else if err != nil {
-			return nil, false, err
-		}
-		if c.AmountOff > total {
-			return nil, false, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s takes %d off an order of %d; it must be less than the total", c.ID, c.AmountOff, total)
-		}
-		amount -= c.AmountOff
-	}
-	if amount < 1 {
-		return nil, false, errZeroAmount
-	}
-	o := &orderly.Order{
-		ID: id, UserID: p.UserID, Flow: flow.Name, State: flow.Initial, PayStatus: orderly.PayUnpaid,
-		Items: p.Items, Amount: amount, Currency: p.Currency, CouponID: p.CouponID,
-		CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
-	}
-	_, timed := flow.TimedIn(o.State)
-	if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: hash, NoDeadline: !timed}); err != nil {
-		return nil, false, err
-	}
-	if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: o.State, Event: orderly.EventCreate,
-		PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: now, TraceID: cmp.Or(p.TraceID, telemetry.TraceID(ctx))}); err != nil {
+	if err := tx.TransitionInsert(ctx, n.audit(ctx, p)); err != nil {
 		return nil, false, err
 	}
 	// A traced request leaves its trace context with the order: the order's background
 	// transitions (its close) continue that trace (README.md "Tracing").
 	if trace.SpanFromContext(ctx).IsRecording() {
-		if err := tx.OrderTraceInsert(ctx, id, telemetry.TraceParent(ctx)); err != nil {
+		if err := tx.OrderTraceInsert(ctx, o.ID, telemetry.TraceParent(ctx)); err != nil {
 			return nil, false, err
 		}
 	}
@@ -379,13 +315,112 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 	if opts.NoResources {
 		return o, true, nil
 	}
-	if err := Reserve(ctx, tx, o, now); err != nil {
+	if err := Reserve(ctx, tx, o, n.now); err != nil {
 		return nil, false, err
 	}
-	if err := FreezeCoupon(ctx, tx, o, now); err != nil {
+	if err := FreezeCoupon(ctx, tx, o, n.now); err != nil {
 		return nil, false, err
 	}
 	return o, true, nil
+}
+
+// newOrder is what CreateInTx decides before it writes anything: the order as it will be
+// written, or the order a replayed idempotency key created.
+type newOrder struct {
+	order  *orderly.Order // nil on a replay
+	replay *orderly.Order // the first order of the key, or nil
+	hash   string         // the request's idempotency fingerprint
+	now    time.Time      // the database clock of the transaction
+	timed  bool           // the initial state has a deadline (wake_at set)
+}
+
+// audit is the order's creation audit row.
+func (n *newOrder) audit(ctx context.Context, p *orderly.CreateOrderParams) *orderly.Transition {
+	o := n.order
+	return &orderly.Transition{OrderID: o.ID, To: o.State, Event: orderly.EventCreate,
+		PayStatusTo: o.PayStatus, Actor: cmp.Or(p.Actor, "buyer"), At: n.now, TraceID: cmp.Or(p.TraceID, telemetry.TraceID(ctx))}
+}
+
+// newOrder validates p, looks up its idempotency key (a replay: newOrder.replay), reads
+// the database clock (unless opts.Now), calls opts.Admit, reads the coupon and builds the
+// order. It writes nothing. Errors as CreateOrder.
+func (s *Service) newOrder(ctx context.Context, tx store.Tx, p *orderly.CreateOrderParams, opts *CreateOptions) (*newOrder, error) {
+	total, err := validate(p)
+	if err != nil {
+		return nil, err
+	}
+	flow, err := s.cfg.Machine.Flow(cmp.Or(p.Flow, orderly.FlowStandard))
+	if err != nil {
+		return nil, err
+	}
+	if len(p.IdempotencyKey) > 255 {
+		return nil, orderly.Errorf(orderly.EINVALID, "Idempotency-Key is longer than 255 characters")
+	}
+	hash := requestHash(p)
+	if opts.RequestTag != "" {
+		sum := sha256.Sum256([]byte(hash + "\x00" + opts.RequestTag))
+		hash = hex.EncodeToString(sum[:])
+	}
+	if p.IdempotencyKey != "" {
+		prev, prevHash, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
+		if err == nil {
+			if prevHash != hash {
+				return nil, orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey)
+			}
+			return &newOrder{replay: prev, hash: hash}, nil
+		} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			return nil, err
+		}
+	}
+	now := opts.Now
+	if now.IsZero() {
+		if now, err = tx.Now(ctx); err != nil {
+			return nil, err
+		}
+	}
+	timeout := s.cfg.DefaultPaymentTimeout
+	if p.PaymentTimeoutSeconds > 0 {
+		timeout = time.Duration(p.PaymentTimeoutSeconds) * time.Second
+	}
+	expiresAt := now.Add(timeout)
+	if opts.Admit != nil {
+		deadlineCap, err := opts.Admit(now)
+		if err != nil {
+			return nil, err
+		}
+		if !deadlineCap.IsZero() && deadlineCap.Before(expiresAt) {
+			expiresAt = deadlineCap
+		}
+	}
+	id := opts.ID
+	if id == "" {
+		if id, err = NewID(); err != nil {
+			return nil, err
+		}
+	}
+	amount := total
+	if p.CouponID != "" {
+		c, err := tx.CouponGet(ctx, p.CouponID)
+		if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+			return nil, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s does not exist", p.CouponID)
+		} else if err != nil {
+			return nil, err
+		}
+		if c.AmountOff > total {
+			return nil, orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon %s takes %d off an order of %d; it must be less than the total", c.ID, c.AmountOff, total)
+		}
+		amount -= c.AmountOff
+	}
+	if amount < 1 {
+		return nil, errZeroAmount
+	}
+	o := &orderly.Order{
+		ID: id, UserID: p.UserID, Flow: flow.Name, State: flow.Initial, PayStatus: orderly.PayUnpaid,
+		Items: p.Items, Amount: amount, Currency: p.Currency, CouponID: p.CouponID,
+		CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
+	}
+	_, timed := flow.TimedIn(o.State)
+	return &newOrder{order: o, hash: hash, now: now, timed: timed}, nil
 }
 
 // Reserve reserves the stock of o's items in tx, in SKU order: every transaction that

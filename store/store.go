@@ -42,6 +42,9 @@ type Tx interface {
 	Now(ctx context.Context) (time.Time, error)
 
 	OrderInsert(ctx context.Context, params *OrderInsertParams) error
+	// OrdersInsertMany is OrderInsert of many orders, in a few multi-row statements (a
+	// batch of creates: order.Service's group commit).
+	OrdersInsertMany(ctx context.Context, params []*OrderInsertParams) error
 	// OrderGet returns an order; ENOTFOUND if there is none.
 	OrderGet(ctx context.Context, id string) (*orderly.Order, error)
 	// OrderGetByIdempotencyKey returns the order a user created with key and the hash of
@@ -59,6 +62,9 @@ type Tx interface {
 	// TransitionInsert writes one audit row that no other method writes (the creation row
 	// of an order, event create); tr.ID is not set.
 	TransitionInsert(ctx context.Context, tr *orderly.Transition) error
+	// TransitionsInsertMany is TransitionInsert of many audit rows, in a few multi-row
+	// statements.
+	TransitionsInsertMany(ctx context.Context, trs []*orderly.Transition) error
 	// OrdersDue claims up to Limit orders in a timed state (any flow) whose wake_at <= Now,
 	// oldest wake_at first, locking them where the dialect can (FOR UPDATE SKIP LOCKED).
 	OrdersDue(ctx context.Context, params *OrdersDueParams) ([]*DueOrder, error)
@@ -91,6 +97,16 @@ type Tx interface {
 	// StockReserve moves Quantity units of SKU from available to held and records a held
 	// reservation for the order; ok=false (nothing changed) when there are not enough.
 	StockReserve(ctx context.Context, params *StockReserveParams) (ok bool, err error)
+	// StockLockAvailable locks a SKU's stock row for the rest of the transaction (where
+	// the dialect has row locks) and returns its available units; ok=false when the SKU
+	// has no stock row. A batch of creates of one SKU reads what it can hand out with it,
+	// then reserves it with StockReserveMany.
+	StockLockAvailable(ctx context.Context, sku string) (available int64, ok bool, err error)
+	// StockReserveMany is StockReserve of many orders of one SKU (every params' SKU is
+	// sku): one guarded update of the total and the reservations in multi-row statements.
+	// Errors: an internal error, nothing changed, when the total is not available (the
+	// caller locked the row and counted with StockLockAvailable first).
+	StockReserveMany(ctx context.Context, sku string, params []*StockReserveParams) error
 	// ReservationsRelease moves the order's held reservations to released and their units
 	// back to available; it returns the reservations it changed (none on a repeat call).
 	ReservationsRelease(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)

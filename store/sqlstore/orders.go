@@ -19,13 +19,20 @@ const dueColumns = `orders.id, flow, state, pay_status, current_payment_id, coup
 const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
 	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version, refunded_amount`
 
-var (
-	qOrderInsert = sqlText(`INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
+// The heads of the INSERTs of orders and audit rows, for one row (prepared) or many
+// (OrdersInsertMany, TransitionsInsertMany).
+const (
+	qOrderInsertHead = `INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
 		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, closed_at,
-		close_reason, paid_at, version, idempotency_key, request_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	qOrderGet   = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?`)
-	qOrderByKey = sqlText(`SELECT id, request_hash FROM orders WHERE user_id = ? AND idempotency_key = ?`)
+		close_reason, paid_at, version, idempotency_key, request_hash)`
+	qTransitionInsertHead = `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at,
+		trace_id, pay_status_from, pay_status_to)`
+)
+
+var (
+	qOrderInsert = sqlText(qOrderInsertHead + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qOrderGet    = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?`)
+	qOrderByKey  = sqlText(`SELECT id, request_hash FROM orders WHERE user_id = ? AND idempotency_key = ?`)
 	// qOrdersLock selects (and locks, where the dialect has row locks) the orders of a
 	// transition that pass its guards; qOrdersTransition then changes exactly those.
 	qOrdersLock = newQuery(func(d *dialect) string {
@@ -44,8 +51,7 @@ var (
 			d.typed("text") + `, ` + d.typed("bigint") + `, ` + d.typed("text") + `, ` + d.typed("text") + `, ` +
 			d.typed("text") + ` FROM (` + d.ids + `) AS ids`
 	})
-	qTransitionInsert = sqlText(`INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at,
-		trace_id, pay_status_from, pay_status_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qTransitionInsert = sqlText(qTransitionInsertHead + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	// qOrderPayStatusLock reads (and locks) the pay_status of an order that passes the
 	// guards of OrderSetPayStatus, for its audit row; qOrderSetPayStatus then changes it.
 	qOrderPayStatusLock = newQuery(func(d *dialect) string {
@@ -99,20 +105,11 @@ const noCloseAtGuard = int64(1<<63 - 1)
 
 // OrderInsert implements store.Tx.
 func (t *tx) OrderInsert(ctx context.Context, p *store.OrderInsertParams) error {
-	o := p.Order
-	items, err := json.Marshal(o.Items)
+	args, err := orderInsertArgs(p)
 	if err != nil {
-		return fmt.Errorf("insert order %s: %w", o.ID, err)
+		return err
 	}
-	var wakeAt sql.NullInt64 // an order waits on its deadline only in a timed state
-	if !p.NoDeadline {
-		wakeAt = sql.NullInt64{Int64: ms(o.CloseAt), Valid: true}
-	}
-	_, err = t.exec(ctx, "order "+o.ID, qOrderInsert,
-		o.ID, o.UserID, o.Flow, o.State, o.PayStatus, string(items), o.Amount, o.Currency,
-		nullString(o.CouponID), nullString(o.CurrentPaymentID), ms(o.CreatedAt), ms(o.ExpiresAt),
-		ms(o.CloseAt), wakeAt, nullMS(o.ClosedAt), nullString(string(o.CloseReason)), nullMS(o.PaidAt),
-		o.Version, nullString(p.IdempotencyKey), nullString(p.RequestHash))
+	_, err = t.exec(ctx, "order "+p.Order.ID, qOrderInsert, args...)
 	return err
 }
 

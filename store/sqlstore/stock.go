@@ -13,6 +13,10 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
+// qReservationInsertHead is the head of the INSERT of reservations (StockReserve,
+// StockReserveMany).
+const qReservationInsertHead = `INSERT INTO reservations (order_id, sku, quantity, state, updated_at)`
+
 var (
 	qStockUpsert = newQuery(func(d *dialect) string {
 		if d == mysqlDialect {
@@ -36,9 +40,8 @@ var (
 	qStockReleaseMany = newQuery(func(d *dialect) string { return d.stockMoveMany("available = available + j.n") })
 	qStockCommitMany  = newQuery(func(d *dialect) string { return d.stockMoveMany("sold = sold + j.n") })
 
-	qReservationInsert = sqlText(`INSERT INTO reservations (order_id, sku, quantity, state, updated_at)
-		VALUES (?, ?, ?, 'held', ?)`)
-	qReservationsHeld = newQuery(func(d *dialect) string {
+	qReservationInsert = sqlText(qReservationInsertHead + ` VALUES (?, ?, ?, 'held', ?)`)
+	qReservationsHeld  = newQuery(func(d *dialect) string {
 		return d.selectByIDs("reservations.order_id, reservations.sku, quantity", "reservations", "order_id", d.ids,
 			`state = 'held'`, ` ORDER BY reservations.order_id, reservations.sku`+d.lockRows)
 	})

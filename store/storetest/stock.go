@@ -74,6 +74,7 @@ func testStock(t *testing.T, open opener) {
 
 	t.Run("NegativeRejected", func(t *testing.T) { testStockNegative(t, open) })
 	t.Run("Reserve", func(t *testing.T) { testStockReserve(t, open) })
+	t.Run("InsertMany", func(t *testing.T) { testInsertMany(t, open) })
 	t.Run("ReserveTwiceForOneOrder", func(t *testing.T) {
 		ctx, s := setup(t, open)
 		setStock(t, s, "sku-1", 10)
@@ -462,4 +463,103 @@ func testSharedSKUMoves(t *testing.T, open opener) {
 	if a.Held != 0 || b.Held != 0 || a.Sold+b.Sold != sold || a.Available+b.Available != 2*workers*rounds*2-sold {
 		t.Errorf("stock after the moves: %+v and %+v; want nothing held, %d sold, %d released", a, b, sold, freed)
 	}
+}
+
+// testInsertMany: the multi-row writes of a batch of creates. 70 orders (more than one
+// statement's rows) written by OrdersInsertMany read back as the same orders written one
+// by one (deadline, idempotency key and fingerprint included); TransitionsInsertMany writes
+// their audit rows; StockLockAvailable reads a SKU's units (ok=false without a row); and
+// StockReserveMany reserves the total once with a held reservation per order, or changes
+// nothing and fails when the total is not available.
+func testInsertMany(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	setStock(t, s, "sku-1", 5)
+	const n = 70
+	var many, single []*store.OrderInsertParams
+	for i := range n {
+		for _, set := range []*[]*store.OrderInsertParams{&many, &single} {
+			id := fmt.Sprintf("m%03d", i)
+			if set == &single {
+				id = fmt.Sprintf("s%03d", i)
+			}
+			o := &orderOpts{ID: id, UserID: fmt.Sprintf("user-%d", i%3), CreatedAt: t0.Add(time.Duration(i) * time.Millisecond),
+				NoDeadline: i%7 == 0}
+			if i%2 == 0 {
+				o.IdempotencyKey, o.RequestHash = id+"-key", fmt.Sprintf("hash-%d", i)
+			}
+			*set = append(*set, &store.OrderInsertParams{Order: newOrder(o), IdempotencyKey: o.IdempotencyKey,
+				RequestHash: o.RequestHash, NoDeadline: o.NoDeadline})
+		}
+	}
+	inTx(t, s, func(tx store.Tx) error { return tx.OrdersInsertMany(ctx, many) })
+	inTx(t, s, func(tx store.Tx) error {
+		for _, p := range single {
+			if err := tx.OrderInsert(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for i := range n {
+		got, want := getOrder(t, s, many[i].Order.ID), getOrder(t, s, single[i].Order.ID)
+		want.ID = got.ID
+		equal(t, "order "+got.ID, got, want)
+		if many[i].IdempotencyKey != "" {
+			o, hash := read2(t, s, func(tx store.Tx) (*orderly.Order, string, error) {
+				return tx.OrderGetByIdempotencyKey(ctx, many[i].Order.UserID, many[i].IdempotencyKey)
+			})
+			if o.ID != got.ID || hash != many[i].RequestHash {
+				t.Errorf("key %s: order %s hash %q, want %s %q", many[i].IdempotencyKey, o.ID, hash, got.ID, many[i].RequestHash)
+			}
+		}
+	}
+	audits := make([]*orderly.Transition, n)
+	for i := range audits {
+		audits[i] = &orderly.Transition{OrderID: many[i].Order.ID, To: orderly.StatePendingPayment, Event: orderly.EventCreate,
+			PayStatusTo: orderly.PayUnpaid, Actor: "buyer", At: t0, TraceID: fmt.Sprintf("trace-%d", i)}
+	}
+	inTx(t, s, func(tx store.Tx) error { return tx.TransitionsInsertMany(ctx, audits) })
+	for _, i := range []int{0, 63, 64, n - 1} {
+		trs := read(t, s, func(tx store.Tx) ([]*orderly.Transition, error) { return tx.TransitionList(ctx, many[i].Order.ID) })
+		if len(trs) != 1 || trs[0].Event != orderly.EventCreate || trs[0].TraceID != audits[i].TraceID || !trs[0].At.Equal(t0) {
+			t.Errorf("audit rows of %s: %+v, want the one creation row", many[i].Order.ID, trs)
+		}
+	}
+
+	type avail struct {
+		n  int64
+		ok bool
+	}
+	lock := func(sku string) avail {
+		var a avail
+		inTx(t, s, func(tx store.Tx) (err error) {
+			a.n, a.ok, err = tx.StockLockAvailable(ctx, sku)
+			return err
+		})
+		return a
+	}
+	equal(t, "available of sku-1", lock("sku-1"), avail{5, true})
+	equal(t, "available of a SKU without stock", lock("missing"), avail{0, false})
+	reserveMany := func(qty ...int64) error {
+		return s.InTx(ctx, func(tx store.Tx) error {
+			ps := make([]*store.StockReserveParams, len(qty))
+			for i, q := range qty {
+				ps[i] = &store.StockReserveParams{OrderID: many[i].Order.ID, SKU: "sku-1", Quantity: q, Now: t0}
+			}
+			return tx.StockReserveMany(ctx, "sku-1", ps)
+		})
+	}
+	if err := reserveMany(2, 1, 3); err == nil {
+		t.Error("StockReserveMany of 6 units out of 5 succeeded")
+	}
+	equal(t, "stock after a refused StockReserveMany", getStock(t, s, "sku-1"), &orderly.Stock{SKU: "sku-1", Available: 5})
+	if err := reserveMany(2, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "stock", getStock(t, s, "sku-1"), &orderly.Stock{SKU: "sku-1", Held: 5})
+	equal(t, "reservations", reservations(t, s, ""), []*orderly.Reservation{
+		{OrderID: "m000", SKU: "sku-1", Quantity: 2, State: orderly.ReservationHeld},
+		{OrderID: "m001", SKU: "sku-1", Quantity: 1, State: orderly.ReservationHeld},
+		{OrderID: "m002", SKU: "sku-1", Quantity: 2, State: orderly.ReservationHeld},
+	})
 }
