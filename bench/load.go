@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -231,22 +232,31 @@ func (l *latencies) p99() float64 {
 	return round1(Percentile(s, 99))
 }
 
-// errorLog keeps the first few distinct request errors of a run and counts them all.
+// errorLog keeps the first few distinct request errors of a run and counts them all. A
+// request that timed out or was shed (503) says the server could not take the rate: it is
+// counted apart (overloaded), as a figure of the run, not an error of the bench.
 type errorLog struct {
-	mu    sync.Mutex
-	n     int
-	first []string
+	mu         sync.Mutex
+	n          int
+	overloaded int
+	first      []string
 }
 
 func (e *errorLog) add(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var ae *apiError
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable {
+		e.overloaded++
+		return
+	}
 	e.n++
 	if len(e.first) < 5 && !slices.Contains(e.first, err.Error()) {
 		e.first = append(e.first, err.Error())
 	}
 }
 
+// err returns the failures that are not overload, if any.
 func (e *errorLog) err() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -254,4 +264,11 @@ func (e *errorLog) err() error {
 		return nil
 	}
 	return fmt.Errorf("%d requests failed, e.g.: %s", e.n, strings.Join(e.first, "; "))
+}
+
+// overload returns the number of requests that timed out or were shed.
+func (e *errorLog) overload() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return int64(e.overloaded)
 }

@@ -36,6 +36,9 @@ type Result struct {
 	// CreateP99MS is the 99th percentile of the create request's latency as the client saw
 	// it, in ms.
 	CreateP99MS *float64 `json:"create_p99_ms,omitempty"`
+	// OverloadedRequests counts the requests that timed out or were shed with 503: the
+	// server did not take the rate (steady). Omitted when none.
+	OverloadedRequests *int64 `json:"overloaded_requests,omitempty"`
 	// CPUS is the CPU seconds (user + system) the servers used during the measured part.
 	CPUS *float64 `json:"cpu_s,omitempty"`
 	// PeakRSSMB is the servers' largest peak resident set (VmHWM), in MiB.
@@ -117,6 +120,12 @@ var columns = []column{
 	{"total s", func(r *Result) *float64 { return r.TotalS }, true},
 	{"created/s", func(r *Result) *float64 { return r.CreatedPerS }, false},
 	{"create p99 ms", func(r *Result) *float64 { return r.CreateP99MS }, true},
+	{"overloaded", func(r *Result) *float64 {
+		if r.OverloadedRequests == nil {
+			return nil
+		}
+		return Ptr(float64(*r.OverloadedRequests))
+	}, true},
 	{"cpu s", func(r *Result) *float64 { return r.CPUS }, true},
 	{"peak rss MiB", func(r *Result) *float64 { return r.PeakRSSMB }, true},
 	{"db rows/close", func(r *Result) *float64 { return r.DBRowWritesPerClose }, true},

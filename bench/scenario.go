@@ -263,6 +263,10 @@ func (r *runner) steadyRun(ctx context.Context, db *DB, srv *servers) (*Outcome,
 	}
 	res := &Result{Orders: created.Load(), EarlyCloses: Ptr(cl.Early), LatenessMS: cl.Lateness,
 		CreateP99MS: Ptr(lat.p99()), CPUS: Ptr(round1(u1.CPUSeconds - u0.CPUSeconds)), PeakRSSMB: Ptr(round1(u1.PeakRSSMB))}
+	if n := errs.overload(); n > 0 {
+		res.OverloadedRequests = Ptr(n)
+		r.progress("%d requests timed out or were shed (503): the server did not take %.0f/s", n, cfg.Rate)
+	}
 	if sendS > 0 {
 		res.CreatedPerS = Ptr(round1(float64(created.Load()) / sendS))
 	}

@@ -263,6 +263,7 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 	}
 	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		reset()
+		refused = false // a run again (a deadlock, a gate) decides anew
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -366,7 +367,8 @@ func (s *Service) createTogether(ctx context.Context, tx store.Tx, live []*creat
 			key = p.UserID + "\x00" + p.IdempotencyKey
 			if first := keyHolder[key]; first != nil {
 				if first.n.hash == m.n.hash {
-					m.c.o = first.n.order // a replay of an order this batch writes
+					replay := *first.n.order // a replay of an order this batch writes: its own copy, as read back
+					m.c.o = &replay
 				} else {
 					m.c.err, refused = orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey), true
 				}
