@@ -220,3 +220,64 @@ func explainRows(t *testing.T, q interface {
 	}
 	return b.String()
 }
+
+// TestClaimPlanAfterEmptyStatistics: the relay's claim on PostgreSQL is planned for the
+// outbox as it is, not as it was when its prepared statement first ran. The statistics of
+// an empty outbox (a new database, or one analyzed before its first burst) made a cached
+// generic plan that joined the pending messages with themselves by two sequential scans:
+// with 30 000 pending a claim took minutes, and a burst's events stalled in the outbox
+// until autovacuum analyzed it. The claim's statement never runs a generic plan.
+func TestClaimPlanAfterEmptyStatistics(t *testing.T) {
+	t.Parallel()
+	url := testdb.Fresh(t, testdb.URL(t, "postgres"))
+	db, err := Open(t.Context(), Config{URL: url, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if _, err := testdb.Raw(t, url).ExecContext(t.Context(), "VACUUM ANALYZE outbox"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, now := t.Context(), time.Now().UTC().Truncate(time.Millisecond)
+	claim := func() int {
+		var n int
+		if err := db.InTx(ctx, func(tx store.Tx) error {
+			msgs, err := tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(time.Minute), Limit: 200,
+				ExcludeTopics: []string{orderly.TopicWebhookDeliver}})
+			n = len(msgs)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for range 8 { // past the five runs after which PostgreSQL may keep a generic plan
+		if n := claim(); n != 0 {
+			t.Fatalf("claimed %d messages of an empty outbox", n)
+		}
+	}
+	msgs := make([]*store.OutboxInsertParams, 3000)
+	for i := range msgs {
+		msgs[i] = &store.OutboxInsertParams{Topic: orderly.TopicRefundExecute, Key: fmt.Sprintf("o%d", i), Payload: []byte(`{}`),
+			Now: now.Add(-time.Minute)}
+	}
+	if err := db.InTx(ctx, func(tx store.Tx) error { return tx.OutboxInsert(ctx, msgs) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := claim(); n != 200 {
+		t.Fatalf("claimed %d of 3000 pending messages, want 200", n)
+	}
+	conn, err := db.writer.Conn(ctx) // the pool's one connection: the one that claimed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var generic, custom int64
+	if err := conn.QueryRowContext(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement LIKE '%NOT EXISTS%' AND statement LIKE '%topic NOT IN%' AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if generic != 0 || custom != 9 {
+		t.Errorf("the claim ran %d generic and %d custom plans, want 0 and 9", generic, custom)
+	}
+}
