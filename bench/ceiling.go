@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // CeilingRows is the size of the table the ceiling scenario updates.
@@ -90,43 +91,30 @@ func (r *runner) ceiling(ctx context.Context) (*Outcome, error) {
 }
 
 // forDuration runs op from n goroutines until d has passed and returns the sum of what the
-// calls returned. Errors: the first error of a call.
+// calls returned. Errors: the first error of a call before d passed.
 func forDuration(ctx context.Context, d time.Duration, n int, op func(ctx context.Context, rng *rand.Rand) (int64, error)) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
+	timed, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	var (
-		total atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
+	g, gctx := errgroup.WithContext(timed)
+	var total atomic.Int64
 	for i := range n {
-		wg.Go(func() {
+		g.Go(func() error {
 			rng := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))) //nolint:gosec // which rows to update, not a secret
-			for ctx.Err() == nil {
-				k, err := op(ctx, rng)
+			for gctx.Err() == nil {
+				k, err := op(gctx, rng)
 				if err != nil {
-					if ctx.Err() == nil {
-						mu.Lock()
-						first = cmpErr(first, err)
-						mu.Unlock()
-						cancel()
+					if timed.Err() != nil {
+						return nil //nolint:nilerr // a call cut off by the end of d is no failure
 					}
-					return
+					return fmt.Errorf("bench ceiling: %w", err)
 				}
 				total.Add(k)
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	return total.Load(), first
-}
-
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return fmt.Errorf("bench ceiling: %w", err)
+	err := g.Wait()
+	return total.Load(), err
 }
 
 // dbWork is what the database wrote, from its own statistics (PostgreSQL only).

@@ -9,11 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // Defaults of Config.CreateBatch and Config.CreateQueue.
@@ -217,9 +214,8 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 	if together(live) {
 		err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 			reset() // a run again (a deadlock, a gate) starts from scratch
-			refused = false
-			r, err := s.createTogether(ctx, tx, live)
-			refused = r
+			var err error
+			refused, err = s.createTogether(ctx, tx, live)
 			return err
 		})
 		if orderly.ErrorCode(err) != orderly.ECONFLICT { // a key taken meanwhile: one by one, below
@@ -370,14 +366,14 @@ func (s *Service) createTogether(ctx context.Context, tx store.Tx, live []*creat
 					replay := *first.n.order // a replay of an order this batch writes: its own copy, as read back
 					m.c.o = &replay
 				} else {
-					m.c.err, refused = orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey), true
+					m.c.err, refused = errKeyReused(p.IdempotencyKey), true
 				}
 				continue
 			}
 		}
 		q := p.Items[0].Quantity
 		if q > available {
-			m.c.err, refused = orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", sku, q), true
+			m.c.err, refused = errOutOfStock(sku, q), true
 			continue
 		}
 		available -= q
@@ -400,11 +396,8 @@ func (s *Service) createTogether(ctx context.Context, tx store.Tx, live []*creat
 		return false, err
 	}
 	for _, m := range written {
-		// A traced request leaves its trace context with the order (README.md "Tracing").
-		if trace.SpanFromContext(m.ctx).IsRecording() {
-			if err := tx.OrderTraceInsert(ctx, m.n.order.ID, telemetry.TraceParent(m.ctx)); err != nil {
-				return false, err
-			}
+		if err := keepTrace(m.ctx, tx, m.n.order.ID); err != nil {
+			return false, err
 		}
 	}
 	if err := tx.StockReserveMany(ctx, sku, reserve); err != nil {

@@ -300,12 +300,8 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 	if err := tx.TransitionInsert(ctx, n.audit(ctx, p)); err != nil {
 		return nil, false, err
 	}
-	// A traced request leaves its trace context with the order: the order's background
-	// transitions (its close) continue that trace (README.md "Tracing").
-	if trace.SpanFromContext(ctx).IsRecording() {
-		if err := tx.OrderTraceInsert(ctx, o.ID, telemetry.TraceParent(ctx)); err != nil {
-			return nil, false, err
-		}
+	if err := keepTrace(ctx, tx, o.ID); err != nil {
+		return nil, false, err
 	}
 	if opts.Inserted != nil {
 		if err := opts.Inserted(o); err != nil {
@@ -322,6 +318,25 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 		return nil, false, err
 	}
 	return o, true, nil
+}
+
+// keepTrace leaves a traced request's trace context with its new order: the order's
+// background transitions (its close) continue that trace (README.md "Tracing").
+func keepTrace(ctx context.Context, tx store.Tx, orderID string) error {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return nil
+	}
+	return tx.OrderTraceInsert(ctx, orderID, telemetry.TraceParent(ctx))
+}
+
+// errKeyReused is EIDEMPOTENCY for an idempotency key that named another request.
+func errKeyReused(key string) error {
+	return orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", key)
+}
+
+// errOutOfStock is EOUTOFSTOCK for quantity units of sku.
+func errOutOfStock(sku string, quantity int64) error {
+	return orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", sku, quantity)
 }
 
 // newOrder is what CreateInTx decides before it writes anything: the order as it will be
@@ -365,7 +380,7 @@ func (s *Service) newOrder(ctx context.Context, tx store.Tx, p *orderly.CreateOr
 		prev, prevHash, err := tx.OrderGetByIdempotencyKey(ctx, p.UserID, p.IdempotencyKey)
 		if err == nil {
 			if prevHash != hash {
-				return nil, orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was used for a different request", p.IdempotencyKey)
+				return nil, errKeyReused(p.IdempotencyKey)
 			}
 			return &newOrder{replay: prev, hash: hash}, nil
 		} else if orderly.ErrorCode(err) != orderly.ENOTFOUND {
@@ -434,7 +449,7 @@ func Reserve(ctx context.Context, tx store.Tx, o *orderly.Order, now time.Time) 
 		if err != nil {
 			return err
 		} else if !ok {
-			return orderly.Errorf(orderly.EOUTOFSTOCK, "not enough available stock of sku %s for %d units", it.SKU, it.Quantity)
+			return errOutOfStock(it.SKU, it.Quantity)
 		}
 	}
 	return nil

@@ -19,10 +19,12 @@ var qStockLockAvailable = newQuery(func(d *dialect) string {
 	return `SELECT available FROM stock WHERE sku = ?` + d.lockRows
 })
 
-// insertMany writes rows with INSERT head VALUES tuple, tuple, …, rowsPerInsert rows a
-// statement; args holds every row's arguments in order, perRow each. The statements are
-// not prepared once like the others: their text depends on the number of rows.
-func (t *tx) insertMany(ctx context.Context, what, head, tuple string, perRow int, args []any) error {
+// insertMany writes rows with INSERT head VALUES row, row, …, rowsPerInsert rows a
+// statement; args holds every row's arguments in order, as many each as row has
+// placeholders. The statements are not prepared once like the others: their text depends
+// on the number of rows.
+func (t *tx) insertMany(ctx context.Context, what, head, tuple string, args []any) error {
+	perRow := strings.Count(tuple, "?")
 	rows := len(args) / perRow
 	for start := 0; start < rows; start += rowsPerInsert {
 		n := min(rowsPerInsert, rows-start)
@@ -36,7 +38,7 @@ func (t *tx) insertMany(ctx context.Context, what, head, tuple string, perRow in
 
 // OrdersInsertMany implements store.Tx.
 func (t *tx) OrdersInsertMany(ctx context.Context, ps []*store.OrderInsertParams) error {
-	args := make([]any, 0, len(ps)*20)
+	var args []any
 	for _, p := range ps {
 		row, err := orderInsertArgs(p)
 		if err != nil {
@@ -44,7 +46,7 @@ func (t *tx) OrdersInsertMany(ctx context.Context, ps []*store.OrderInsertParams
 		}
 		args = append(args, row...)
 	}
-	return t.insertMany(ctx, fmt.Sprintf("%d orders", len(ps)), qOrderInsertHead, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", 20, args)
+	return t.insertMany(ctx, fmt.Sprintf("%d orders", len(ps)), qOrderInsertHead, qOrderInsertRow, args)
 }
 
 // orderInsertArgs are the arguments of qOrderInsert for p.
@@ -66,11 +68,11 @@ func orderInsertArgs(p *store.OrderInsertParams) ([]any, error) {
 
 // TransitionsInsertMany implements store.Tx.
 func (t *tx) TransitionsInsertMany(ctx context.Context, trs []*orderly.Transition) error {
-	args := make([]any, 0, len(trs)*10)
+	args := make([]any, 0, len(trs)*strings.Count(qTransitionInsertRow, "?"))
 	for _, tr := range trs {
 		args = append(args, tr.OrderID, tr.From, tr.To, tr.Event, tr.Cause, tr.Actor, ms(tr.At), tr.TraceID, tr.PayStatusFrom, tr.PayStatusTo)
 	}
-	return t.insertMany(ctx, fmt.Sprintf("%d audit rows", len(trs)), qTransitionInsertHead, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", 10, args)
+	return t.insertMany(ctx, fmt.Sprintf("%d audit rows", len(trs)), qTransitionInsertHead, qTransitionInsertRow, args)
 }
 
 // StockLockAvailable implements store.Tx.
@@ -114,5 +116,5 @@ func (t *tx) StockReserveMany(ctx context.Context, sku string, ps []*store.Stock
 	} else if n != 1 {
 		return fmt.Errorf("reserve %d units of %s for %d orders: not available (the batch counted them under the row's lock)", total, sku, len(ps))
 	}
-	return t.insertMany(ctx, fmt.Sprintf("%d reservations of %s", len(ps), sku), qReservationInsertHead, "(?, ?, ?, 'held', ?)", 4, args)
+	return t.insertMany(ctx, fmt.Sprintf("%d reservations of %s", len(ps), sku), qReservationInsertHead, qReservationInsertRow, args)
 }

@@ -19,18 +19,20 @@ const dueColumns = `orders.id, flow, state, pay_status, current_payment_id, coup
 const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
 	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version, refunded_amount`
 
-// The heads of the INSERTs of orders and audit rows, for one row (prepared) or many
-// (OrdersInsertMany, TransitionsInsertMany).
+// The INSERTs of orders and audit rows, head and one row's VALUES tuple: one row prepared
+// (qOrderInsert, qTransitionInsert) or many (OrdersInsertMany, TransitionsInsertMany).
 const (
 	qOrderInsertHead = `INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
 		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, closed_at,
 		close_reason, paid_at, version, idempotency_key, request_hash)`
+	qOrderInsertRow       = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qTransitionInsertHead = `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at,
 		trace_id, pay_status_from, pay_status_to)`
+	qTransitionInsertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 var (
-	qOrderInsert = sqlText(qOrderInsertHead + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qOrderInsert = sqlText(qOrderInsertHead + ` VALUES ` + qOrderInsertRow)
 	qOrderGet    = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id = ?`)
 	qOrderByKey  = sqlText(`SELECT id, request_hash FROM orders WHERE user_id = ? AND idempotency_key = ?`)
 	// qOrdersLock selects (and locks, where the dialect has row locks) the orders of a
@@ -51,7 +53,7 @@ var (
 			d.typed("text") + `, ` + d.typed("bigint") + `, ` + d.typed("text") + `, ` + d.typed("text") + `, ` +
 			d.typed("text") + ` FROM (` + d.ids + `) AS ids`
 	})
-	qTransitionInsert = sqlText(qTransitionInsertHead + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qTransitionInsert = sqlText(qTransitionInsertHead + ` VALUES ` + qTransitionInsertRow)
 	// qOrderPayStatusLock reads (and locks) the pay_status of an order that passes the
 	// guards of OrderSetPayStatus, for its audit row; qOrderSetPayStatus then changes it.
 	qOrderPayStatusLock = newQuery(func(d *dialect) string {

@@ -37,22 +37,21 @@ var (
 	// later next_attempt_at than any due message and so excludes the key's later messages,
 	// and the limit can never cut an earlier message while keeping a later one. Earlier due
 	// messages may be claimed with them (an order's releases and event, written together);
-	// claimableMessageIDs checks that they were. The claim's lane: with a topic list, only
-	// those topics; never the topics of the exclusion list (both JSON lists).
+	// claimableMessageIDs checks that they were. The claim's lane: never the topics of the
+	// exclusion list (a JSON list); a lane with a topic list claims with qOutboxDueOfTopic.
 	qOutboxDue = newQuery(func(d *dialect) string {
 		return `SELECT id, message_key FROM outbox` + d.forceIndex("outbox_state_next_attempt_at") + `
-			WHERE state = 'pending' AND next_attempt_at <= ? AND topic NOT IN (` + d.ids + `) AND NOT EXISTS (
-				SELECT 1 FROM outbox AS e` + d.forceIndex("outbox_key_id") + ` WHERE e.message_key = outbox.message_key
-				AND e.state = 'pending' AND e.id < outbox.id AND e.next_attempt_at > outbox.next_attempt_at)
+			WHERE state = 'pending' AND next_attempt_at <= ? AND topic NOT IN (` + d.ids + `) AND ` + d.noEarlierDueLater() + `
 			ORDER BY next_attempt_at, id LIMIT ?` + d.outboxDueLock()
 	})
 	// qOutboxDueOfTopic is qOutboxDue for the messages of one topic (a lane with Topics),
 	// through the pending messages' (topic, next_attempt_at, id) index: it reads the topic's
 	// rows only, where qOutboxDue's filter read every other pending message first (the
 	// webhook lane, woken after each batch of the main lane, read the whole backlog of a
-	// burst each time). Arguments: topic, topic (not on MySQL), now, limit. Elsewhere than on MySQL the range is a
-	// row comparison: with "topic = $1" a cached generic plan of PostgreSQL estimates half
-	// the rows for any topic and scans the next_attempt_at index instead.
+	// burst each time). Arguments: topic, topic (not on MySQL), now, limit. Elsewhere than
+	// on MySQL the range is a row comparison: with "topic = $1" a cached generic plan of
+	// PostgreSQL estimates half the rows for any topic and scans the next_attempt_at index
+	// instead.
 	qOutboxDueOfTopic = newQuery(func(d *dialect) string {
 		due := `(topic, next_attempt_at) >= (?, -9223372036854775807) AND (topic, next_attempt_at) <= (?, ?)`
 		order := `topic, next_attempt_at, id`
@@ -60,9 +59,7 @@ var (
 			due, order = `topic = ? AND next_attempt_at <= ?`, `next_attempt_at, id`
 		}
 		return `SELECT id, message_key FROM outbox` + d.forceIndex("outbox_state_topic_next_attempt_at") + `
-			WHERE state = 'pending' AND ` + due + ` AND NOT EXISTS (
-				SELECT 1 FROM outbox AS e` + d.forceIndex("outbox_key_id") + ` WHERE e.message_key = outbox.message_key
-				AND e.state = 'pending' AND e.id < outbox.id AND e.next_attempt_at > outbox.next_attempt_at)
+			WHERE state = 'pending' AND ` + due + ` AND ` + d.noEarlierDueLater() + `
 			ORDER BY ` + order + ` LIMIT ?` + d.outboxDueLock()
 	})
 	// qOutboxLockDue locks, skipping rows other relays hold, the messages of an id list that
@@ -268,6 +265,13 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
 	return msgs, nil
+}
+
+// noEarlierDueLater is the condition of qOutboxDue and qOutboxDueOfTopic that no earlier
+// pending message of the same key is due later (see qOutboxDue).
+func (d *dialect) noEarlierDueLater() string {
+	return `NOT EXISTS (SELECT 1 FROM outbox AS e` + d.forceIndex("outbox_key_id") + ` WHERE e.message_key = outbox.message_key
+		AND e.state = 'pending' AND e.id < outbox.id AND e.next_attempt_at > outbox.next_attempt_at)`
 }
 
 // outboxDueLock is the locking clause of qOutboxDue. MariaDB's locking reads also lock

@@ -13,9 +13,12 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// qReservationInsertHead is the head of the INSERT of reservations (StockReserve,
+// The INSERT of held reservations, head and one row's VALUES tuple (StockReserve,
 // StockReserveMany).
-const qReservationInsertHead = `INSERT INTO reservations (order_id, sku, quantity, state, updated_at)`
+const (
+	qReservationInsertHead = `INSERT INTO reservations (order_id, sku, quantity, state, updated_at)`
+	qReservationInsertRow  = `(?, ?, ?, 'held', ?)`
+)
 
 var (
 	qStockUpsert = newQuery(func(d *dialect) string {
@@ -40,7 +43,7 @@ var (
 	qStockReleaseMany = newQuery(func(d *dialect) string { return d.stockMoveMany("available = available + j.n") })
 	qStockCommitMany  = newQuery(func(d *dialect) string { return d.stockMoveMany("sold = sold + j.n") })
 
-	qReservationInsert = sqlText(qReservationInsertHead + ` VALUES (?, ?, ?, 'held', ?)`)
+	qReservationInsert = sqlText(qReservationInsertHead + ` VALUES ` + qReservationInsertRow)
 	qReservationsHeld  = newQuery(func(d *dialect) string {
 		return d.selectByIDs("reservations.order_id, reservations.sku, quantity", "reservations", "order_id", d.ids,
 			`state = 'held'`, ` ORDER BY reservations.order_id, reservations.sku`+d.lockRows)
