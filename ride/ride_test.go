@@ -432,3 +432,41 @@ func TestUnassignedTripClosesAtHoldExpiry(t *testing.T) {
 		t.Fatalf("assign after the close: %v, want EILLEGAL", err)
 	}
 }
+
+// TestSagaCommitsWithItsMove: a process that dies the moment a trip's move commits (end,
+// then refund) leaves a trip whose saga exists, and the timer runs it to its end once the
+// attempt's lease ends. Before, the move and the saga's start were two transactions: a
+// kill between them left the trip in refunding (or trip_ended) with no saga, for ever.
+func TestSagaCommitsWithItsMove(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	tr := b.inTrip(t, "driver-die")
+	ended, err := b.rides.EndAndDie(ctx, tr.ID, 3820)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ended.State != ride.StateTripEnded || ended.PaymentSagaID == "" {
+		t.Fatalf("ended trip %s with payment saga %q, want trip_ended with one", ended.State, ended.PaymentSagaID)
+	}
+	inst, _, err := b.e.Sagas().Get(ctx, ended.PaymentSagaID)
+	if err != nil || inst.State != saga.StateRunning {
+		t.Fatalf("payment saga of a trip that just ended: %+v (%v), want running", inst, err)
+	}
+	if got := b.waitState(t, tr.ID, ride.StateSettled); got.Captured != 3820 || got.Released != 1180 {
+		t.Fatalf("settled by the timer with captured %d, released %d, want 3820 and 1180", got.Captured, got.Released)
+	}
+	refunding, err := b.rides.RefundAndDie(ctx, tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst, _, err = b.e.Sagas().Get(ctx, refunding.RefundSagaID); err != nil || inst.State != saga.StateRunning {
+		t.Fatalf("refund saga of a trip that just moved to refunding: %+v (%v), want running", inst, err)
+	}
+	if got := b.waitState(t, tr.ID, ride.StateRefunded); got.Refunded != 3820 {
+		t.Fatalf("refunded by the timer: %d, want 3820", got.Refunded)
+	}
+	if d := b.balance(t, "driver-die"); d != 0 {
+		t.Fatalf("driver balance after the refund %d, want 0", d)
+	}
+}

@@ -199,21 +199,24 @@ func (s *Service) AssignDriver(ctx context.Context, id, driverID string) (*order
 	if !order.ValidID(driverID) {
 		return nil, orderly.Errorf(orderly.EINVALID, "driver_id must be 1–128 bytes of UTF-8 without control characters")
 	}
-	return s.move(ctx, id, EventAssign, "", func(t *orderly.Trip, _ orderly.State) error {
+	t, _, err := s.move(ctx, id, EventAssign, "", func(t *orderly.Trip, _ orderly.State) (*sagaStart, error) {
 		t.DriverID = driverID
-		return nil
+		return nil, nil
 	})
+	return t, err
 }
 
 // StartTrip implements orderly.TripService.
 func (s *Service) StartTrip(ctx context.Context, id string) (*orderly.Trip, error) {
-	return s.move(ctx, id, EventStart, "", nil)
+	t, _, err := s.move(ctx, id, EventStart, "", nil)
+	return t, err
 }
 
-// EndTrip implements orderly.TripService. The trip moves to trip_ended with its fare and
-// its payment saga id in one transaction, then the saga runs in the caller's goroutine.
-// Ending a trip_ended trip again with the same fare starts its saga if it does not exist
-// (a crash between the two), and returns the trip otherwise; another fare is EILLEGAL.
+// EndTrip implements orderly.TripService. The trip moves to trip_ended with its fare, and
+// its payment saga is written, in one transaction; then the saga runs in the caller's
+// goroutine (the timer runs it when this process dies first). Ending a trip_ended trip
+// again with the same fare returns it (and starts its saga if a trip ended before the two
+// were written together has none); another fare is EILLEGAL.
 func (s *Service) EndTrip(ctx context.Context, id string, fare int64) (*orderly.Trip, error) {
 	if fare <= 0 || fare > MaxEstimate {
 		return nil, orderly.Errorf(orderly.EINVALID, "fare must be 1 to %d minor units", int64(MaxEstimate))
@@ -222,16 +225,25 @@ func (s *Service) EndTrip(ctx context.Context, id string, fare int64) (*orderly.
 	if err != nil {
 		return nil, err
 	}
-	if t.State != StateTripEnded || t.Fare != fare {
-		t, err = s.move(ctx, id, EventEnd, "", func(t *orderly.Trip, _ orderly.State) error {
-			t.Fare, t.PaymentSagaID = fare, t.ID+":payment"
-			return nil
-		})
-		if err != nil {
+	if t.State == StateTripEnded && t.Fare == fare {
+		if err := s.run(ctx, DefinitionPayment, t.PaymentSagaID, &sagaInput{TripID: t.ID, Kind: kindFare, Amount: fare}); err != nil {
 			return nil, err
 		}
+		return s.Trip(ctx, id)
 	}
-	return s.runPayment(ctx, t, kindFare, fare)
+	t, started, err := s.end(ctx, id, fare)
+	if err != nil {
+		return nil, err
+	}
+	return s.drive(ctx, t, started)
+}
+
+// end moves trip id to trip_ended with fare and writes its payment saga, claimed for drive.
+func (s *Service) end(ctx context.Context, id string, fare int64) (*orderly.Trip, *saga.Started, error) {
+	return s.move(ctx, id, EventEnd, "", func(t *orderly.Trip, _ orderly.State) (*sagaStart, error) {
+		t.Fare, t.PaymentSagaID = fare, t.ID+":payment"
+		return &sagaStart{DefinitionPayment, t.PaymentSagaID, &sagaInput{TripID: t.ID, Kind: kindFare, Amount: fare}}, nil
+	})
 }
 
 // CancelTrip implements orderly.TripService. Rule (README.md "Ride-hailing"): cancelling a
@@ -240,51 +252,61 @@ func (s *Service) EndTrip(ctx context.Context, id string, fare int64) (*orderly.
 // hold, the rest released, and the fee is settled to the driver and the platform like a
 // fare. Both run as the trip's payment saga.
 func (s *Service) CancelTrip(ctx context.Context, id string) (*orderly.Trip, error) {
-	var fee int64
-	t, err := s.move(ctx, id, orderly.EventCancel, CloseReasonRiderCancelled, func(t *orderly.Trip, from orderly.State) error {
+	t, started, err := s.move(ctx, id, orderly.EventCancel, CloseReasonRiderCancelled, func(t *orderly.Trip, from orderly.State) (*sagaStart, error) {
+		var fee int64
 		if from != StateRequested {
 			fee = min(s.cfg.CancellationFee, t.HoldAmount)
 		}
 		t.CancellationFee, t.PaymentSagaID = fee, t.ID+":payment"
-		return nil
+		return &sagaStart{DefinitionPayment, t.PaymentSagaID, &sagaInput{TripID: t.ID, Kind: kindCancellation, Amount: fee}}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return s.runPayment(ctx, t, kindCancellation, fee)
+	return s.drive(ctx, t, started)
 }
 
-// RefundTrip implements orderly.TripService: settled → refunding, then the refund saga
-// (saga.go) reverses the settlement and refunds the card; the trip ends refunded, or back
-// in settled when the driver's or platform's wallet cannot cover the reversal.
+// RefundTrip implements orderly.TripService: settled → refunding, and the refund saga
+// (saga.go) written, in one transaction; the saga reverses the settlement and refunds the
+// card, and the trip ends refunded, or back in settled when the driver's or platform's
+// wallet cannot cover the reversal.
 func (s *Service) RefundTrip(ctx context.Context, id string) (*orderly.Trip, error) {
-	t, err := s.move(ctx, id, EventRefund, "", func(t *orderly.Trip, _ orderly.State) error {
-		t.RefundSagaID = t.ID + ":refund"
-		return nil
-	})
+	t, started, err := s.refund(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.run(ctx, DefinitionRefund, t.RefundSagaID, &sagaInput{TripID: t.ID}); err != nil {
-		return nil, err
-	}
-	return s.Trip(ctx, id)
+	return s.drive(ctx, t, started)
 }
 
-// runPayment runs (or finds) the trip's payment saga and returns the trip as it left it.
-func (s *Service) runPayment(ctx context.Context, t *orderly.Trip, kind string, amount int64) (*orderly.Trip, error) {
-	if err := s.run(ctx, DefinitionPayment, t.PaymentSagaID, &sagaInput{TripID: t.ID, Kind: kind, Amount: amount}); err != nil {
-		return nil, err
-	}
-	return s.Trip(ctx, t.ID)
+// refund moves trip id to refunding and writes its refund saga, claimed for drive.
+func (s *Service) refund(ctx context.Context, id string) (*orderly.Trip, *saga.Started, error) {
+	return s.move(ctx, id, EventRefund, "", func(t *orderly.Trip, _ orderly.State) (*sagaStart, error) {
+		t.RefundSagaID = t.ID + ":refund"
+		return &sagaStart{DefinitionRefund, t.RefundSagaID, &sagaInput{TripID: t.ID}}, nil
+	})
+}
+
+// sagaStart is a saga a trip's move writes in its own transaction: the trip's payment or
+// refund saga.
+type sagaStart struct {
+	def, id string
+	in      *sagaInput
 }
 
 // move fires event on trip id through the flow, applies edit (given the state before) to
-// the trip row in the same transaction and returns the trip after it. EILLEGAL when the trip's state does not take
-// event; ECONFLICT when it changed concurrently.
-func (s *Service) move(ctx context.Context, id string, event orderly.Event, reason orderly.CloseReason, edit func(t *orderly.Trip, from orderly.State) error) (*orderly.Trip, error) {
-	var t *orderly.Trip
+// the trip row in the same transaction and returns the trip after it. When edit returns a
+// saga, it is written in that transaction too (saga.Orchestrator.StartInTx), so that a
+// trip never reaches a state whose saga does not exist; it is returned, claimed, for
+// drive. EILLEGAL when the trip's state does not take event; ECONFLICT when it changed
+// concurrently.
+func (s *Service) move(ctx context.Context, id string, event orderly.Event, reason orderly.CloseReason,
+	edit func(t *orderly.Trip, from orderly.State) (*sagaStart, error)) (*orderly.Trip, *saga.Started, error) {
+	var (
+		t       *orderly.Trip
+		started *saga.Started
+	)
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		started = nil
 		var err error
 		if t, err = tx.TripGet(ctx, id); err != nil {
 			return err
@@ -297,17 +319,38 @@ func (s *Service) move(ctx context.Context, id string, event orderly.Event, reas
 		if t, err = s.transition(ctx, tx, t, event, reason, now, "rider"); err != nil {
 			return err
 		}
+		var start *sagaStart
 		if edit != nil {
-			if err := edit(t, from); err != nil {
+			if start, err = edit(t, from); err != nil {
 				return err
 			}
 		}
-		return s.update(ctx, tx, t, now)
+		if err := s.update(ctx, tx, t, now); err != nil || start == nil {
+			return err
+		}
+		if s.sagas == nil {
+			return errNoSagas
+		}
+		started, err = s.sagas.StartInTx(ctx, tx, now, &saga.StartParams{Definition: start.def, ID: start.id, Input: start.in.json()})
+		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return t, nil
+	return t, started, nil
+}
+
+// errNoSagas: the service was not given its orchestrator.
+var errNoSagas = errors.New("ride: no saga orchestrator (UseSagas)")
+
+// drive runs started, a trip's saga written with its move, in the caller's goroutine and
+// returns the trip as the saga left it. A saga not run to its end here (an attempt that
+// could not be recorded) is left to the timer, which resumes it when its lease ends.
+func (s *Service) drive(ctx context.Context, t *orderly.Trip, started *saga.Started) (*orderly.Trip, error) {
+	if _, err := s.sagas.Drive(ctx, started); err != nil {
+		s.cfg.Logger.Warn("ride: saga not run to its end here; the timer resumes it", "saga_id", started.ID(), "trip_id", t.ID, "error", err)
+	}
+	return s.Trip(ctx, t.ID)
 }
 
 // transition fires event on t in tx; t.State becomes the new state. The caller edits and
@@ -346,7 +389,7 @@ func (s *Service) update(ctx context.Context, tx store.Tx, t *orderly.Trip, now 
 // exists already (a repeated request) is left to its runner.
 func (s *Service) run(ctx context.Context, def, id string, in *sagaInput) error {
 	if s.sagas == nil {
-		return errors.New("ride: no saga orchestrator (UseSagas)")
+		return errNoSagas
 	}
 	_, err := s.sagas.Run(ctx, &saga.StartParams{Definition: def, ID: id, Input: in.json()})
 	switch orderly.ErrorCode(err) {

@@ -208,6 +208,44 @@ func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, erro
 	return newInstance(s), nil
 }
 
+// Started is a saga written by StartInTx, its first attempt claimed by the caller. Run it
+// with Drive once the transaction that wrote it has committed.
+type Started struct{ s *store.SagaInstance }
+
+// ID is the instance id.
+func (st *Started) ID() string { return st.s.ID }
+
+// StartInTx writes a new instance of p in tx, the caller's transaction, running with its
+// first attempt claimed by the caller; now is tx's database clock (tx.Now). The saga
+// exists exactly when the work that needs it does: a state change and the saga that must
+// follow it commit together, and neither without the other. After the commit, Drive runs
+// it; when the caller dies first, the timer claims it once the attempt's lease (the first
+// step's timeout + Config.LeaseMargin) has ended. Errors: EINVALID for an unknown
+// definition or input that is not JSON, ECONFLICT for a taken id, database errors (tx
+// must then roll back).
+func (o *Orchestrator) StartInTx(ctx context.Context, tx store.Tx, now time.Time, p *StartParams) (*Started, error) {
+	def, s, err := o.prepare(p)
+	if err != nil {
+		return nil, err
+	}
+	if s, err = o.start(ctx, tx, s, def, now); err != nil {
+		return nil, fmt.Errorf("start saga %s: %w", p.ID, err)
+	}
+	return &Started{s: s}, nil
+}
+
+// Drive runs a saga written by StartInTx, after its transaction committed, in the
+// caller's goroutine until it ends or waits for a retry (then the timer resumes it), as
+// Run does; it returns the instance as it was left. Errors: database errors (an attempt
+// whose outcome could not be recorded is due again when its lease ends).
+func (o *Orchestrator) Drive(ctx context.Context, st *Started) (*Instance, error) {
+	s, err := o.drive(ctx, st.s)
+	if err != nil {
+		return nil, err
+	}
+	return newInstance(s), nil
+}
+
 // Begin starts a saga and hands its first attempt to a worker; it returns the instance as
 // created (running, first step claimed). Errors as Run, and an error when the orchestrator
 // is not started.
