@@ -33,6 +33,13 @@
 // The transaction that records a success also claims the next step, so a saga whose
 // participants answer at once runs without waiting for the timer.
 //
+// Starting. Run writes an instance and runs it in the caller's goroutine; Begin writes it
+// and hands it to a worker. When a saga must exist exactly when some other write does (a
+// trip that reaches trip_ended needs its payment saga), StartInTx writes it, its first
+// attempt claimed, in the caller's transaction, and Drive runs it after the commit: a
+// caller that dies in between leaves a claimed attempt whose lease ends, never a state
+// without its saga.
+//
 // Participants (participant.go): LocalTx runs a Go function in the transaction that
 // records its outcome (its writes commit exactly when the step is recorded); Local runs a
 // Go function outside any transaction of the orchestrator (it uses its own database handle

@@ -669,3 +669,75 @@ func TestRunLocalSagaInOneTransaction(t *testing.T) {
 		}
 	}
 }
+
+// TestStartInTx: a saga written by StartInTx exists exactly when the caller's transaction
+// commits. Rolled back, it does not exist; committed and driven, it runs to its end in the
+// caller's goroutine; committed and never driven (the caller died), the timer runs it once
+// the first attempt's lease (step timeout 50 ms + LeaseMargin 1 s) has ended.
+func TestStartInTx(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	def := saga.Definition{Name: "after-move", Steps: []saga.Step{
+		{Name: "charge", Action: rec.ok(), Compensation: rec.ok(), Timeout: 50 * time.Millisecond},
+		{Name: "record", Action: rec.ok()},
+	}}
+	e, _ := start(t, newStore(t), def)
+	ctx := t.Context()
+	begin := func(id string, rollback bool) *saga.Started {
+		t.Helper()
+		var st *saga.Started
+		errRollback := errors.New("the caller's work failed")
+		err := e.store.InTx(ctx, func(tx store.Tx) error {
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			if st, err = e.orch.StartInTx(ctx, tx, now, &saga.StartParams{Definition: "after-move", ID: id}); err != nil {
+				return err
+			}
+			if rollback {
+				return errRollback
+			}
+			return nil
+		})
+		if rollback != errors.Is(err, errRollback) || (!rollback && err != nil) {
+			t.Fatalf("transaction of %s: %v", id, err)
+		}
+		return st
+	}
+
+	begin("rolled-back", true)
+	if _, _, err := e.orch.Get(ctx, "rolled-back"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("saga of a rolled-back transaction: %v, want ENOTFOUND", err)
+	}
+
+	st := begin("driven", false)
+	if st.ID() != "driven" {
+		t.Fatalf("started id %q", st.ID())
+	}
+	inst, err := e.orch.Drive(ctx, st)
+	if err != nil || inst.State != saga.StateSucceeded {
+		t.Fatalf("driven saga %+v (%v), want succeeded", inst, err)
+	}
+	if got, want := rec.list(), []string{"charge/action", "record/action"}; !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+
+	begin("orphaned", false)
+	written, _, err := e.orch.Get(ctx, "orphaned")
+	if err != nil || written.State != saga.StateRunning || written.WakeAt == nil ||
+		written.WakeAt.Sub(written.CreatedAt) != 1050*time.Millisecond {
+		t.Fatalf("orphaned saga as written %+v (%v), want running with its lease ending 1.05 s after it", written, err)
+	}
+	_, log := e.waitState(t, "orphaned", saga.StateSucceeded)
+	want := []string{"charge/action:lost", "charge/action:succeeded", "record/action:succeeded"}
+	if got := summary(log); !slices.Equal(got, want) {
+		t.Fatalf("log of the orphaned saga %v, want %v", got, want)
+	}
+	if log[0].EndedAt.Before(*written.WakeAt) {
+		t.Fatalf("the timer ran the orphaned saga at %s, before its lease ended at %s", log[0].EndedAt, written.WakeAt)
+	}
+	if _, err := e.orch.StartInTx(ctx, nil, time.Now(), &saga.StartParams{Definition: "nope"}); orderly.ErrorCode(err) != orderly.EINVALID {
+		t.Fatalf("unknown definition: %v, want EINVALID", err)
+	}
+}
