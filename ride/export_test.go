@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/saga"
 )
 
 // EndAndDie ends trip id as EndTrip does and returns before running its payment saga: a
@@ -19,3 +20,7 @@ func (s *Service) RefundAndDie(ctx context.Context, id string) (*orderly.Trip, e
 	t, _, err := s.refund(ctx, id)
 	return t, err
 }
+
+// Uncapture runs the payment saga's capture compensation (a later step failed, or the
+// capture's outcome stayed unknown past its deadline).
+func (s *Service) Uncapture(ctx context.Context, c *saga.Call) error { return s.uncapture(ctx, c) }

@@ -470,3 +470,87 @@ func TestSagaCommitsWithItsMove(t *testing.T) {
 		t.Fatalf("driver balance after the refund %d, want 0", d)
 	}
 }
+
+// TestUncaptureFlagsCollection: compensating the capture (a later step failed, or the
+// capture's outcome stayed unknown past its deadline) voids the hold and flags the trip,
+// which paid nothing, for collection of its fare, once however often it runs. Before, the
+// trip stayed trip_ended, unpaid and unflagged.
+func TestUncaptureFlagsCollection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	tr := b.inTrip(t, "driver-free-ride")
+	ended, err := b.rides.EndAndDie(ctx, tr.ID, 3820)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := &saga.Call{SagaID: ended.PaymentSagaID, Definition: ride.DefinitionPayment, StepName: "capture",
+		Phase: saga.PhaseCompensation, Attempt: 1, Input: []byte(`{"trip_id":"` + tr.ID + `","kind":"fare","amount":3820}`),
+		IdempotencyKey: saga.IdempotencyKey(ended.PaymentSagaID, "capture", saga.PhaseCompensation)}
+	for range 2 { // a compensation is retried until it succeeds: twice changes nothing more
+		if err := b.rides.Uncapture(ctx, call); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.rides.Trip(ctx, tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != ride.StateTripEnded || got.CollectionDue != 3820 || got.Captured != 0 {
+		t.Fatalf("after the capture's compensation: %s, collection_due %d, captured %d; want trip_ended, 3820, 0",
+			got.State, got.CollectionDue, got.Captured)
+	}
+	if h, err := b.gw.Hold(ctx, tr.HoldID); err != nil || h.State != orderly.HoldVoided || h.Captured != 0 {
+		t.Fatalf("hold after the compensation %+v (%v), want voided, nothing captured", h, err)
+	}
+}
+
+// TestRefundAgainAfterAFailedRefund: a refund that the driver's wallet cannot cover puts
+// the trip back in settled (the refund saga compensated); once the wallet holds the
+// payout again, a second refund is a saga of its own (new id, new keys) and refunds the
+// card once. Before, the second refund reused the first saga's id: it was refused (or,
+// when the saga was started in a transaction of its own, left the trip in refunding).
+func TestRefundAgainAfterAFailedRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	tr := b.inTrip(t, "driver-spent")
+	if _, err := b.rides.EndTrip(ctx, tr.ID, 3820); err != nil {
+		t.Fatal(err)
+	}
+	settled := b.waitState(t, tr.ID, ride.StateSettled)
+	payout := b.balance(t, "driver-spent")
+	if payout != settled.DriverPayout || payout == 0 {
+		t.Fatalf("driver balance %d, payout %d", payout, settled.DriverPayout)
+	}
+	spend := &orderly.WalletMoveParams{UserID: "driver-spent", Currency: "USD", Amount: payout, IdempotencyKey: "spent"}
+	if _, err := b.e.Wallets().Debit(ctx, spend); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.rides.RefundTrip(ctx, tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.State != ride.StateSettled || first.Refunded != 0 || first.RefundSagaID != tr.ID+":refund" {
+		t.Fatalf("refund the wallet cannot cover: %s, refunded %d, saga %s; want settled, 0, %s:refund",
+			first.State, first.Refunded, first.RefundSagaID, tr.ID)
+	}
+	if _, err := b.e.Wallets().Credit(ctx, &orderly.WalletMoveParams{UserID: "driver-spent", Currency: "USD", Amount: payout,
+		IdempotencyKey: "earned-back"}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.rides.RefundTrip(ctx, tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.State != ride.StateRefunded || second.Refunded != 3820 || second.RefundSagaID != tr.ID+":refund:2" {
+		t.Fatalf("second refund: %s, refunded %d, saga %s; want refunded, 3820, %s:refund:2",
+			second.State, second.Refunded, second.RefundSagaID, tr.ID)
+	}
+	if h, err := b.gw.Hold(ctx, tr.HoldID); err != nil || h.Refunded != 3820 {
+		t.Fatalf("card refunded %+v (%v), want 3820 once", h, err)
+	}
+	if d := b.balance(t, "driver-spent"); d != 0 {
+		t.Fatalf("driver balance after the refund %d, want 0", d)
+	}
+}

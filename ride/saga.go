@@ -66,7 +66,8 @@ func extraHoldID(t *orderly.Trip) string { return t.HoldID + "/extra" }
 //     and the gateway answers the first capture: never twice. A hold that expired (the
 //     gateway's clock decides, even before it processed the expiry) is a business failure:
 //     the trip is flagged for collection (collection_due = amount) and stays as it is.
-//     Compensation: refund what the hold captured, or void it if still pending.
+//     Compensation: refund what the hold captured, or void it if still pending, and flag
+//     the trip, which then paid nothing, for collection of the amount.
 //   - extra (gateway): the rule for a fare above the hold: the hold is captured in full
 //     (never more) and the difference is charged as a second payment, a hold of that
 //     amount authorised and captured at once. Compensation: refund or void it.
@@ -209,15 +210,26 @@ func (s *Service) undoHold(ctx context.Context, id, key string) error {
 	return nil
 }
 
+// uncapture compensates capture: the hold's capture is refunded (or the hold voided), and
+// the trip, which then paid nothing, is flagged for collection of the amount
+// (collection_due), as a capture refused by an expired hold is. Without the flag a capture
+// whose outcome stayed unknown past its deadline (a gateway down for a minute) or a refused
+// extra charge left a trip_ended trip unpaid and unflagged: a free ride nobody saw.
 func (s *Service) uncapture(ctx context.Context, c *saga.Call) error {
-	_, t, err := s.load(ctx, c)
+	in, t, err := s.load(ctx, c)
 	if err != nil {
 		return err
 	}
 	if err := s.faults.before(ctx); err != nil {
 		return err
 	}
-	return s.faults.after(s.undoHold(ctx, t.HoldID, c.IdempotencyKey))
+	if err := s.faults.after(s.undoHold(ctx, t.HoldID, c.IdempotencyKey)); err != nil {
+		return err
+	}
+	if in.Amount > 0 && (t.State == StateTripEnded || t.State == orderly.StateClosed) {
+		return s.flagCollection(ctx, t.ID, in.Amount)
+	}
+	return nil
 }
 
 func (s *Service) chargeExtra(ctx context.Context, c *saga.Call) error {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -269,7 +271,7 @@ func (s *Service) CancelTrip(ctx context.Context, id string) (*orderly.Trip, err
 // RefundTrip implements orderly.TripService: settled → refunding, and the refund saga
 // (saga.go) written, in one transaction; the saga reverses the settlement and refunds the
 // card, and the trip ends refunded, or back in settled when the driver's or platform's
-// wallet cannot cover the reversal.
+// wallet cannot cover the reversal; it can then be asked again (nextRefundSagaID).
 func (s *Service) RefundTrip(ctx context.Context, id string) (*orderly.Trip, error) {
 	t, started, err := s.refund(ctx, id)
 	if err != nil {
@@ -281,9 +283,28 @@ func (s *Service) RefundTrip(ctx context.Context, id string) (*orderly.Trip, err
 // refund moves trip id to refunding and writes its refund saga, claimed for drive.
 func (s *Service) refund(ctx context.Context, id string) (*orderly.Trip, *saga.Started, error) {
 	return s.move(ctx, id, EventRefund, "", func(t *orderly.Trip, _ orderly.State) (*sagaStart, error) {
-		t.RefundSagaID = t.ID + ":refund"
+		t.RefundSagaID = nextRefundSagaID(t.ID, t.RefundSagaID)
 		return &sagaStart{DefinitionRefund, t.RefundSagaID, &sagaInput{TripID: t.ID}}, nil
 	})
+}
+
+// nextRefundSagaID is the id of trip id's next refund saga, after prev (the last one; ""
+// for none): "<trip id>:refund", then "<trip id>:refund:2", ":3" … A refund whose saga was
+// compensated (a wallet could not cover the reversal: the trip went back to settled) can be
+// asked again, and each try is a saga of its own with its own idempotency keys.
+func nextRefundSagaID(id, prev string) string {
+	first := id + ":refund"
+	switch {
+	case prev == "":
+		return first
+	case prev == first:
+		return first + ":2"
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(prev, first+":"))
+	if err != nil || n < 2 {
+		return prev + ":2" // not one of ours: still a new id
+	}
+	return first + ":" + strconv.Itoa(n+1)
 }
 
 // sagaStart is a saga a trip's move writes in its own transaction: the trip's payment or
