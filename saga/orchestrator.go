@@ -306,16 +306,31 @@ var errTaken = errors.New("saga id taken")
 // start sets the times of tmpl, a new instance, to now, claims its first attempt and
 // writes it in tx.
 func (o *Orchestrator) start(ctx context.Context, tx store.Tx, tmpl *store.SagaInstance, def *Definition, now time.Time) (*store.SagaInstance, error) {
-	s := clone(tmpl)
-	s.CreatedAt, s.UpdatedAt = now, now
-	o.claim(s, def, now)
-	if err := tx.SagaInsert(ctx, s); err != nil {
-		if orderly.ErrorCode(err) == orderly.ECONFLICT {
-			return nil, fmt.Errorf("%w: %w", errTaken, err)
-		}
+	s := o.claimNew(tmpl, def, now)
+	if err := insertInstance(ctx, tx, s); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// claimNew returns tmpl, a new instance, with its times set to now and its first attempt
+// claimed, not written.
+func (o *Orchestrator) claimNew(tmpl *store.SagaInstance, def *Definition, now time.Time) *store.SagaInstance {
+	s := clone(tmpl)
+	s.CreatedAt, s.UpdatedAt = now, now
+	o.claim(s, def, now)
+	return s
+}
+
+// insertInstance writes s, a new instance; its id taken is errTaken (ECONFLICT).
+func insertInstance(ctx context.Context, tx store.Tx, s *store.SagaInstance) error {
+	if err := tx.SagaInsert(ctx, s); err != nil {
+		if orderly.ErrorCode(err) == orderly.ECONFLICT {
+			return fmt.Errorf("%w: %w", errTaken, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // insert writes tmpl, a new instance, running with its first attempt claimed, in a
@@ -337,7 +352,8 @@ func (o *Orchestrator) insert(ctx context.Context, tmpl *store.SagaInstance, def
 }
 
 // startInTx writes tmpl, a new instance whose first participant is a LocalTx, and runs
-// its first run of local steps, in one transaction (runLocal); it returns the instance as
+// its first run of local steps, in one transaction (runLocal: the instance is written
+// once, as the run leaves it); it returns the instance as
 // last recorded, and whether its next attempt is claimed by the caller (to run on).
 func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
 	var records []record
@@ -346,11 +362,7 @@ func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, 
 		if err != nil {
 			return err
 		}
-		s, err := o.start(ctx, tx, tmpl, def, now)
-		if err != nil {
-			return err
-		}
-		records, err = o.runLocal(ctx, tx, s, def, records[:0], true)
+		records, err = o.runLocal(ctx, tx, o.claimNew(tmpl, def, now), def, records[:0], true)
 		return err
 	})
 	if err != nil {
@@ -475,14 +487,40 @@ func (o *Orchestrator) runInTx(ctx context.Context, s *store.SagaInstance, def *
 // instance row is written by the guarded update of the first record (the fence: errFenced,
 // and nothing commits, when another runner took it over; the row then stays locked to the
 // commit) and by that of the last one: the states between are seen by no one else.
-// inserted says that tx wrote s itself (a new instance): no fence, only the last update.
-func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaInstance, def *Definition, records []record, inserted bool) ([]record, error) {
-	var written *store.SagaInstance // the state the row holds, when written in this run
-	fence := !inserted
+// fresh says that s is a new instance, claimed and not written yet: no fence, and the run
+// inserts it once, in the state it leaves it in.
+//
+// The log rows are written in one statement (SagaStepInsert of several), before the
+// run's first compensation is called (a compensation may read the log: which action
+// failed, and how) and at the end of the run: an action does not read the rows of the
+// actions before it in its run, nor, in a fresh instance's first run, the instance row.
+func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaInstance, def *Definition, records []record, fresh bool) ([]record, error) {
+	var (
+		written *store.SagaInstance // the state the row holds, when written in this run
+		logRows []*store.SagaStep   // not written yet
+	)
+	fence := !fresh
+	// flush writes the log rows, after the instance row when it is new (cur: its state).
+	flush := func(cur *store.SagaInstance) error {
+		if fresh {
+			if err := insertInstance(ctx, tx, cur); err != nil {
+				return err
+			}
+			fresh, written = false, cur
+		}
+		err := tx.SagaStepInsert(ctx, logRows...)
+		logRows = logRows[:0]
+		return err
+	}
 	for cur := s; ; {
 		step, phase, p := current(cur, def)
 		if !p.inTx() {
 			break
+		}
+		if phase == PhaseCompensation && len(logRows) > 0 {
+			if err := flush(cur); err != nil {
+				return records, err
+			}
 		}
 		attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
 		callErr := tx.Savepoint(ctx, func() error { return p.call(attemptCtx, tx, newCall(cur, step, phase)) })
@@ -503,9 +541,7 @@ func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaI
 			}
 			fence, written = false, next
 		}
-		if err := tx.SagaStepInsert(ctx, o.logRow(cur, next, claimed, def, logged, msg, now)); err != nil {
-			return records, err
-		}
+		logRows = append(logRows, o.logRow(cur, next, claimed, def, logged, msg, now))
 		records = append(records, record{cur, next, claimed, logged})
 		if !claimed {
 			break
@@ -515,7 +551,11 @@ func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaI
 	if len(records) == 0 {
 		return records, nil
 	}
-	if last := records[len(records)-1].next; last != written {
+	last := records[len(records)-1].next
+	if err := flush(last); err != nil {
+		return records, err
+	}
+	if last != written {
 		if ok, err := tx.SagaUpdate(ctx, last); err != nil {
 			return records, err
 		} else if !ok {

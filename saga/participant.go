@@ -44,7 +44,10 @@ type Participant interface {
 // recorded, so it needs no barrier. fn runs in a savepoint: when it returns an error its
 // writes roll back and the failure is recorded in the same transaction. Consecutive
 // LocalTx steps (or compensations) whose attempts are claimed at once run in one
-// transaction. fn must finish within the step's Timeout (its context's deadline).
+// transaction. fn must finish within the step's Timeout (its context's deadline). The step
+// log rows of such a run are written together, before its first compensation and at its
+// end: an action's fn does not read the rows of the actions before it in its run (a
+// compensation's fn reads them all), nor, in a new saga's first run, the instance row.
 func LocalTx(fn func(ctx context.Context, tx store.Tx, c *Call) error) Participant {
 	return localTx(fn)
 }

@@ -581,20 +581,45 @@ func TestLocalTxSteps(t *testing.T) {
 	}
 }
 
-// countingStore counts the write transactions of a store; the first failFirst of them run
-// fn and then roll back with errInjected, as a transaction whose commit failed.
+// countingStore counts the write transactions of a store, and the statements that write
+// saga instances and log rows; the first failFirst transactions run fn and then roll back
+// with errInjected, as a transaction whose commit failed.
 type countingStore struct {
 	store.Store
 	writes    atomic.Int64
 	failFirst int64
+	// Saga writes: instance inserts and updates, log-row statements and the rows in them.
+	inserts, updates, stepStatements, stepRows atomic.Int64
 }
 
 var errInjected = errors.New("injected: the transaction rolled back")
 
+// countingTx counts a transaction's saga writes into its store.
+type countingTx struct {
+	store.Tx
+	s *countingStore
+}
+
+func (t countingTx) SagaInsert(ctx context.Context, s *store.SagaInstance) error {
+	t.s.inserts.Add(1)
+	return t.Tx.SagaInsert(ctx, s)
+}
+
+func (t countingTx) SagaUpdate(ctx context.Context, s *store.SagaInstance) (bool, error) {
+	t.s.updates.Add(1)
+	return t.Tx.SagaUpdate(ctx, s)
+}
+
+func (t countingTx) SagaStepInsert(ctx context.Context, steps ...*store.SagaStep) error {
+	t.s.stepStatements.Add(1)
+	t.s.stepRows.Add(int64(len(steps)))
+	return t.Tx.SagaStepInsert(ctx, steps...)
+}
+
 func (s *countingStore) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	n := s.writes.Add(1)
 	return s.Store.InTx(ctx, func(tx store.Tx) error {
-		if err := fn(tx); err != nil {
+		if err := fn(countingTx{tx, s}); err != nil {
 			return err
 		}
 		if n <= s.failFirst {
@@ -605,9 +630,10 @@ func (s *countingStore) InTx(ctx context.Context, fn func(tx store.Tx) error) er
 }
 
 // TestRunLocalSagaInOneTransaction: a saga whose steps are all LocalTx starts and runs in
-// one write transaction (the instance, its four log rows and the steps' rows); when that
-// transaction fails, Run starts it again the ordinary way (the start, then the steps) and
-// every row is written once.
+// one write transaction, which writes the instance once (in the state the run leaves it
+// in), its four log rows in one statement and the steps' rows; when that transaction
+// fails, Run starts it again the ordinary way (the start, then the steps) and every row is
+// written once.
 func TestRunLocalSagaInOneTransaction(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
@@ -622,9 +648,12 @@ func TestRunLocalSagaInOneTransaction(t *testing.T) {
 	for _, tc := range []struct {
 		failFirst             int64
 		wantWrites, wantCalls int64
+		// saga writes: instance inserts, updates, log statements
+		wantInserts, wantUpdates, wantStepStatements int64
 	}{
-		{failFirst: 0, wantWrites: 1, wantCalls: 4},
-		{failFirst: 1, wantWrites: 3, wantCalls: 8}, // the failed try, then the start and the steps
+		{failFirst: 0, wantWrites: 1, wantCalls: 4, wantInserts: 1, wantUpdates: 0, wantStepStatements: 1},
+		// the failed try, then the start and the steps (fenced: two updates)
+		{failFirst: 1, wantWrites: 3, wantCalls: 8, wantInserts: 2, wantUpdates: 2, wantStepStatements: 2},
 	} {
 		db := newStore(t)
 		cs := &countingStore{Store: db, failFirst: tc.failFirst}
@@ -645,6 +674,11 @@ func TestRunLocalSagaInOneTransaction(t *testing.T) {
 		}
 		if got := calls.Load(); got != tc.wantCalls {
 			t.Fatalf("fail first %d: %d participant calls, want %d", tc.failFirst, got, tc.wantCalls)
+		}
+		if i, u, st, rows := cs.inserts.Load(), cs.updates.Load(), cs.stepStatements.Load(), cs.stepRows.Load(); i != tc.wantInserts ||
+			u != tc.wantUpdates || st != tc.wantStepStatements || rows != 4*tc.wantStepStatements {
+			t.Fatalf("fail first %d: %d instance inserts, %d updates, %d log statements of %d rows; want %d, %d, %d of %d",
+				tc.failFirst, i, u, st, rows, tc.wantInserts, tc.wantUpdates, tc.wantStepStatements, 4*tc.wantStepStatements)
 		}
 		got, log, err := o.Get(t.Context(), inst.ID)
 		if err != nil {

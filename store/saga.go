@@ -36,8 +36,9 @@ type SagaTx interface {
 	// SagaList returns up to params.Limit instances in state ("" for any) with id >
 	// params.AfterID, by id (keyset pagination).
 	SagaList(ctx context.Context, state string, params *ListParams) ([]*SagaInstance, error)
-	// SagaStepInsert appends one attempt's outcome to the step log (st.ID is not set).
-	SagaStepInsert(ctx context.Context, st *SagaStep) error
+	// SagaStepInsert appends attempts' outcomes to the step log, in the order given (their
+	// ids ascend in that order; st.ID is not set), several in one statement.
+	SagaStepInsert(ctx context.Context, steps ...*SagaStep) error
 	// SagaSteps returns an instance's step log, oldest first.
 	SagaSteps(ctx context.Context, sagaID string) ([]*SagaStep, error)
 }

@@ -48,9 +48,8 @@ var (
 	qSagasOverdueCount = sqlText(`SELECT COUNT(*) FROM saga_instances WHERE wake_at < ?`)
 	qSagaList          = sqlText(`SELECT ` + sagaColumns + ` FROM saga_instances
 		WHERE (? = '' OR state = ?) AND id > ? ORDER BY id LIMIT ?`)
-	qSagaStepInsert = sqlText(`INSERT INTO saga_steps (saga_id, step, step_name, phase, attempt, outcome, idempotency_key,
-		started_at, ended_at, retry_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	qSagaSteps = sqlText(`SELECT ` + sagaStepColumns + ` FROM saga_steps WHERE saga_id = ? ORDER BY id`)
+	qSagaStepInsert = sqlText(qSagaStepInsertHead + ` VALUES ` + qSagaStepInsertRow)
+	qSagaSteps      = sqlText(`SELECT ` + sagaStepColumns + ` FROM saga_steps WHERE saga_id = ? ORDER BY id`)
 )
 
 // SagaInsert implements store.Tx.
@@ -159,11 +158,29 @@ func (t *tx) SagaList(ctx context.Context, state string, params *store.ListParam
 	return t.sagas(ctx, "saga list", qSagaList, state, state, params.AfterID, params.Limit)
 }
 
-// SagaStepInsert implements store.Tx.
-func (t *tx) SagaStepInsert(ctx context.Context, st *store.SagaStep) error {
-	_, err := t.exec(ctx, "saga step of "+st.SagaID, qSagaStepInsert, st.SagaID, st.Step, st.StepName, st.Phase, st.Attempt,
-		st.Outcome, st.IdempotencyKey, ms(st.StartedAt), ms(st.EndedAt), nullMS(st.RetryAt), nullString(st.Error))
-	return err
+// The step log's INSERT: one row prepared (qSagaStepInsert), several with insertMany.
+const (
+	qSagaStepInsertHead = `INSERT INTO saga_steps (saga_id, step, step_name, phase, attempt, outcome, idempotency_key,
+		started_at, ended_at, retry_at, error)`
+	qSagaStepInsertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
+
+// SagaStepInsert implements store.Tx: one row with the prepared statement, several in
+// multi-row statements.
+func (t *tx) SagaStepInsert(ctx context.Context, steps ...*store.SagaStep) error {
+	args := make([]any, 0, 11*len(steps))
+	for _, st := range steps {
+		args = append(args, st.SagaID, st.Step, st.StepName, st.Phase, st.Attempt,
+			st.Outcome, st.IdempotencyKey, ms(st.StartedAt), ms(st.EndedAt), nullMS(st.RetryAt), nullString(st.Error))
+	}
+	switch len(steps) {
+	case 0:
+		return nil
+	case 1:
+		_, err := t.exec(ctx, "saga step of "+steps[0].SagaID, qSagaStepInsert, args...)
+		return err
+	}
+	return t.insertMany(ctx, fmt.Sprintf("%d saga steps of %s", len(steps), steps[0].SagaID), qSagaStepInsertHead, qSagaStepInsertRow, args)
 }
 
 // SagaSteps implements store.Tx.

@@ -193,18 +193,20 @@ func testSagaStepsAndList(t *testing.T, open opener) {
 	b := insertSaga(t, s, t0)
 	outcomes := []string{"transient", "succeeded", "business_failure"}
 	inTx(t, s, func(tx store.Tx) error {
+		var rows []*store.SagaStep
 		for i, o := range outcomes {
 			phase := "action"
 			if i == 2 {
 				phase = "compensation"
 			}
-			err := tx.SagaStepInsert(ctx, &store.SagaStep{SagaID: a.ID, Step: i, StepName: "s", Phase: phase, Attempt: i + 1, Outcome: o,
+			rows = append(rows, &store.SagaStep{SagaID: a.ID, Step: i, StepName: "s", Phase: phase, Attempt: i + 1, Outcome: o,
 				IdempotencyKey: a.ID + "/s/" + phase, StartedAt: t0.Add(time.Duration(i) * time.Second), EndedAt: t0.Add(time.Duration(i)*time.Second + 5*time.Millisecond), Error: o})
-			if err != nil {
-				return err
-			}
 		}
-		return nil
+		// One row alone (the prepared statement), then two in one statement.
+		if err := tx.SagaStepInsert(ctx, rows[0]); err != nil {
+			return err
+		}
+		return tx.SagaStepInsert(ctx, rows[1:]...)
 	})
 	var steps []*store.SagaStep
 	readTx(t, s, func(tx store.Tx) (err error) { steps, err = tx.SagaSteps(ctx, a.ID); return err })
@@ -215,6 +217,22 @@ func testSagaStepsAndList(t *testing.T, open opener) {
 		if st.Outcome != outcomes[i] || st.Attempt != i+1 || st.Step != i || st.Error != outcomes[i] ||
 			!st.StartedAt.Equal(t0.Add(time.Duration(i)*time.Second)) || st.EndedAt.Sub(st.StartedAt) != 5*time.Millisecond {
 			t.Fatalf("step %d: %+v", i, st)
+		}
+	}
+	// More rows in one call than one statement takes: written in the order given.
+	many := make([]*store.SagaStep, 70)
+	for i := range many {
+		many[i] = &store.SagaStep{SagaID: b.ID, Step: 0, StepName: "s", Phase: "action", Attempt: i + 1, Outcome: "transient",
+			IdempotencyKey: b.ID + "/s/action", StartedAt: t0, EndedAt: t0}
+	}
+	inTx(t, s, func(tx store.Tx) error { return tx.SagaStepInsert(ctx, many...) })
+	readTx(t, s, func(tx store.Tx) (err error) { steps, err = tx.SagaSteps(ctx, b.ID); return err })
+	if len(steps) != len(many) {
+		t.Fatalf("%d steps of %d written in one call", len(steps), len(many))
+	}
+	for i, st := range steps {
+		if st.Attempt != i+1 {
+			t.Fatalf("step %d read back is attempt %d: not in the order written", i, st.Attempt)
 		}
 	}
 	b.State, b.WakeAt, b.AttemptStartedAt = "stuck", nil, nil
