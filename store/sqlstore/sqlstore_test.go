@@ -98,6 +98,48 @@ func TestInjectedClock(t *testing.T) {
 	}
 }
 
+// TestNowOncePerTransaction: a transaction reads the database clock once (a wallet
+// checkout asked it eight times, each a statement): a later call in the same transaction
+// returns the same time, and the next transaction reads the clock again, no earlier.
+func TestNowOncePerTransaction(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			url := filepath.Join(t.TempDir(), "now.db")
+			if dialect != "sqlite" {
+				url = testdb.Fresh(t, testdb.URL(t, dialect))
+			}
+			db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			ctx := t.Context()
+			var first, again, next time.Time
+			if err := db.InTx(ctx, func(tx store.Tx) (err error) {
+				if first, err = tx.Now(ctx); err != nil {
+					return err
+				}
+				time.Sleep(20 * time.Millisecond) // the clock moves on; the transaction's does not
+				again, err = tx.Now(ctx)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !again.Equal(first) {
+				t.Fatalf("Now() in one transaction: %v, then %v; want the first read twice", first, again)
+			}
+			if err := db.Read(ctx, func(tx store.Tx) (err error) { next, err = tx.Now(ctx); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if next.Sub(first) < 20*time.Millisecond {
+				t.Fatalf("the next transaction's Now() %v is not 20 ms after the first's %v", next, first)
+			}
+		})
+	}
+}
+
 func TestOpenURL(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

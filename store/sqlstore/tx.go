@@ -29,6 +29,9 @@ type tx struct {
 	// attempt must not commit, even if fn caught the error (a per-message fallback inside a
 	// savepoint does): run returns it, and InTx runs the transaction again.
 	aborted error
+	// now is the database clock as first read in this attempt (Now): within one
+	// transaction the clock is read once, as store.Tx allows.
+	now time.Time
 }
 
 // check records err in t.aborted when it aborted the whole transaction, and returns it.
@@ -45,16 +48,24 @@ var (
 	qNow = newQuery(func(d *dialect) string { return d.now })
 )
 
-// Now implements store.Tx.
+// Now implements store.Tx: the database clock, read by the transaction's first call and
+// returned by every later one (one statement per transaction, not one per call; a wallet
+// checkout asked eight times). A clock read later in the transaction would be later, never
+// earlier, so the first read decides a due check no sooner than it would have: a close is
+// never early. A Config.Now clock (tests) is asked at every call.
 func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	if t.db.now != nil {
 		return t.db.now().UTC().Truncate(time.Millisecond), nil
+	}
+	if !t.now.IsZero() {
+		return t.now, nil
 	}
 	var v int64
 	if err := t.queryRow(ctx, qNow).Scan(&v); err != nil {
 		return time.Time{}, fmt.Errorf("database now: %w", err)
 	}
-	return fromMS(v), nil
+	t.now = fromMS(v)
+	return t.now, nil
 }
 
 // Savepoint implements store.Tx. The savepoint statements are not prepared: MySQL does
