@@ -229,7 +229,8 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	if e.sagas, err = saga.New(saga.Config{
 		Store: st, Definitions: append(slices.Clone(sagas), walletCheckout), Logger: log, Metrics: e.metrics,
-		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+		Wake:     func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+		JoinRuns: joinRuns(st.Dialect()),
 	}); err != nil {
 		return nil, fmt.Errorf("engine: sagas: %w", err)
 	}
@@ -706,4 +707,14 @@ func withFanOut(h *outbox.Handler, fanOut func(ctx context.Context, tx store.Tx,
 		return fanOut(ctx, tx, msgs)
 	}
 	return &out
+}
+
+// joinRuns is saga.Config.JoinRuns for a store of dialect: SQLite's one writer runs
+// transactions one after another, so concurrent wallet checkouts share one (32 at most);
+// PostgreSQL and MySQL run them side by side.
+func joinRuns(dialect string) int {
+	if dialect == "sqlite" {
+		return 32
+	}
+	return 0
 }

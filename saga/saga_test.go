@@ -3,6 +3,7 @@ package saga_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -773,5 +774,107 @@ func TestStartInTx(t *testing.T) {
 	}
 	if _, err := e.orch.StartInTx(ctx, nil, time.Now(), &saga.StartParams{Definition: "nope"}); orderly.ErrorCode(err) != orderly.EINVALID {
 		t.Fatalf("unknown definition: %v, want EINVALID", err)
+	}
+}
+
+// TestJoinRuns: with Config.JoinRuns, Runs that arrive while a transaction is under way
+// share the next one. Nine Runs wait while the first blocks in its participant, then
+// commit together in one transaction: a member whose id is taken is refused alone
+// (ECONFLICT), a member whose second step fails for a business reason is compensated
+// within the batch, and the others succeed, each saga's rows written once.
+func TestJoinRuns(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	step := func(name string) saga.Participant {
+		return saga.LocalTx(func(ctx context.Context, tx store.Tx, c *saga.Call) error {
+			switch string(c.Input) {
+			case `"block"`:
+				<-release
+			case `"fail"`:
+				if name == "b" {
+					return saga.Business(errors.New("refused"))
+				}
+			}
+			return tx.CouponInsert(ctx, &orderly.Coupon{ID: c.SagaID + "/" + name + "/" + string(c.Phase), UserID: "u", AmountOff: 1,
+				Currency: "EUR", State: orderly.CouponAvailable, CreatedAt: time.Unix(0, 0).UTC()})
+		})
+	}
+	def := saga.Definition{Name: "joined", Steps: []saga.Step{
+		{Name: "a", Action: step("a"), Compensation: step("a")},
+		{Name: "b", Action: step("b")},
+	}}
+	db := newStore(t)
+	cs := &countingStore{Store: db}
+	o, err := saga.New(saga.Config{Store: cs, Definitions: []saga.Definition{def}, JoinRuns: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := o.Run(ctx, &saga.StartParams{Definition: "joined", ID: "taken"}); err != nil {
+		t.Fatal(err)
+	}
+	before := cs.writes.Load()
+	type result struct {
+		inst *saga.Instance
+		err  error
+	}
+	results := make([]result, 10)
+	var wg sync.WaitGroup
+	run := func(i int, id, input string) {
+		wg.Go(func() {
+			inst, err := o.Run(ctx, &saga.StartParams{Definition: "joined", ID: id, Input: json.RawMessage(input)})
+			results[i] = result{inst, err}
+		})
+	}
+	run(0, "first", `"block"`)
+	for o.JoinWaiting() != 0 || cs.writes.Load() == before { // the first batch has begun
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < 10; i++ {
+		id, input := fmt.Sprintf("joined-%d", i), `"ok"`
+		switch i {
+		case 3:
+			id = "taken"
+		case 5:
+			input = `"fail"`
+		}
+		run(i, id, input)
+	}
+	for o.JoinWaiting() != 9 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if got := cs.writes.Load() - before; got != 2 {
+		t.Fatalf("%d write transactions for ten Runs, want 2 (the first alone, then nine joined)", got)
+	}
+	for i, r := range results {
+		switch i {
+		case 3:
+			if orderly.ErrorCode(r.err) != orderly.ECONFLICT {
+				t.Fatalf("run %d with a taken id: %v, want ECONFLICT", i, r.err)
+			}
+		case 5:
+			if r.err != nil || r.inst.State != saga.StateCompensated {
+				t.Fatalf("run %d failing its second step: %+v (%v), want compensated", i, r.inst, r.err)
+			}
+			_, log, err := o.Get(ctx, r.inst.ID)
+			if want := []string{"a/action:succeeded", "b/action:business_failure", "a/compensation:succeeded"}; err != nil || !slices.Equal(summary(log), want) {
+				t.Fatalf("log of run %d: %v (%v), want %v", i, summary(log), err, want)
+			}
+		default:
+			if r.err != nil || r.inst.State != saga.StateSucceeded {
+				t.Fatalf("run %d: %+v (%v), want succeeded", i, r.inst, r.err)
+			}
+		}
+	}
+	var rows []*orderly.Coupon
+	if err := db.Read(ctx, func(tx store.Tx) (err error) { rows, err = tx.CouponList(ctx); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// "taken" 2 (its first Run), "first" and seven joined successes 2 each, the failed one
+	// its action a and a's compensation (b's failed write rolled back with its savepoint).
+	if want := 2 + 2 + 7*2 + 2; len(rows) != want {
+		t.Fatalf("%d participant rows, want %d", len(rows), want)
 	}
 }

@@ -1,0 +1,138 @@
+package saga
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/orderlyhq/orderly/store"
+)
+
+// runJoiner joins concurrent starts of sagas whose first step is a LocalTx into one
+// transaction (group commit, Config.JoinRuns): each saga's first run of local steps
+// (runLocal) in a savepoint of its own, one commit for all. One goroutine runs the
+// batches while starts wait; each batch takes up to max waiting starts in arrival order.
+type runJoiner struct {
+	o       *Orchestrator
+	max     int
+	mu      sync.Mutex
+	waiting []*joinedRun
+	running bool
+}
+
+// joinedRun is one start waiting for (or in) a batch.
+type joinedRun struct {
+	ctx  context.Context
+	tmpl *store.SagaInstance
+	def  *Definition
+	done chan struct{} // closed when records and err are set
+
+	records []record
+	err     error
+}
+
+// start runs tmpl's first run of local steps in a batch and returns what startInTx
+// returns. An error (the batch's transaction failed, or this member's savepoint: its id
+// was taken) means nothing of this saga committed. When ctx ends before the start joined
+// a batch, it returns ctx's error at once.
+func (j *runJoiner) start(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
+	m := &joinedRun{ctx: ctx, tmpl: tmpl, def: def, done: make(chan struct{})}
+	j.mu.Lock()
+	j.waiting = append(j.waiting, m)
+	if !j.running {
+		j.running = true
+		go j.loop()
+	}
+	j.mu.Unlock()
+	select {
+	case <-m.done:
+	case <-ctx.Done():
+		j.mu.Lock()
+		if i := slices.Index(j.waiting, m); i >= 0 {
+			j.waiting = slices.Delete(j.waiting, i, i+1)
+			j.mu.Unlock()
+			return nil, false, ctx.Err()
+		}
+		j.mu.Unlock()
+		<-m.done
+	}
+	if m.err != nil {
+		return nil, false, m.err
+	}
+	last := m.records[len(m.records)-1]
+	return last.next, last.claimed, nil
+}
+
+// loop runs batches until none waits.
+func (j *runJoiner) loop() {
+	for {
+		j.mu.Lock()
+		if len(j.waiting) == 0 {
+			j.running = false
+			j.mu.Unlock()
+			return
+		}
+		n := min(len(j.waiting), j.max)
+		batch := slices.Clone(j.waiting[:n])
+		j.waiting = slices.Delete(j.waiting, 0, n)
+		j.mu.Unlock()
+		j.run(batch)
+		for _, m := range batch {
+			close(m.done)
+		}
+	}
+}
+
+// run writes batch in one transaction and sets each member's outcome; after the commit it
+// does what follows each member's records (metrics, logs, wake-ups).
+func (j *runJoiner) run(batch []*joinedRun) {
+	o := j.o
+	ctx, cancel := joinedContext(batch)
+	defer cancel()
+	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range batch { // a run again (a deadlock, a busy database) starts from scratch
+			m.records, m.err = m.records[:0], nil
+			m.err = tx.Savepoint(ctx, func() error {
+				var err error
+				m.records, err = o.runLocal(ctx, tx, o.claimNew(m.tmpl, m.def, now), m.def, m.records[:0], true)
+				return err
+			})
+			if m.err == nil && len(m.records) == 0 {
+				m.err = errNotLocal
+			}
+		}
+		return nil
+	})
+	for _, m := range batch {
+		if err != nil {
+			m.err = err
+			continue
+		}
+		if m.err == nil {
+			for _, r := range m.records {
+				o.recorded(m.ctx, r.prev, r.next, r.claimed, r.logged)
+			}
+		}
+	}
+}
+
+// joinedContext is the context of a batch's transaction: the first member's values and
+// the earliest deadline of the members, so that no member waits past its own deadline.
+func joinedContext(batch []*joinedRun) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	var deadline time.Time
+	for _, m := range batch {
+		if d, ok := m.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+			deadline = d
+		}
+	}
+	if deadline.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, deadline)
+}
