@@ -294,10 +294,10 @@ func (s *Service) refund(ctx context.Context, id string) (*orderly.Trip, *saga.S
 // asked again, and each try is a saga of its own with its own idempotency keys.
 func nextRefundSagaID(id, prev string) string {
 	first := id + ":refund"
-	switch {
-	case prev == "":
+	switch prev {
+	case "":
 		return first
-	case prev == first:
+	case first:
 		return first + ":2"
 	}
 	n, err := strconv.Atoi(strings.TrimPrefix(prev, first+":"))

@@ -90,6 +90,9 @@ type DB struct {
 	// aborts counts write transactions the database aborted for a deadlock or a
 	// serialization failure (each is run again, up to maxAttempts).
 	aborts atomic.Int64
+	// built holds, on SQLite, the statements whose text is built at run time (savepoints,
+	// multi-row inserts), prepared once per handle and text (tx.execBuilt).
+	built builtStmts
 }
 
 // Aborts returns how many write transactions the database has aborted for a deadlock or a
@@ -391,7 +394,7 @@ func (db *DB) WriterStats() sql.DBStats { return db.writer.Stats() }
 
 // Close implements store.Store.
 func (db *DB) Close() error {
-	var errs []error
+	errs := db.built.close()
 	for _, s := range db.wstmts {
 		errs = append(errs, s.Close())
 	}
@@ -495,7 +498,7 @@ func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.T
 			return fmt.Errorf("begin read: %w", err)
 		}
 	}
-	t := &tx{q: sqlTx, db: db, stmts: stmts, gates: gates}
+	t := &tx{q: sqlTx, h: h, db: db, stmts: stmts, gates: gates}
 	err = fn(t)
 	if t.busy != nil { // whatever fn made of it: the attempt rolls back (gate.go)
 		return t.busy

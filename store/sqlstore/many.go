@@ -21,15 +21,15 @@ var qStockLockAvailable = newQuery(func(d *dialect) string {
 
 // insertMany writes rows with INSERT head VALUES row, row, …, rowsPerInsert rows a
 // statement; args holds every row's arguments in order, as many each as row has
-// placeholders. The statements are not prepared once like the others: their text depends
-// on the number of rows.
+// placeholders. The statements are not registered like the others (their text depends on
+// the number of rows): execBuilt prepares them on SQLite, once per row count.
 func (t *tx) insertMany(ctx context.Context, what, head, tuple string, args []any) error {
 	perRow := strings.Count(tuple, "?")
 	rows := len(args) / perRow
 	for start := 0; start < rows; start += rowsPerInsert {
 		n := min(rowsPerInsert, rows-start)
 		text := head + " VALUES " + strings.TrimSuffix(strings.Repeat(tuple+", ", n), ", ")
-		if _, err := t.q.ExecContext(ctx, t.db.d.rebind(text), args[start*perRow:(start+n)*perRow]...); err != nil {
+		if _, err := t.execBuilt(ctx, t.db.d.rebind(text), args[start*perRow:(start+n)*perRow]...); err != nil {
 			return t.translate(t.check(err), what)
 		}
 	}

@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -43,4 +45,88 @@ func TestSQLiteReadConnectionsStayOpen(t *testing.T) {
 		t.Fatalf("after 5 rounds of %d reads at once: %d connections closed for want of idle room, %d open; want 0 and %d",
 			readers, st.MaxIdleClosed, st.OpenConnections, readers)
 	}
+}
+
+// TestSQLiteBuiltStatementsPrepared: on SQLite a savepoint's statements and a multi-row
+// insert are prepared once (in the background, after their first run) and then run
+// prepared, with the same effects: a savepoint's rollback undoes only its own writes.
+func TestSQLiteBuiltStatementsPrepared(t *testing.T) {
+	t.Parallel()
+	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "built.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := t.Context()
+	errInner := errors.New("inner refused")
+	round := func(i int) {
+		t.Helper()
+		err := db.InTx(ctx, func(tx store.Tx) error {
+			if _, err := tx.StockSet(ctx, fmt.Sprintf("kept-%d", i), 1); err != nil {
+				return err
+			}
+			serr := tx.Savepoint(ctx, func() error {
+				if _, err := tx.StockSet(ctx, fmt.Sprintf("undone-%d", i), 1); err != nil {
+					return err
+				}
+				return errInner
+			})
+			if !errors.Is(serr, errInner) {
+				return fmt.Errorf("savepoint: %w, want the inner error", serr)
+			}
+			steps := []*store.SagaStep{{SagaID: "s", StepName: "a", Phase: "action", Attempt: 2*i + 1, Outcome: "succeeded", IdempotencyKey: "k"},
+				{SagaID: "s", StepName: "a", Phase: "action", Attempt: 2*i + 2, Outcome: "succeeded", IdempotencyKey: "k"}}
+			return tx.SagaStepInsert(ctx, steps...)
+		})
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+	if err := db.InTx(ctx, func(tx store.Tx) error {
+		return tx.SagaInsert(ctx, &store.SagaInstance{ID: "s", Definition: "d", State: "succeeded", CurrentStep: 1, Input: []byte("null"),
+			EndedAt: ptrTime(time.Unix(0, 0).UTC())})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	round(0)
+	want := []string{"SAVEPOINT sp1", "ROLLBACK TO SAVEPOINT sp1", "RELEASE SAVEPOINT sp1"}
+	deadline := time.Now().Add(10 * time.Second)
+	for !db.builtPrepared(want...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v not prepared 10 s after their first run", want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	round(1)
+	if err := db.Read(ctx, func(tx store.Tx) error {
+		for i := range 2 {
+			if _, err := tx.StockGet(ctx, fmt.Sprintf("kept-%d", i)); err != nil {
+				return fmt.Errorf("round %d's write before the savepoint: %w", i, err)
+			}
+			if _, err := tx.StockGet(ctx, fmt.Sprintf("undone-%d", i)); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+				return fmt.Errorf("round %d's write in the rolled-back savepoint: %w, want ENOTFOUND", i, err)
+			}
+		}
+		steps, err := tx.SagaSteps(ctx, "s")
+		if err != nil || len(steps) != 4 || steps[3].Attempt != 4 {
+			return fmt.Errorf("step log %d rows (%w), want 4 in order", len(steps), err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ptrTime(t time.Time) *time.Time { return &t }
+
+// builtPrepared reports whether every text is prepared on the writer (tests).
+func (db *DB) builtPrepared(texts ...string) bool {
+	db.built.mu.Lock()
+	defer db.built.mu.Unlock()
+	for _, text := range texts {
+		if db.built.stmts[builtKey{db.writer, text}] == nil {
+			return false
+		}
+	}
+	return true
 }

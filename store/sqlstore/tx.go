@@ -18,6 +18,7 @@ import (
 // tx implements store.Tx on one *sql.Tx, running the statements prepared for its handle.
 type tx struct {
 	q          *sql.Tx
+	h          *sql.DB // the handle q was begun on
 	db         *DB
 	stmts      []*sql.Stmt
 	savepoints int            // nesting depth: each level has its own name (MySQL replaces a same-named one)
@@ -68,8 +69,8 @@ func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	return t.now, nil
 }
 
-// Savepoint implements store.Tx. The savepoint statements are not prepared: MySQL does
-// not prepare them.
+// Savepoint implements store.Tx. The savepoint statements are prepared on SQLite only
+// (execBuilt): MySQL does not prepare them.
 func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
 	t.savepoints++
 	defer func() { t.savepoints-- }()
@@ -77,25 +78,25 @@ func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
 	if t.aborted != nil {
 		return fmt.Errorf("savepoint: the transaction was aborted: %w", t.aborted)
 	}
-	if _, err := t.q.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+	if _, err := t.execBuilt(ctx, "SAVEPOINT "+name); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
 	if ferr := fn(); ferr != nil {
 		if t.aborted != nil {
 			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: the transaction was aborted: %w", t.aborted))
 		}
-		if _, err := t.q.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+		if _, err := t.execBuilt(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
 			if t.aborted == nil {
 				t.aborted = fmt.Errorf("rollback to savepoint %s: %w", name, err)
 			}
 			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: %w", err))
 		}
-		if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		if _, err := t.execBuilt(ctx, "RELEASE SAVEPOINT "+name); err != nil {
 			return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
 		}
 		return ferr
 	}
-	if _, err := t.q.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+	if _, err := t.execBuilt(ctx, "RELEASE SAVEPOINT "+name); err != nil {
 		return fmt.Errorf("release savepoint: %w", err)
 	}
 	return nil
