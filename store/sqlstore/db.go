@@ -196,7 +196,11 @@ func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate, mustExis
 	if err := checkDir(path); err != nil {
 		return err
 	}
-	const pragmas = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
+	// temp_store(MEMORY): the sub-journal of a savepoint (each page's content before its
+	// first change inside one) is kept in memory, not written to a temporary file: a
+	// wallet checkout runs five savepoints, and those writes were 9 % of its CPU.
+	const pragmas = "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)" +
+		"&_pragma=temp_store(MEMORY)"
 	// The DSN is a SQLite URI filename: escape the characters it gives a meaning to, or a
 	// path with '?', '#' or '%' names another file and loses the pragmas.
 	dsnPath := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)

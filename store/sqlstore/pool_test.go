@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -129,4 +131,27 @@ func (db *DB) builtPrepared(texts ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestSQLiteTempStoreInMemory: every SQLite connection keeps its temporary files (a
+// savepoint's sub-journal) in memory: PRAGMA temp_store is 2 (MEMORY) on the writer and on
+// the readers.
+func TestSQLiteTempStoreInMemory(t *testing.T) {
+	t.Parallel()
+	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "temp.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	for name, h := range map[string]interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}{"writer": db.writer, "reader": db.reader} {
+		var mode int
+		if err := h.QueryRowContext(t.Context(), "PRAGMA temp_store").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if mode != 2 {
+			t.Errorf("%s: temp_store %d, want 2 (MEMORY)", name, mode)
+		}
+	}
 }
