@@ -19,10 +19,11 @@ import (
 // BenchmarkWalletCheckout runs wallet checkouts (the saga wallet_checkout: order, stock,
 // coupon, pay; no coupon named) through Engine.Checkout, 16 callers at once, over
 // 1000 buyers with wallets that cover every checkout and 100 SKUs stocked for all of
-// them. It reports checkouts/s. Work per checkout, measured by the statement counts in
-// README.md "Wallet checkout": one write transaction (the saga's start and its four
-// steps, each in a savepoint with its log row) and two reads (the idempotency look-up,
-// the order). On PostgreSQL when
+// them. It reports checkouts/s. Work per checkout (BENCHMARKS.md "Wallet checkout"): the
+// saga's start and its four steps, each in a savepoint, in one write transaction (on
+// SQLite shared with the checkouts waiting at the same time: saga.Config.JoinRuns), the
+// step log in one statement; and two reads (the idempotency look-up, the order). On
+// PostgreSQL when
 // ORDERLY_TEST_POSTGRES_URL is set.
 //
 //	go test -run '^$' -bench WalletCheckout -benchtime 5000x ./checkout/
