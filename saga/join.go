@@ -2,6 +2,7 @@ package saga
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -90,7 +91,7 @@ func (j *runJoiner) run(batch []*joinedRun) {
 	o := j.o
 	ctx, cancel := joinedContext(batch)
 	defer cancel()
-	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+	err := j.inTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -119,6 +120,20 @@ func (j *runJoiner) run(batch []*joinedRun) {
 			}
 		}
 	}
+}
+
+// inTx runs fn in a write transaction. A participant that panics does so in this
+// goroutine, not in its caller's, where an HTTP server's recovery would catch it: the panic
+// becomes the batch's error (the store rolled the transaction back), and each member then
+// runs the ordinary way in its caller's goroutine.
+func (j *runJoiner) inTx(ctx context.Context, fn func(tx store.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("saga: a participant panicked in a joined transaction: %v", r)
+			j.o.cfg.Logger.ErrorContext(ctx, "saga: a participant panicked in a joined transaction; its members run one by one", "panic", r)
+		}
+	}()
+	return j.o.cfg.Store.InTx(ctx, fn)
 }
 
 // joinedContext is the context of a batch's transaction: the first member's values and

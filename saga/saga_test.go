@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -876,5 +878,33 @@ func TestJoinRuns(t *testing.T) {
 	// its action a and a's compensation (b's failed write rolled back with its savepoint).
 	if want := 2 + 2 + 7*2 + 2; len(rows) != want {
 		t.Fatalf("%d participant rows, want %d", len(rows), want)
+	}
+}
+
+// TestJoinRunsPanic: a participant that panics inside a joined transaction does not take
+// the process down from the joiner's goroutine: the batch rolls back and its members run
+// the ordinary way in their callers' goroutines (here the participant's second call
+// succeeds).
+func TestJoinRunsPanic(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	def := saga.Definition{Name: "panics-once", Steps: []saga.Step{{Name: "a", Action: saga.LocalTx(
+		func(context.Context, store.Tx, *saga.Call) error {
+			if calls.Add(1) == 1 {
+				panic("participant bug")
+			}
+			return nil
+		})}}}
+	o, err := saga.New(saga.Config{Store: newStore(t), Definitions: []saga.Definition{def}, JoinRuns: 32,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := o.Run(t.Context(), &saga.StartParams{Definition: "panics-once"})
+	if err != nil || inst.State != saga.StateSucceeded {
+		t.Fatalf("Run after a panic in its joined transaction: %+v (%v), want succeeded", inst, err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("participant called %d times, want 2 (the joined try, then the ordinary one)", n)
 	}
 }
