@@ -30,9 +30,6 @@ type tx struct {
 	// attempt must not commit, even if fn caught the error (a per-message fallback inside a
 	// savepoint does): run returns it, and InTx runs the transaction again.
 	aborted error
-	// now is the database clock as first read in this attempt (Now): within one
-	// transaction the clock is read once, as store.Tx allows.
-	now time.Time
 }
 
 // check records err in t.aborted when it aborted the whole transaction, and returns it.
@@ -45,28 +42,33 @@ func (t *tx) check(err error) error {
 
 var _ store.Tx = (*tx)(nil)
 
+// afterAbort is the error of a statement sent after the transaction was aborted: none is
+// sent. SQLite (an interrupted or failed write) and MySQL (a deadlock) roll the whole
+// transaction back and run what follows in autocommit, where a write would commit at once,
+// outside the transaction that the caller then sees fail: a saga's instance written that
+// way was run by the timer while its caller was told its start failed.
+func (t *tx) afterAbort() error {
+	return fmt.Errorf("statement not sent: the transaction was aborted: %w", t.aborted)
+}
+
 var (
 	qNow = newQuery(func(d *dialect) string { return d.now })
 )
 
-// Now implements store.Tx: the database clock, read by the transaction's first call and
-// returned by every later one (one statement per transaction, not one per call; a wallet
-// checkout asked eight times). A clock read later in the transaction would be later, never
-// earlier, so the first read decides a due check no sooner than it would have: a close is
-// never early. A Config.Now clock (tests) is asked at every call.
+// Now implements store.Tx: the database clock, read at every call. It is not cached for
+// the transaction: callers read it after a lock wait to decide a deadline with the row held
+// (a group's success, a hold's expiry) and to start a lease, and a time read before the wait
+// would be stale by the wait (a group succeeding after its deadline, a lease already over at
+// its commit).
 func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	if t.db.now != nil {
 		return t.db.now().UTC().Truncate(time.Millisecond), nil
-	}
-	if !t.now.IsZero() {
-		return t.now, nil
 	}
 	var v int64
 	if err := t.queryRow(ctx, qNow).Scan(&v); err != nil {
 		return time.Time{}, fmt.Errorf("database now: %w", err)
 	}
-	t.now = fromMS(v)
-	return t.now, nil
+	return fromMS(v), nil
 }
 
 // Savepoint implements store.Tx. The savepoint statements are prepared on SQLite only
@@ -110,6 +112,9 @@ func (t *tx) stmt(ctx context.Context, q *query) *sql.Stmt {
 // exec runs a statement and returns the number of rows it changed; errors are translated
 // with what (see translate).
 func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int64, error) {
+	if t.aborted != nil {
+		return 0, fmt.Errorf("%s: %w", what, t.afterAbort())
+	}
 	res, err := t.stmt(ctx, q).ExecContext(ctx, args...) //nolint:sqlclosecheck // a transaction's statements close with it
 	if err != nil {
 		return 0, t.translate(t.check(err), what)
@@ -122,11 +127,21 @@ func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int6
 }
 
 func (t *tx) query(ctx context.Context, q *query, args ...any) (*sql.Rows, error) {
+	if t.aborted != nil {
+		return nil, t.afterAbort()
+	}
 	rows, err := t.stmt(ctx, q).QueryContext(ctx, args...) //nolint:sqlclosecheck // the caller closes the rows; the statement closes with the transaction
 	return rows, t.check(err)
 }
 
 func (t *tx) queryRow(ctx context.Context, q *query, args ...any) *sql.Row {
+	if t.aborted != nil {
+		// A row whose Scan fails without sending anything: database/sql checks the
+		// context before it takes the connection.
+		done, cancel := context.WithCancelCause(ctx)
+		cancel(t.afterAbort())
+		return t.q.QueryRowContext(done, "SELECT 1") //nolint:sqlclosecheck // nothing is sent
+	}
 	row := t.stmt(ctx, q).QueryRowContext(ctx, args...) //nolint:sqlclosecheck // the statement closes with the transaction
 	_ = t.check(row.Err())
 	return row
