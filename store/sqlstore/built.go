@@ -79,6 +79,9 @@ func (b *builtStmts) close() []error {
 // (builtStmts), elsewhere sent as it is (pgx caches statements by text itself; MySQL does
 // not prepare savepoints).
 func (t *tx) execBuilt(ctx context.Context, text string, args ...any) (sql.Result, error) {
+	if t.aborted != nil {
+		return nil, t.afterAbort()
+	}
 	if t.db.d.name == "sqlite" && t.h != nil {
 		if st := t.db.built.get(t.h, text); st != nil {
 			return t.q.StmtContext(ctx, st).ExecContext(ctx, args...) //nolint:sqlclosecheck // closed with the store (builtStmts.close)

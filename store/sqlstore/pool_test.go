@@ -133,9 +133,9 @@ func (db *DB) builtPrepared(texts ...string) bool {
 	return true
 }
 
-// TestSQLiteTempStoreInMemory: every SQLite connection keeps its temporary files (a
-// savepoint's sub-journal) in memory: PRAGMA temp_store is 2 (MEMORY) on the writer and on
-// the readers.
+// TestSQLiteTempStoreInMemory: the SQLite writer keeps its temporary files (a savepoint's
+// sub-journal) in memory, PRAGMA temp_store 2 (MEMORY); the readers, whose scans may sort
+// many rows, keep the default, 0.
 func TestSQLiteTempStoreInMemory(t *testing.T) {
 	t.Parallel()
 	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "temp.db")})
@@ -143,15 +143,65 @@ func TestSQLiteTempStoreInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	for name, h := range map[string]interface {
-		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	}{"writer": db.writer, "reader": db.reader} {
+	for _, c := range []struct {
+		name string
+		h    interface {
+			QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+		}
+		want int
+	}{{"writer", db.writer, 2}, {"reader", db.reader, 0}} {
 		var mode int
-		if err := h.QueryRowContext(t.Context(), "PRAGMA temp_store").Scan(&mode); err != nil {
+		if err := c.h.QueryRowContext(t.Context(), "PRAGMA temp_store").Scan(&mode); err != nil {
 			t.Fatal(err)
 		}
-		if mode != 2 {
-			t.Errorf("%s: temp_store %d, want 2 (MEMORY)", name, mode)
+		if mode != c.want {
+			t.Errorf("%s: temp_store %d, want %d", c.name, mode, c.want)
 		}
+	}
+}
+
+// TestNoStatementAfterAbort: once SQLite has rolled a transaction back on its own (a write
+// interrupted by its context), the transaction's later statements are not sent: in
+// autocommit a write would commit at once, outside the transaction its caller sees fail.
+// Here the caller ignores the failed savepoint (as a per-member fallback does) and writes
+// on; nothing of it may be in the database.
+func TestNoStatementAfterAbort(t *testing.T) {
+	t.Parallel()
+	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "abort.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := t.Context()
+	const bulk = `INSERT INTO stock (sku, available) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000000)
+		SELECT 'bulk-' || x, 1 FROM c`
+	var afterAbort error
+	err = db.InTx(ctx, func(stx store.Tx) error {
+		tt := stx.(*tx)
+		serr := tt.Savepoint(ctx, func() error {
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, err := tt.q.ExecContext(short, bulk) // interrupted: SQLite rolls the whole transaction back
+			return err
+		})
+		if serr == nil {
+			return errors.New("the bulk insert finished within 50 ms; the test needs it interrupted")
+		}
+		_, afterAbort = stx.StockSet(ctx, "after-abort", 5)
+		return nil
+	})
+	if err == nil {
+		t.Fatal("the transaction committed after SQLite rolled it back")
+	}
+	if afterAbort == nil {
+		t.Fatal("a write after the abort was sent and succeeded")
+	}
+	if err := db.Read(ctx, func(tx store.Tx) error {
+		if _, err := tx.StockGet(ctx, "after-abort"); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			return fmt.Errorf("the write after the abort: %w, want ENOTFOUND (not committed)", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
