@@ -87,8 +87,23 @@ func (j *runJoiner) loop() {
 
 // run writes batch in one transaction and sets each member's outcome; after the commit it
 // does what follows each member's records (metrics, logs, wake-ups).
+// A member whose context ended before the batch began is answered with its context's
+// error and left out: its deadline, already past, would otherwise end the batch's
+// transaction and send every member the ordinary way.
 func (j *runJoiner) run(batch []*joinedRun) {
 	o := j.o
+	live := batch[:0:0]
+	for _, m := range batch {
+		if err := m.ctx.Err(); err != nil {
+			m.err = err
+			continue
+		}
+		live = append(live, m)
+	}
+	if len(live) == 0 {
+		return
+	}
+	batch = live
 	ctx, cancel := joinedContext(batch)
 	defer cancel()
 	err := j.inTx(ctx, func(tx store.Tx) error {
@@ -98,9 +113,10 @@ func (j *runJoiner) run(batch []*joinedRun) {
 		}
 		for _, m := range batch { // a run again (a deadlock, a busy database) starts from scratch
 			m.records, m.err = m.records[:0], nil
+			mctx := memberContext{ctx, m.ctx} // the member's trace span and logger
 			m.err = tx.Savepoint(ctx, func() error {
 				var err error
-				m.records, err = o.runLocal(ctx, tx, o.claimNew(m.tmpl, m.def, now), m.def, m.records[:0], true)
+				m.records, err = o.runLocal(mctx, tx, o.claimNew(m.tmpl, m.def, now), m.def, m.records[:0], true)
 				return err
 			})
 			if m.err == nil && len(m.records) == 0 {
@@ -135,6 +151,15 @@ func (j *runJoiner) inTx(ctx context.Context, fn func(tx store.Tx) error) (err e
 	}()
 	return j.o.cfg.Store.InTx(ctx, fn)
 }
+
+// memberContext is a member's context inside its batch: the batch's deadline and
+// cancellation (the transaction's), the member's values (its trace span, its logger).
+type memberContext struct {
+	context.Context                 // the batch's
+	values          context.Context // the member's
+}
+
+func (c memberContext) Value(key any) any { return c.values.Value(key) }
 
 // joinedContext is the context of a batch's transaction: the first member's values and
 // the earliest deadline of the members, so that no member waits past its own deadline.
