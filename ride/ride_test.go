@@ -550,6 +550,18 @@ func TestRefundAgainAfterAFailedRefund(t *testing.T) {
 	if h, err := b.gw.Hold(ctx, tr.HoldID); err != nil || h.Refunded != 3820 {
 		t.Fatalf("card refunded %+v (%v), want 3820 once", h, err)
 	}
+	// The card refund's key is the trip's, not the try's: a first try whose refund step's
+	// outcome stayed unknown may have refunded, and the next is answered that refund.
+	keys, err := b.gw.HoldKeys(ctx, tr.HoldID)
+	var refundKeys []string
+	for _, k := range keys {
+		if k.Op == string(payment.GatewayRefund) {
+			refundKeys = append(refundKeys, k.Key)
+		}
+	}
+	if err != nil || len(refundKeys) != 1 || refundKeys[0] != tr.ID+":refund/refund/action" {
+		t.Fatalf("refund keys of the hold %v (%v), want one: %s:refund/refund/action", refundKeys, err, tr.ID)
+	}
 	if d := b.balance(t, "driver-spent"); d != 0 {
 		t.Fatalf("driver balance after the refund %d, want 0", d)
 	}

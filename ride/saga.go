@@ -412,6 +412,15 @@ func (s *Service) unreverse(ctx context.Context, c *saga.Call) error {
 	return nil
 }
 
+// cardRefundKey is the idempotency key of trip t's card refund: the first refund saga's
+// refund step's, whichever try of the refund runs it. A trip is refunded in full at most
+// once, and a try whose refund step's outcome stayed unknown (then compensated: the trip
+// went back to settled) may have refunded the card: the next try, under the same key, is
+// answered that refund instead of being refused as exceeding what was captured.
+func cardRefundKey(t *orderly.Trip) string {
+	return saga.IdempotencyKey(nextRefundSagaID(t.ID, ""), "refund", saga.PhaseAction)
+}
+
 func (s *Service) refundCard(ctx context.Context, c *saga.Call) error {
 	_, t, err := s.load(ctx, c)
 	if err != nil {
@@ -420,13 +429,14 @@ func (s *Service) refundCard(ctx context.Context, c *saga.Call) error {
 	if err := s.faults.before(ctx); err != nil {
 		return err
 	}
+	key := cardRefundKey(t)
 	if t.Captured > 0 {
-		if err := s.cfg.Gateway.RefundHold(ctx, t.HoldID, c.IdempotencyKey, t.Captured); err != nil {
+		if err := s.cfg.Gateway.RefundHold(ctx, t.HoldID, key, t.Captured); err != nil {
 			return err
 		}
 	}
 	if t.ExtraCharged > 0 {
-		if err := s.cfg.Gateway.RefundHold(ctx, extraHoldID(t), c.IdempotencyKey+"/extra", t.ExtraCharged); err != nil {
+		if err := s.cfg.Gateway.RefundHold(ctx, extraHoldID(t), key+"/extra", t.ExtraCharged); err != nil {
 			return err
 		}
 	}
