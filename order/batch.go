@@ -7,9 +7,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/batchctx"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -154,30 +154,13 @@ func contextError(ctx context.Context) error {
 	return err
 }
 
-// memberContext is a batch member's context inside its batch: the batch's deadline and
-// cancellation (the transaction's), the member's values (its trace span, its logger).
-type memberContext struct {
-	context.Context                 // the batch's
-	values          context.Context // the member's
-}
-
-func (c memberContext) Value(key any) any { return c.values.Value(key) }
-
-// batchContext is the context of a batch's transaction: the first member's values, and
-// the earliest deadline of the members, so that no member's answer comes after its
-// deadline and a batch that runs out of time changed nothing.
+// batchContext is the context of a batch's transaction (batchctx.Batch of the members').
 func batchContext(calls []*createCall) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(calls[0].ctx)
-	var deadline time.Time
-	for _, c := range calls {
-		if d, ok := c.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-			deadline = d
-		}
+	ctxs := make([]context.Context, len(calls))
+	for i, c := range calls {
+		ctxs[i] = c.ctx
 	}
-	if deadline.IsZero() {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadline(ctx, deadline)
+	return batchctx.Batch(ctxs)
 }
 
 // errMemberRefused ends an attempt of a batch run without savepoints at its first member
@@ -236,7 +219,7 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 			}
 			for _, c := range live {
 				var err error
-				if c.o, c.created, err = s.CreateInTx(memberContext{ctx, c.ctx}, tx, c.p, &CreateOptions{Now: now}); err != nil {
+				if c.o, c.created, err = s.CreateInTx(batchctx.Member(ctx, c.ctx), tx, c.p, &CreateOptions{Now: now}); err != nil {
 					if len(live) == 1 {
 						return err
 					}
@@ -265,7 +248,7 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 			return err
 		}
 		for _, c := range live {
-			mctx := memberContext{ctx, c.ctx}
+			mctx := batchctx.Member(ctx, c.ctx)
 			err := tx.Savepoint(mctx, func() error {
 				var err error
 				c.o, c.created, err = s.CreateInTx(mctx, tx, c.p, &CreateOptions{Now: now})
@@ -327,7 +310,7 @@ func (s *Service) createTogether(ctx context.Context, tx store.Tx, live []*creat
 	}
 	var fresh []*member
 	for _, c := range live {
-		m := &member{c: c, ctx: memberContext{ctx, c.ctx}}
+		m := &member{c: c, ctx: batchctx.Member(ctx, c.ctx)}
 		if m.n, err = s.newOrder(m.ctx, tx, c.p, &CreateOptions{Now: now}); err != nil {
 			if orderly.ErrorCode(err) == orderly.EINTERNAL {
 				return false, err

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
+	"github.com/orderlyhq/orderly/internal/batchctx"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -104,7 +104,11 @@ func (j *runJoiner) run(batch []*joinedRun) {
 		return
 	}
 	batch = live
-	ctx, cancel := joinedContext(batch)
+	ctxs := make([]context.Context, len(batch))
+	for i, m := range batch {
+		ctxs[i] = m.ctx
+	}
+	ctx, cancel := batchctx.Batch(ctxs)
 	defer cancel()
 	err := j.inTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
@@ -113,7 +117,7 @@ func (j *runJoiner) run(batch []*joinedRun) {
 		}
 		for _, m := range batch { // a run again (a deadlock, a busy database) starts from scratch
 			m.records, m.err = m.records[:0], nil
-			mctx := memberContext{ctx, m.ctx} // the member's trace span and logger
+			mctx := batchctx.Member(ctx, m.ctx) // the member's trace span and logger
 			m.err = tx.Savepoint(ctx, func() error {
 				var err error
 				m.records, err = o.runLocal(mctx, tx, o.claimNew(m.tmpl, m.def, now), m.def, m.records[:0], true)
@@ -150,29 +154,4 @@ func (j *runJoiner) inTx(ctx context.Context, fn func(tx store.Tx) error) (err e
 		}
 	}()
 	return j.o.cfg.Store.InTx(ctx, fn)
-}
-
-// memberContext is a member's context inside its batch: the batch's deadline and
-// cancellation (the transaction's), the member's values (its trace span, its logger).
-type memberContext struct {
-	context.Context                 // the batch's
-	values          context.Context // the member's
-}
-
-func (c memberContext) Value(key any) any { return c.values.Value(key) }
-
-// joinedContext is the context of a batch's transaction: the first member's values and
-// the earliest deadline of the members, so that no member waits past its own deadline.
-func joinedContext(batch []*joinedRun) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(batch[0].ctx)
-	var deadline time.Time
-	for _, m := range batch {
-		if d, ok := m.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-			deadline = d
-		}
-	}
-	if deadline.IsZero() {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadline(ctx, deadline)
 }
