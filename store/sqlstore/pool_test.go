@@ -20,11 +20,7 @@ import (
 // statement anew): 14 % of a wallet checkout benchmark's CPU.
 func TestSQLiteReadConnectionsStayOpen(t *testing.T) {
 	t.Parallel()
-	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "pool.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := openTempSQLite(t)
 	ctx := t.Context()
 	readers := db.reader.Stats().MaxOpenConnections
 	for range 5 {
@@ -54,11 +50,7 @@ func TestSQLiteReadConnectionsStayOpen(t *testing.T) {
 // prepared, with the same effects: a savepoint's rollback undoes only its own writes.
 func TestSQLiteBuiltStatementsPrepared(t *testing.T) {
 	t.Parallel()
-	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "built.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := openTempSQLite(t)
 	ctx := t.Context()
 	errInner := errors.New("inner refused")
 	round := func(i int) {
@@ -91,7 +83,8 @@ func TestSQLiteBuiltStatementsPrepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	round(0)
-	want := []string{"SAVEPOINT sp1", "ROLLBACK TO SAVEPOINT sp1", "RELEASE SAVEPOINT sp1"}
+	want := []string{"SAVEPOINT sp1", "ROLLBACK TO SAVEPOINT sp1", "RELEASE SAVEPOINT sp1",
+		qSagaStepInsertHead + " VALUES " + qSagaStepInsertRow + ", " + qSagaStepInsertRow} // the two-row log insert
 	deadline := time.Now().Add(10 * time.Second)
 	for !db.builtPrepared(want...) {
 		if time.Now().After(deadline) {
@@ -138,11 +131,7 @@ func (db *DB) builtPrepared(texts ...string) bool {
 // many rows, keep the default, 0.
 func TestSQLiteTempStoreInMemory(t *testing.T) {
 	t.Parallel()
-	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "temp.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := openTempSQLite(t)
 	for _, c := range []struct {
 		name string
 		h    interface {
@@ -167,16 +156,12 @@ func TestSQLiteTempStoreInMemory(t *testing.T) {
 // on; nothing of it may be in the database.
 func TestNoStatementAfterAbort(t *testing.T) {
 	t.Parallel()
-	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "abort.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := openTempSQLite(t)
 	ctx := t.Context()
 	const bulk = `INSERT INTO stock (sku, available) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000000)
 		SELECT 'bulk-' || x, 1 FROM c`
 	var afterAbort error
-	err = db.InTx(ctx, func(stx store.Tx) error {
+	err := db.InTx(ctx, func(stx store.Tx) error {
 		tt := stx.(*tx)
 		serr := tt.Savepoint(ctx, func() error {
 			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -204,4 +189,15 @@ func TestNoStatementAfterAbort(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openTempSQLite opens a migrated SQLite store in a temporary directory, closed when t ends.
+func openTempSQLite(t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(t.Context(), Config{URL: filepath.Join(t.TempDir(), "test.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
