@@ -110,6 +110,7 @@ func (s *steps) createOrder(ctx context.Context, tx store.Tx, c *saga.Call) erro
 	if !created {
 		return saga.Business(orderly.Errorf(orderly.EIDEMPOTENCY, "Idempotency-Key %q was taken by order %s meanwhile", p.IdempotencyKey, o.ID))
 	}
+	c.Keep(o) // the order as written: the next steps in this transaction need not read it
 	return nil
 }
 
@@ -124,12 +125,18 @@ func namesCoupon(c *saga.Call) bool {
 	return json.Unmarshal(c.Input, &in) != nil || in.Order.CouponID != ""
 }
 
-// pending reads the checkout's order; a business failure when it is no longer
-// pending_payment (closed by its deadline or by the buyer while a step waited).
-func pending(ctx context.Context, tx store.Tx, id string) (*orderly.Order, time.Time, error) {
-	o, err := tx.OrderGet(ctx, id)
-	if err != nil {
-		return nil, time.Time{}, business(err)
+// pending reads the checkout's order, and the database clock; a business failure when the
+// order is no longer pending_payment (closed by its deadline or by the buyer while a step
+// waited). When the order step ran in this transaction the order is the one it wrote
+// (saga.Call.Carried), unread: no step changes the order's row before pay, and no other
+// transaction can while this one holds it.
+func pending(ctx context.Context, tx store.Tx, c *saga.Call) (*orderly.Order, time.Time, error) {
+	o, carried := c.Carried().(*orderly.Order)
+	if !carried {
+		var err error
+		if o, err = tx.OrderGet(ctx, c.SagaID); err != nil {
+			return nil, time.Time{}, business(err)
+		}
 	}
 	now, err := tx.Now(ctx)
 	if err != nil {
@@ -142,7 +149,7 @@ func pending(ctx context.Context, tx store.Tx, id string) (*orderly.Order, time.
 }
 
 func (s *steps) reserve(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	o, now, err := pending(ctx, tx, c.SagaID)
+	o, now, err := pending(ctx, tx, c)
 	if err != nil {
 		return err
 	}
@@ -166,7 +173,7 @@ func (s *steps) freeze(ctx context.Context, tx store.Tx, c *saga.Call) error {
 	if !namesCoupon(c) {
 		return nil
 	}
-	o, now, err := pending(ctx, tx, c.SagaID)
+	o, now, err := pending(ctx, tx, c)
 	if err != nil {
 		return err
 	}
@@ -225,7 +232,7 @@ func (s *steps) creditBack(ctx context.Context, tx store.Tx, c *saga.Call) error
 // order's currency, or whose available balance is short, is a business failure
 // (EINSUFFICIENT), and the step's writes roll back with its savepoint.
 func (s *steps) pay(ctx context.Context, tx store.Tx, c *saga.Call) error {
-	o, now, err := pending(ctx, tx, c.SagaID)
+	o, now, err := pending(ctx, tx, c)
 	if err != nil {
 		return err
 	}

@@ -522,6 +522,7 @@ func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaI
 	var (
 		written *store.SagaInstance // the state the row holds, when written in this run
 		logRows []*store.SagaStep   // not written yet
+		carried any                 // Call.Keep of the run's actions so far
 	)
 	fence := !fresh
 	// flush writes the log rows, after the instance row when it is new (cur: its state).
@@ -547,9 +548,19 @@ func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaI
 			}
 		}
 		attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
-		callErr := tx.Savepoint(ctx, func() error { return p.call(attemptCtx, tx, newCall(cur, step, phase)) })
+		call := newCall(cur, step, phase)
+		if phase == PhaseAction {
+			call.carried = carried
+		}
+		callErr := tx.Savepoint(ctx, func() error { return p.call(attemptCtx, tx, call) })
 		callErr = callError(attemptCtx, step, callErr)
 		cancel()
+		switch {
+		case callErr != nil || phase != PhaseAction:
+			carried = nil
+		case call.kept != nil:
+			carried = call.kept
+		}
 		out, msg := outcomeOf(callErr)
 		now, err := tx.Now(ctx)
 		if err != nil {

@@ -27,7 +27,23 @@ type Call struct {
 	Input      json.RawMessage `json:"input"`   // the saga's input, as given to Run or Begin
 	// IdempotencyKey is the operation's key (IdempotencyKey): the same on every attempt.
 	IdempotencyKey string `json:"idempotency_key"`
+
+	carried, kept any // Carried, Keep: values of one LocalTx run, never sent
 }
+
+// Keep leaves v for the actions after this one in the same LocalTx run (one transaction,
+// see LocalTx): their Carried returns it once this attempt has succeeded. A value kept by
+// an attempt that fails is dropped, and a run turning to compensation drops what was kept.
+// Nothing crosses transactions: an action that runs in a later one (a retry, a resume
+// after a crash or after a remote step) finds Carried nil and reads the store. What is kept
+// must describe the rows as this run wrote them, and the actions that take it must not
+// change it.
+func (c *Call) Keep(v any) { c.kept = v }
+
+// Carried returns the value last kept (Keep) by an earlier action of the same LocalTx run,
+// or nil: for a compensation, for a participant outside the recording transaction, and
+// for the first action of a run.
+func (c *Call) Carried() any { return c.carried }
 
 // Participant is an action or a compensation. Build one with LocalTx, Local or HTTP. Its
 // error decides the attempt's outcome: nil is success, Business(err) a definitive failure,

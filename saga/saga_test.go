@@ -908,3 +908,71 @@ func TestJoinRunsPanic(t *testing.T) {
 		t.Fatalf("participant called %d times, want 2 (the joined try, then the ordinary one)", n)
 	}
 }
+
+// TestCallCarried: a value kept by a LocalTx action (Call.Keep) reaches the later actions
+// of the same run (one transaction), and nothing else: not the retry of a failed attempt
+// (a later transaction), nor a value the failed attempt kept, nor a compensation.
+func TestCallCarried(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		seen []string // step/phase#attempt=carried
+	)
+	step := func(keep string, fail func(c *saga.Call) error) saga.Participant {
+		return saga.LocalTx(func(_ context.Context, _ store.Tx, c *saga.Call) error {
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s/%s#%d=%v", c.StepName, c.Phase, c.Attempt, c.Carried()))
+			mu.Unlock()
+			if keep != "" {
+				c.Keep(keep + fmt.Sprint(c.Attempt))
+			}
+			if fail != nil {
+				return fail(c)
+			}
+			return nil
+		})
+	}
+	firstFails := func(c *saga.Call) error {
+		if c.Attempt == 1 {
+			return errors.New("lock wait")
+		}
+		return nil
+	}
+	retry := saga.RetryPolicy{InitialInterval: 5 * time.Millisecond, RandomizationFactor: -1}
+	defs := []saga.Definition{
+		{Name: "carry", Steps: []saga.Step{
+			{Name: "a", Action: step("a", nil)},
+			{Name: "b", Action: step("", nil)},
+			{Name: "c", Action: step("c", firstFails), Retry: retry},
+			{Name: "d", Action: step("", nil)},
+		}},
+		{Name: "carry-fail", Steps: []saga.Step{
+			{Name: "a", Action: step("a", nil), Compensation: step("", nil)},
+			{Name: "b", Action: step("b", func(*saga.Call) error { return saga.Business(errors.New("no")) })},
+		}},
+	}
+	db := newStore(t)
+	e, _ := start(t, db, defs...)
+	inst, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "carry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, inst.ID, saga.StateSucceeded)
+	fail, err := e.orch.Run(t.Context(), &saga.StartParams{Definition: "carry-fail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fail.State != saga.StateCompensated {
+		t.Fatalf("carry-fail: %s, want compensated within Run", fail.State)
+	}
+	want := []string{
+		"a/action#1=<nil>", "b/action#1=a1", "c/action#1=a1",
+		"c/action#2=<nil>", "d/action#1=c2", // the retry runs in a later transaction
+		"a/action#1=<nil>", "b/action#1=a1", "a/compensation#1=<nil>", // b kept b1, then failed
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, want) {
+		t.Fatalf("calls saw\n%q\nwant\n%q", seen, want)
+	}
+}

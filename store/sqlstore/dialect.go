@@ -30,6 +30,11 @@ type dialect struct {
 	dollar bool
 	// now selects the database clock as unix milliseconds, truncated.
 	now string
+	// hostClock: the database's clock is this process's clock. SQLite runs in the process
+	// and reads the same realtime clock (gettimeofday, to the millisecond) as time.Now, and
+	// WAL mode keeps every process on a SQLite file on one host: tx.Now reads time.Now,
+	// the same value without a statement (eight a wallet checkout).
+	hostClock bool
 	// ids and intIDs are subqueries yielding, as column v, the elements of one JSON array
 	// parameter (strings, integers): they keep statement texts constant whatever the
 	// number of ids, so every statement is prepared once.
@@ -67,8 +72,9 @@ var sqliteDialect = &dialect{
 		return false
 	},
 	// unixepoch('subsec') is the integer millisecond clock divided by 1000.0; ROUND only
-	// undoes the float error of that division.
+	// undoes the float error of that division. tx.Now does not send it (hostClock).
 	now:        `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`,
+	hostClock:  true,
 	ids:        `SELECT value AS v FROM json_each(?)`,
 	intIDs:     `SELECT value AS v FROM json_each(?)`,
 	forceIndex: func(string) string { return "" },

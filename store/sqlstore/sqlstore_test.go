@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"io/fs"
 	"os"
@@ -132,6 +133,44 @@ func TestNowReadAtEveryCall(t *testing.T) {
 				t.Fatalf("Now() in one transaction: %v, then %v 20 ms later; want the clock read again", first, later)
 			}
 		})
+	}
+}
+
+// TestSQLiteNowIsItsClock: on SQLite tx.Now reads the process's clock without a statement
+// (the database runs in the process): it agrees with SQLite's own clock, read between two
+// calls, to the millisecond.
+func TestSQLiteNowIsItsClock(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "clock.db")
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	ctx := t.Context()
+	for range 20 {
+		var before, after time.Time
+		var v int64
+		if err := db.Read(ctx, func(tx store.Tx) (err error) {
+			if before, err = tx.Now(ctx); err != nil {
+				return err
+			}
+			if err := raw.QueryRowContext(ctx, `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`).Scan(&v); err != nil {
+				return err
+			}
+			after, err = tx.Now(ctx)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if sqliteNow := time.UnixMilli(v).UTC(); sqliteNow.Before(before) || sqliteNow.After(after) {
+			t.Fatalf("SQLite's clock read %v between tx.Now %v and %v", sqliteNow, before, after)
+		}
 	}
 }
 

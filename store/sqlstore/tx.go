@@ -59,10 +59,17 @@ var (
 // the transaction: callers read it after a lock wait to decide a deadline with the row held
 // (a group's success, a hold's expiry) and to start a lease, and a time read before the wait
 // would be stale by the wait (a group succeeding after its deadline, a lease already over at
-// its commit).
+// its commit). On SQLite it is this process's clock, read without a statement
+// (dialect.hostClock).
 func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	if t.db.now != nil {
 		return t.db.now().UTC().Truncate(time.Millisecond), nil
+	}
+	if t.db.d.hostClock {
+		if t.aborted != nil {
+			return time.Time{}, fmt.Errorf("database now: %w", t.afterAbort())
+		}
+		return time.Now().UTC().Truncate(time.Millisecond), nil
 	}
 	var v int64
 	if err := t.queryRow(ctx, qNow).Scan(&v); err != nil {
