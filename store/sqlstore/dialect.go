@@ -35,6 +35,9 @@ type dialect struct {
 	// WAL mode keeps every process on a SQLite file on one host: tx.Now reads time.Now,
 	// the same value without a statement (eight a wallet checkout).
 	hostClock bool
+	// returning: INSERT … ON CONFLICT DO UPDATE … RETURNING returns the rows it wrote
+	// (SQLite 3.35, PostgreSQL; MySQL has no RETURNING).
+	returning bool
 	// ids and intIDs are subqueries yielding, as column v, the elements of one JSON array
 	// parameter (strings, integers): they keep statement texts constant whatever the
 	// number of ids, so every statement is prepared once.
@@ -75,6 +78,7 @@ var sqliteDialect = &dialect{
 	// undoes the float error of that division. tx.Now does not send it (hostClock).
 	now:        `SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)`,
 	hostClock:  true,
+	returning:  true,
 	ids:        `SELECT value AS v FROM json_each(?)`,
 	intIDs:     `SELECT value AS v FROM json_each(?)`,
 	forceIndex: func(string) string { return "" },
@@ -111,6 +115,7 @@ var postgresDialect = &dialect{
 	// clock_timestamp() is the time now, not the transaction's start; EXTRACT returns an
 	// exact numeric and FLOOR truncates to the millisecond.
 	now:        `SELECT FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint`,
+	returning:  true,
 	ids:        `SELECT v FROM jsonb_array_elements_text(?::jsonb) AS t(v)`,
 	intIDs:     `SELECT v::bigint FROM jsonb_array_elements_text(?::jsonb) AS t(v)`,
 	lockRows:   ` FOR UPDATE`,

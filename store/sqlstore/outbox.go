@@ -77,7 +77,8 @@ var (
 		return `SELECT message_key, id FROM outbox WHERE message_key IN (` + d.ids + `) AND state = 'pending'`
 	})
 	// qOutboxSequencesAdd adds n to the counters of a JSON list of [key, n] pairs, creating
-	// missing ones; qOutboxSequencesGet reads them back.
+	// missing ones, and returns them where the dialect can (d.returning); qOutboxSequencesGet
+	// reads them back where it cannot (MySQL).
 	qOutboxSequencesAdd = newQuery(func(d *dialect) string {
 		switch d {
 		case mysqlDialect:
@@ -88,11 +89,13 @@ var (
 		case postgresDialect:
 			return `INSERT INTO outbox_sequences (message_key, last_sequence)
 				SELECT e->>0, (e->>1)::bigint FROM jsonb_array_elements(?::jsonb) AS t(e)
-				ON CONFLICT (message_key) DO UPDATE SET last_sequence = outbox_sequences.last_sequence + EXCLUDED.last_sequence`
+				ON CONFLICT (message_key) DO UPDATE SET last_sequence = outbox_sequences.last_sequence + EXCLUDED.last_sequence
+				RETURNING message_key, last_sequence`
 		default: // "WHERE true" tells SQLite's parser that ON CONFLICT is the upsert clause
 			return `INSERT INTO outbox_sequences (message_key, last_sequence)
 				SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?) WHERE true
-				ON CONFLICT (message_key) DO UPDATE SET last_sequence = last_sequence + excluded.last_sequence`
+				ON CONFLICT (message_key) DO UPDATE SET last_sequence = last_sequence + excluded.last_sequence
+				RETURNING message_key, last_sequence`
 		}
 	})
 	qOutboxSequencesGet = newQuery(func(d *dialect) string {
@@ -199,10 +202,12 @@ func (t *tx) OutboxSequences(ctx context.Context, keys []string) ([]int64, error
 	if err != nil {
 		return nil, err
 	}
-	if _, err := t.exec(ctx, "reserve event sequences", qOutboxSequencesAdd, string(b)); err != nil {
-		return nil, err
+	var rows *sql.Rows
+	if t.db.d.returning {
+		rows, err = t.query(ctx, qOutboxSequencesAdd, string(b))
+	} else if _, err = t.exec(ctx, "reserve event sequences", qOutboxSequencesAdd, string(b)); err == nil {
+		rows, err = t.query(ctx, qOutboxSequencesGet, jsonList(distinct))
 	}
-	rows, err := t.query(ctx, qOutboxSequencesGet, jsonList(distinct))
 	if err != nil {
 		return nil, fmt.Errorf("reserve event sequences: %w", err)
 	}
