@@ -82,6 +82,14 @@ func (t *tx) execBuilt(ctx context.Context, text string, args ...any) (sql.Resul
 	if t.aborted != nil {
 		return nil, t.afterAbort()
 	}
+	if err := t.openSavepoints(ctx); err != nil {
+		return nil, err
+	}
+	return t.sendBuilt(ctx, text, args...)
+}
+
+// sendBuilt is execBuilt without opening the pending savepoints (it sends them).
+func (t *tx) sendBuilt(ctx context.Context, text string, args ...any) (sql.Result, error) {
 	if t.db.d.name == "sqlite" && t.h != nil {
 		if st := t.db.built.get(t.h, text); st != nil {
 			return t.q.StmtContext(ctx, st).ExecContext(ctx, args...) //nolint:sqlclosecheck // closed with the store (builtStmts.close)

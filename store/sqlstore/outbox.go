@@ -246,7 +246,7 @@ func (t *tx) OutboxClaim(ctx context.Context, p *store.OutboxClaimParams) ([]*or
 		// with themselves by two sequential scans: 30 000 pending messages took minutes
 		// per claim, and the relay stalled until autovacuum analyzed the table. A custom
 		// plan each time sees the table's size now (TestClaimPlanAfterEmptyStatistics).
-		if _, err := t.q.ExecContext(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
+		if _, err := t.execBuilt(ctx, "SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 			return nil, fmt.Errorf("claim outbox: %w", t.check(err))
 		}
 	}

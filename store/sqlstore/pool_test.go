@@ -166,7 +166,7 @@ func TestNoStatementAfterAbort(t *testing.T) {
 		serr := tt.Savepoint(ctx, func() error {
 			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			_, err := tt.q.ExecContext(short, bulk) // interrupted: SQLite rolls the whole transaction back
+			_, err := tt.execBuilt(short, bulk) // interrupted: SQLite rolls the whole transaction back
 			return err
 		})
 		if serr == nil {

@@ -22,6 +22,7 @@ type tx struct {
 	db         *DB
 	stmts      []*sql.Stmt
 	savepoints int            // nesting depth: each level has its own name (MySQL replaces a same-named one)
+	opened     int            // the levels sent (the first opened of savepoints); openSavepoints sends the rest
 	gates      heldGates      // the row gates of the call of InTx (gate.go); nil in Read
 	busy       *gateBusyError // a gate this attempt needed was taken: it must roll back
 	// aborted is the first deadlock or serialization failure a statement met. MySQL and
@@ -78,35 +79,55 @@ func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	return fromMS(v), nil
 }
 
-// Savepoint implements store.Tx. The savepoint statements are prepared on SQLite only
-// (execBuilt): MySQL does not prepare them.
+// Savepoint implements store.Tx. A savepoint is sent when the first statement inside it
+// is (openSavepoints): fn sending none (a step with nothing to do, a hostClock read) costs
+// nothing, and then nothing is rolled back or released. The savepoint statements are
+// prepared on SQLite only (sendBuilt): MySQL does not prepare them.
 func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
 	t.savepoints++
+	level := t.savepoints
 	defer func() { t.savepoints-- }()
-	name := fmt.Sprintf("sp%d", t.savepoints)
+	name := fmt.Sprintf("sp%d", level)
 	if t.aborted != nil {
 		return fmt.Errorf("savepoint: the transaction was aborted: %w", t.aborted)
 	}
-	if _, err := t.execBuilt(ctx, "SAVEPOINT "+name); err != nil {
-		return fmt.Errorf("savepoint: %w", err)
+	ferr := fn()
+	if t.opened < level {
+		return ferr // nothing was sent inside: nothing to undo or release
 	}
-	if ferr := fn(); ferr != nil {
+	t.opened = level - 1
+	if ferr != nil {
 		if t.aborted != nil {
 			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: the transaction was aborted: %w", t.aborted))
 		}
-		if _, err := t.execBuilt(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+		if _, err := t.sendBuilt(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
 			if t.aborted == nil {
 				t.aborted = fmt.Errorf("rollback to savepoint %s: %w", name, err)
 			}
 			return errors.Join(ferr, fmt.Errorf("rollback to savepoint: %w", err))
 		}
-		if _, err := t.execBuilt(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		if _, err := t.sendBuilt(ctx, "RELEASE SAVEPOINT "+name); err != nil {
 			return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
 		}
 		return ferr
 	}
-	if _, err := t.execBuilt(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+	if t.aborted != nil {
+		return fmt.Errorf("release savepoint: the transaction was aborted: %w", t.aborted)
+	}
+	if _, err := t.sendBuilt(ctx, "RELEASE SAVEPOINT "+name); err != nil {
 		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
+}
+
+// openSavepoints sends the savepoints entered and not sent yet, outermost first, before a
+// statement inside them.
+func (t *tx) openSavepoints(ctx context.Context) error {
+	for t.opened < t.savepoints {
+		if _, err := t.sendBuilt(ctx, fmt.Sprintf("SAVEPOINT sp%d", t.opened+1)); err != nil {
+			return fmt.Errorf("savepoint: %w", t.check(err))
+		}
+		t.opened++
 	}
 	return nil
 }
@@ -121,6 +142,9 @@ func (t *tx) stmt(ctx context.Context, q *query) *sql.Stmt {
 func (t *tx) exec(ctx context.Context, what string, q *query, args ...any) (int64, error) {
 	if t.aborted != nil {
 		return 0, fmt.Errorf("%s: %w", what, t.afterAbort())
+	}
+	if err := t.openSavepoints(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	res, err := t.stmt(ctx, q).ExecContext(ctx, args...) //nolint:sqlclosecheck // a transaction's statements close with it
 	if err != nil {
@@ -137,21 +161,31 @@ func (t *tx) query(ctx context.Context, q *query, args ...any) (*sql.Rows, error
 	if t.aborted != nil {
 		return nil, t.afterAbort()
 	}
+	if err := t.openSavepoints(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := t.stmt(ctx, q).QueryContext(ctx, args...) //nolint:sqlclosecheck // the caller closes the rows; the statement closes with the transaction
 	return rows, t.check(err)
 }
 
 func (t *tx) queryRow(ctx context.Context, q *query, args ...any) *sql.Row {
 	if t.aborted != nil {
-		// A row whose Scan fails without sending anything: database/sql checks the
-		// context before it takes the connection.
-		done, cancel := context.WithCancelCause(ctx)
-		cancel(t.afterAbort())
-		return t.q.QueryRowContext(done, "SELECT 1") //nolint:sqlclosecheck // nothing is sent
+		return t.failedRow(ctx, t.afterAbort())
+	}
+	if err := t.openSavepoints(ctx); err != nil {
+		return t.failedRow(ctx, err)
 	}
 	row := t.stmt(ctx, q).QueryRowContext(ctx, args...) //nolint:sqlclosecheck // the statement closes with the transaction
 	_ = t.check(row.Err())
 	return row
+}
+
+// failedRow returns a row whose Scan fails with err without sending anything: database/sql
+// checks the context before it takes the connection.
+func (t *tx) failedRow(ctx context.Context, err error) *sql.Row {
+	done, cancel := context.WithCancelCause(ctx)
+	cancel(err)
+	return t.q.QueryRowContext(done, "SELECT 1") //nolint:sqlclosecheck // nothing is sent
 }
 
 // ms converts a time to unix milliseconds, the stored form.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"testing"
@@ -186,6 +187,39 @@ func testTx(t *testing.T, open opener) {
 			}); err != nil {
 				return err
 			}
+			// A savepoint is sent with the first statement inside it: one with none
+			// returns fn's error; an outer one whose first statement follows an empty
+			// inner one still undoes it.
+			if err := tx.Savepoint(ctx, func() error { return errRollback }); !errors.Is(err, errRollback) {
+				return fmt.Errorf("empty savepoint: %v, want %v", err, errRollback)
+			}
+			if err := tx.Savepoint(ctx, func() error {
+				if err := tx.Savepoint(ctx, func() error { return nil }); err != nil {
+					return err
+				}
+				if _, err := tx.StockSet(ctx, "outer-kept", 1); err != nil {
+					return err
+				}
+				return tx.Savepoint(ctx, func() error {
+					if _, err := tx.StockSet(ctx, "inner-kept", 1); err != nil {
+						return err
+					}
+					return nil
+				})
+			}); err != nil {
+				return err
+			}
+			if err := tx.Savepoint(ctx, func() error {
+				if err := tx.Savepoint(ctx, func() error { return nil }); err != nil {
+					return err
+				}
+				if _, err := tx.StockSet(ctx, "outer-undone", 1); err != nil {
+					return err
+				}
+				return errRollback
+			}); !errors.Is(err, errRollback) {
+				return fmt.Errorf("outer savepoint: %v, want %v", err, errRollback)
+			}
 			_, err := tx.StockSet(ctx, "after", 1)
 			return err
 		})
@@ -198,7 +232,7 @@ func testTx(t *testing.T, open opener) {
 		for _, st := range list {
 			skus = append(skus, st.SKU)
 		}
-		equal(t, "SKUs committed", skus, []string{"after", "before", "inside-kept"})
+		equal(t, "SKUs committed", skus, []string{"after", "before", "inner-kept", "inside-kept", "outer-kept"})
 	})
 }
 
