@@ -98,7 +98,12 @@ func (s *Service) Checkout(ctx context.Context, p *orderly.CreateOrderParams) (*
 	return o, true, nil
 }
 
+// replay answers an earlier order of p's Idempotency-Key (order.Replay); without a key it
+// reads nothing.
 func (s *Service) replay(ctx context.Context, p *orderly.CreateOrderParams) (o *orderly.Order, found bool, err error) {
+	if p.IdempotencyKey == "" {
+		return nil, false, nil
+	}
 	err = s.store.Read(ctx, func(tx store.Tx) error {
 		o, found, err = order.Replay(ctx, tx, p)
 		return err

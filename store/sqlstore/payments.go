@@ -15,10 +15,14 @@ const paymentColumns = `id, order_id, attempt, channel, channel_txn_id, amount, 
 var (
 	qPaymentNextAttempt = sqlText(`SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?`)
 	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	qPaymentGet         = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
-	qPaymentGetByTxnID  = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
-	qPaymentList        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)
-	qPaymentSetState    = sqlText(`UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
+	// qPaymentInsertNext numbers the attempt in the insert and returns it (dialects with
+	// RETURNING; MySQL refuses a subquery on the table an INSERT writes).
+	qPaymentInsertNext = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?,
+		(SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING attempt`)
+	qPaymentGet        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
+	qPaymentGetByTxnID = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
+	qPaymentList       = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)
+	qPaymentSetState   = sqlText(`UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
 			fail_reason = COALESCE(?, fail_reason), succeeded_at = COALESCE(?, succeeded_at), refunded_at = COALESCE(?, refunded_at)
 			WHERE id = ? AND state IN (` + stateIn + `)`)
 )
@@ -42,6 +46,11 @@ func scanPayment(r rowScanner) (*orderly.Payment, error) {
 // PaymentInsert implements store.Tx. The attempt number is assigned here: one more than the
 // order's last attempt.
 func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
+	if t.db.d.returning {
+		err := t.queryRow(ctx, qPaymentInsertNext, p.ID, p.OrderID, p.OrderID, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency,
+			p.State, p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant).Scan(&p.Attempt)
+		return t.translate(t.check(err), "payment "+p.ID)
+	}
 	if err := t.queryRow(ctx, qPaymentNextAttempt, p.OrderID).Scan(&p.Attempt); err != nil {
 		return translate(err, "payment attempt of "+p.OrderID)
 	}

@@ -41,8 +41,7 @@ var (
 	qWalletTransferByKey       = sqlText(`SELECT ` + walletTransferColumns + ` FROM wallet_transfers WHERE idempotency_key = ?`)
 	qWalletTransferAddRefunded = sqlText(`UPDATE wallet_transfers SET refunded = refunded + ?
 		WHERE id = ? AND kind IN ('debit', 'post') AND refunded + ? >= 0 AND refunded + ? <= amount`)
-	qWalletEntryInsert = sqlText(`INSERT INTO wallet_entries (transfer_id, account_id, bucket, amount, created_at)
-		VALUES (?, ?, ?, ?, ?)`)
+	qWalletEntryInsert = sqlText(qWalletEntryHead + ` VALUES ` + qWalletEntryRow)
 	qWalletEntryList = sqlText(`SELECT e.id, e.transfer_id, t.kind, e.account_id, e.bucket, e.amount, e.created_at
 		FROM wallet_entries e JOIN wallet_transfers t ON t.id = e.transfer_id
 		WHERE e.account_id = ? AND e.id < ? ORDER BY e.id DESC LIMIT ?`)
@@ -155,15 +154,28 @@ func (t *tx) WalletTransferAddRefunded(ctx context.Context, id string, amount in
 }
 
 // WalletEntriesInsert implements store.Tx.
+// A transfer's entries (two or more) are one statement (insertMany).
 func (t *tx) WalletEntriesInsert(ctx context.Context, entries []*orderly.WalletEntry) error {
-	for _, e := range entries {
-		if _, err := t.exec(ctx, "wallet entry of "+e.TransferID, qWalletEntryInsert, e.TransferID, e.AccountID, e.Bucket, e.Amount,
-			ms(e.CreatedAt)); err != nil {
-			return err
-		}
+	switch len(entries) {
+	case 0:
+		return nil
+	case 1:
+		e := entries[0]
+		_, err := t.exec(ctx, "wallet entry of "+e.TransferID, qWalletEntryInsert, e.TransferID, e.AccountID, e.Bucket, e.Amount, ms(e.CreatedAt))
+		return err
 	}
-	return nil
+	args := make([]any, 0, 5*len(entries))
+	for _, e := range entries {
+		args = append(args, e.TransferID, e.AccountID, e.Bucket, e.Amount, ms(e.CreatedAt))
+	}
+	return t.insertMany(ctx, fmt.Sprintf("%d wallet entries of %s", len(entries), entries[0].TransferID), qWalletEntryHead, qWalletEntryRow, args)
 }
+
+// The wallet entry insert's parts: insertMany writes several rows in one statement.
+const (
+	qWalletEntryHead = `INSERT INTO wallet_entries (transfer_id, account_id, bucket, amount, created_at)`
+	qWalletEntryRow  = `(?, ?, ?, ?, ?)`
+)
 
 func scanWalletEntry(r rowScanner) (*orderly.WalletEntry, error) {
 	var (
