@@ -187,6 +187,14 @@ const (
 	EffectCommitReservations  = "commit_reservations"  // held reservations → committed, units held → sold
 	EffectReleaseCoupon       = "release_coupon"       // the coupon the order froze → available (expired past its expiry)
 	EffectUseCoupon           = "use_coupon"           // the coupon the order froze → used
+	// EffectCancelPayment settles the payment attempt of an order closed while it was in
+	// flight (pay_status still paying after the close: a close forced past the inspection
+	// hold, a group's failure): a payment.cancel message asks the gateway after the commit,
+	// cancels the attempt if it is pending, refunds it if it was captured (the order is
+	// closed), marks it failed otherwise, and is retried while the gateway cannot tell.
+	// A transition whose guard excludes paying orders, or that sets pay_status, writes
+	// nothing and reads nothing.
+	EffectCancelPayment = "cancel_payment"
 	// EffectRefundPayment requests a full refund of what is left of the captured amount,
 	// restocking every unit not refunded yet once the gateway confirms it (a refund row and
 	// its refund.execute message),
@@ -234,8 +242,9 @@ var StandardFlow = &Flow{
 }
 
 // CloseEffects are the effects of closing an unpaid order (payment timeout, buyer cancel):
-// order.closed is published, and its reservations and coupon are released in the close's
-// own transaction, so an order that reads closed never holds stock.
+// order.closed is published, an attempt still in flight is cancelled at the gateway after
+// the commit (EffectCancelPayment), and its reservations and coupon are released in the
+// close's own transaction, so an order that reads closed never holds stock.
 //
 // Stock last: the stock rows of a SKU are the rows that every create, payment and close of
 // it updates, and a transaction holds them from its update to its commit; so every flow
@@ -243,7 +252,7 @@ var StandardFlow = &Flow{
 // one user) after them, in every transaction (the one lock order: orders, then stock in
 // SKU order, then coupons). Releasing first held a close batch's SKUs while it wrote its
 // outbox rows, and the creates of those SKUs waited for it.
-var CloseEffects = []string{EffectPublish + TopicOrderClosed, EffectReleaseReservations, EffectReleaseCoupon}
+var CloseEffects = []string{EffectPublish + TopicOrderClosed, EffectCancelPayment, EffectReleaseReservations, EffectReleaseCoupon}
 
 // PayEffects are the effects of applying a payment: order.paid published, reservations
 // committed, coupon used (stock last, as CloseEffects).

@@ -16,6 +16,7 @@ const (
 	TopicReservationRelease = "reservation.release" // key: order id; payload: OrderRef; local
 	TopicCouponRelease      = "coupon.release"      // key: order id; payload: CouponRef; local
 	TopicPaymentRefund      = "payment.refund"      // key: payment id; payload: PaymentRef; gateway refund, then local
+	TopicPaymentCancel      = "payment.cancel"      // key: payment id; payload: PaymentRef; the attempt of an order closed while it was in flight: gateway query and cancel, then settled
 	TopicOrderClosed        = "order.closed"        // key: order id; payload: OrderEvent; event
 	TopicOrderPaid          = "order.paid"          // key: order id; payload: OrderEvent; event
 	TopicPaymentRefunded    = "payment.refunded"    // key: order id; payload: PaymentRef with Sequence; event
@@ -84,8 +85,9 @@ type Message struct {
 	Topic     string `json:"topic"`
 	// Key is the entity the message is about and the unit of ordering: the order id for
 	// every event about an order (order.*, payment.refunded) and for the order's local
-	// releases; the payment id for payment.refund, a command to the gateway that is not
-	// held up by the order's events.
+	// releases; the payment id for payment.refund and payment.cancel, commands to the
+	// gateway that are not held up by the order's events (a refund that a cancel finds
+	// necessary follows it under the same key).
 	Key string `json:"key"`
 	// Sequence is, for an event, its number among the events of its key: 1, 2, 3… in commit
 	// order, the same as the payload's "sequence". Zero for a message that is not an event.
@@ -114,8 +116,9 @@ type CouponRef struct {
 	OrderID  string `json:"order_id"`
 }
 
-// PaymentRef is the payload of messages about one payment: payment.refund (keyed by the
-// payment id) and the payment.refunded event (keyed by the order id).
+// PaymentRef is the payload of messages about one payment: payment.refund and
+// payment.cancel (keyed by the payment id; a cancel's Amount is 0) and the payment.refunded
+// event (keyed by the order id).
 type PaymentRef struct {
 	PaymentID string `json:"payment_id"`
 	OrderID   string `json:"order_id"`

@@ -244,6 +244,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = e.payments.RefundHandler()
+	handlers[orderly.TopicPaymentCancel] = e.payments.CancelHandler()
 	handlers[orderly.TopicRefundExecute] = e.payments.RefundExecuteHandler()
 	for topic, h := range cfg.Handlers {
 		handlers[topic] = h

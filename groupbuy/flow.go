@@ -51,7 +51,7 @@ const (
 // closeEffects are the effects of closing an unpaid member order while its group takes
 // members (payment timeout, buyer cancel): publish, free the seat, release (stock last, as
 // orderly.CloseEffects).
-var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed, EffectSeatFree,
+var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed, orderly.EffectCancelPayment, EffectSeatFree,
 	orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon}
 
 // Flow is the group-buy order flow (README.md "Group-buy"):
@@ -80,7 +80,8 @@ var Flow = &orderly.Flow{
 		{From: orderly.StatePendingPayment, Event: orderly.EventTimeout, To: orderly.StateClosed, Effects: closeEffects},
 		{From: orderly.StatePendingPayment, Event: orderly.EventCancel, To: orderly.StateClosed, Effects: closeEffects},
 		{From: orderly.StatePendingPayment, Event: EventGroupFail, To: orderly.StateClosed, Effects: []string{
-			orderly.EffectPublish + orderly.TopicOrderClosed, orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon}},
+			orderly.EffectPublish + orderly.TopicOrderClosed, orderly.EffectCancelPayment, orderly.EffectReleaseReservations,
+			orderly.EffectReleaseCoupon}},
 		{From: orderly.StatePaid, Event: EventGroupSucceed, To: StateGroupSucceeded, Effects: []string{
 			orderly.EffectPublish + TopicOrderGroupSucceeded}},
 		{From: orderly.StatePaid, Event: EventGroupFail, To: StateGroupFailed, Effects: []string{

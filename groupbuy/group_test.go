@@ -350,6 +350,53 @@ func TestLateCallbackAfterFailure(t *testing.T) {
 	})
 }
 
+// TestPaymentInFlightAtFailure: a member whose payment is in flight when the group fails
+// is closed with the group, and its attempt is settled at the gateway after the failure's
+// commit (payment.cancel), whether or not a callback ever arrives: an attempt the gateway
+// captured with its callback lost is refunded, once; one still pending is cancelled, so
+// that the buyer can no longer pay it.
+func TestPaymentInFlightAtFailure(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, dialect string) {
+		ctx := context.Background()
+		e, d := setup(t, dialect, 4, 4)
+		g, leader := open(t, e, d, "u1")
+		captured, pending := join(t, e, g, "u2"), join(t, e, g, "u3")
+		pay(t, e, leader)
+		pc, _ := startPay(t, e, captured) // captured before D; its callback never arrives
+		pp, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: pending.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Clock.Set(g.DeadlineAt)
+		if res := closeDue(t, e); res.Fired != 1 {
+			t.Fatalf("at D: %+v", res)
+		}
+		e.Drain(t)
+		for _, o := range []*orderly.Order{captured, pending} {
+			if got := e.OrderOf(t, o.ID); got.State != orderly.StateClosed || got.CloseReason != groupbuy.CloseReasonGroupFailed {
+				t.Fatalf("member %s: %s %s, want closed group_failed", o.UserID, got.State, got.CloseReason)
+			}
+		}
+		if p, err := e.Payments.Payment(ctx, pc.ID); err != nil || p.State != orderly.PaymentRefunded {
+			t.Fatalf("captured attempt: %+v, %v; want refunded", p, err)
+		}
+		assertRefundedOnce(t, e, pc)
+		if p, err := e.Payments.Payment(ctx, pp.ID); err != nil || p.State != orderly.PaymentFailed {
+			t.Fatalf("pending attempt: %+v, %v; want failed (cancelled at the gateway)", p, err)
+		}
+		if got := e.OrderOf(t, pending.ID); got.PayStatus != orderly.PayFailed {
+			t.Fatalf("member whose attempt was cancelled: pay_status %s, want failed", got.PayStatus)
+		}
+		if e.Gateway.Capture(pp.ID, "txn-too-late") {
+			t.Fatal("the gateway still takes the pending attempt after the group failed")
+		}
+		if len(e.Gateway.Refunds(pp.ID)) != 0 {
+			t.Fatalf("refunds of the cancelled attempt: %+v", e.Gateway.Refunds(pp.ID))
+		}
+	})
+}
+
 // TestLastSeatRace: two joins at once for the last seat: one gets it, the other is
 // refused with EGROUPFULL, and the loser's stock is not held. Several rounds per dialect.
 func TestLastSeatRace(t *testing.T) {

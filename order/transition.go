@@ -196,6 +196,7 @@ func Effects() map[string]Effect {
 			return err
 		},
 		orderly.EffectRefundPayment: refundPayment,
+		orderly.EffectCancelPayment: cancelPayments,
 		orderly.EffectUseCoupon: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
 			for _, r := range b.couponRefs() {
 				ok, err := tx.CouponUse(ctx, r.CouponID, r.OrderID)
@@ -236,6 +237,30 @@ func publish(ctx context.Context, tx store.Tx, topic string, b *EffectBatch) err
 	}
 	for i, id := range b.IDs {
 		msgs[i].TraceParent = b.traceParent(id)
+	}
+	return tx.OutboxInsert(ctx, msgs)
+}
+
+// cancelPayments is orderly.EffectCancelPayment: a payment.cancel message (key: the payment
+// id) for each changed order still paying, that is, closed with its attempt in flight.
+func cancelPayments(ctx context.Context, tx store.Tx, b *EffectBatch) error {
+	p := b.Params
+	if p.SetPayStatus != "" && p.SetPayStatus != orderly.PayPaying ||
+		p.PayStatusIn != nil && !slices.Contains(p.PayStatusIn, orderly.PayPaying) {
+		return nil // no changed order can still be paying
+	}
+	inFlight, err := tx.OrdersPaymentsInFlight(ctx, b.IDs)
+	if err != nil || len(inFlight) == 0 {
+		return err
+	}
+	msgs := make([]*store.OutboxInsertParams, 0, len(inFlight))
+	for _, orderID := range slices.Sorted(maps.Keys(inFlight)) {
+		m, err := outbox.NewMessage(orderly.TopicPaymentCancel, inFlight[orderID],
+			orderly.PaymentRef{PaymentID: inFlight[orderID], OrderID: orderID}, p.Now)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
 	}
 	return tx.OutboxInsert(ctx, msgs)
 }

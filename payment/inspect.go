@@ -131,6 +131,32 @@ func (s *Service) attemptInFlight(ctx context.Context, op, orderID, paymentID st
 	}
 }
 
+// CancelHandler returns the outbox handler of payment.cancel (orderly.EffectCancelPayment):
+// the attempt of an order that closed while the attempt was in flight is settled as at an
+// inspection (InspectPayment), after the close's commit: a pending attempt is cancelled at
+// the gateway and marked failed, a failed one marked failed, a captured one applied, which
+// on the closed order requests its refund (I2). While the gateway cannot tell (or errs),
+// Call returns an error and the relay retries with its backoff; after its attempts the
+// message is a dead letter (reconcile: outbox_dead) for an operator. An attempt already
+// settled (a callback came first) is not sent to the gateway again.
+func (s *Service) CancelHandler() outbox.Handler {
+	return outbox.Handler{
+		Call: func(ctx context.Context, m *orderly.Message) error {
+			var ref orderly.PaymentRef
+			if err := outbox.Decode(m, &ref); err != nil {
+				return outbox.Permanent(err)
+			}
+			status, err := s.InspectPayment(ctx, ref.OrderID, ref.PaymentID)
+			if err != nil {
+				return fmt.Errorf("settle payment %s of closed order %s: %w", ref.PaymentID, ref.OrderID, err)
+			} else if status == orderly.GatewayUnknown {
+				return fmt.Errorf("settle payment %s of closed order %s: the gateway cannot tell its outcome yet", ref.PaymentID, ref.OrderID)
+			}
+			return nil
+		},
+	}
+}
+
 // RefundHandler returns the outbox handler of payment.refund, the refund of a whole payment
 // the order does not keep (I2): Call asks the gateway to refund (idempotent per payment id,
 // see PaymentRefundKey), Apply marks the payment refunded (guarded refund_pending →

@@ -629,7 +629,8 @@ func requestRefund(ctx context.Context, tx store.Tx, paymentID, orderID string, 
 }
 
 // applyFailure records a failed or expired attempt (guarded initiated → failed) and, only
-// when it is the order's current attempt, sets the order's pay_status to failed.
+// when it is the order's current attempt and the order is pending_payment or closed, sets
+// the order's pay_status to failed.
 func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Payment, reason, actor string) (*orderly.CallbackResult, error) {
 	ok, err := tx.PaymentSetState(ctx, &store.PaymentSetStateParams{
 		ID: p.ID, From: []orderly.PaymentState{orderly.PaymentInitiated}, To: orderly.PaymentFailed, FailReason: reason,
@@ -642,12 +643,19 @@ func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Paym
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
-			ID: p.OrderID, State: orderly.StatePendingPayment, From: []orderly.PayStatus{orderly.PayPaying},
-			To: orderly.PayFailed, IfPaymentID: p.ID,
-			Event: orderly.EventPaymentFailed, Cause: "payment " + p.ID + ": " + reason, Actor: actor, Now: now,
-		}); err != nil {
-			return nil, err
+		// A pending order may be paid again; a closed one (closed while the attempt was in
+		// flight, settled by payment.cancel) stops reading paying.
+		for _, state := range []orderly.State{orderly.StatePendingPayment, orderly.StateClosed} {
+			changed, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
+				ID: p.OrderID, State: state, From: []orderly.PayStatus{orderly.PayPaying},
+				To: orderly.PayFailed, IfPaymentID: p.ID,
+				Event: orderly.EventPaymentFailed, Cause: "payment " + p.ID + ": " + reason, Actor: actor, Now: now,
+			})
+			if err != nil {
+				return nil, err
+			} else if changed {
+				break
+			}
 		}
 	}
 	cur, err := tx.PaymentGet(ctx, p.ID)

@@ -15,6 +15,7 @@ func builtinChecks() []Check {
 	return []Check{
 		{Kind: KindClosedPaid, Scan: scanClosedPaid, Order: orderClosedPaid, Repair: repairClosedPaid},
 		{Kind: KindClosedHolds, Scan: scanClosedHolds, Order: orderClosedHolds, Repair: repairClosedHolds},
+		{Kind: KindClosedPaying, Scan: scanClosedPaying, Order: orderClosedPaying, Repair: repairClosedPaying},
 		{Kind: KindPaidUnbacked, Scan: scanPaidUnbacked, Order: orderPaidUnbacked},
 		{Kind: KindStockMismatch, Scan: scanStock, Order: orderStock, Repair: repairStock},
 		{Kind: KindRefundMismatch, Scan: scanRefunds, Order: orderRefunds},
@@ -179,6 +180,85 @@ func repairClosedHolds(ctx context.Context, r *Reconciler, f *Finding, by Actor)
 		}
 		ok = true
 		return audit(ctx, tx, by, f, o.ID, now, map[string]any{"released": what})
+	})
+	return ok, err
+}
+
+func closedPayingFinding(o *orderly.Order, now time.Time) *Finding {
+	closed := ""
+	if o.ClosedAt != nil {
+		closed = fmt.Sprintf(" %d ms ago", now.Sub(*o.ClosedAt).Milliseconds())
+	}
+	return &Finding{Kind: KindClosedPaying, OrderID: o.ID, Target: o.CurrentPaymentID,
+		Detail: fmt.Sprintf("order closed (%s)%s with payment %s in flight, and nothing settles the attempt at the gateway",
+			o.CloseReason, closed, o.CurrentPaymentID)}
+}
+
+func scanClosedPaying(ctx context.Context, r *Reconciler, since time.Time, emit func(*Finding)) (int64, error) {
+	return Pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return 0, after, err
+		}
+		os, err := tx.ReconcileClosedPaying(ctx, now.Add(-r.cfg.StuckAfter), after, limit)
+		for _, o := range os {
+			emit(closedPayingFinding(o, now))
+			after = o.ID
+		}
+		return len(os), after, err
+	})
+}
+
+// closedPaying reports whether closed order o still reads paying StuckAfter after its
+// close with no pending payment.cancel among msgs (its undelivered messages).
+func (r *Reconciler) closedPaying(o *orderly.Order, msgs []*orderly.Message, now time.Time) bool {
+	if o.State != orderly.StateClosed || o.PayStatus != orderly.PayPaying || o.CurrentPaymentID == "" ||
+		o.ClosedAt == nil || o.ClosedAt.After(now.Add(-r.cfg.StuckAfter)) {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Topic == orderly.TopicPaymentCancel && m.Key == o.CurrentPaymentID && m.State == orderly.MessagePending {
+			return false
+		}
+	}
+	return true
+}
+
+func orderClosedPaying(r *Reconciler, s *Snapshot) []*Finding {
+	if !r.closedPaying(s.Order, s.Messages, s.Now) {
+		return nil
+	}
+	return []*Finding{closedPayingFinding(s.Order, s.Now)}
+}
+
+// repairClosedPaying runs the close transition's effects again through the order machine,
+// the order's row locked, when the order still needs it: its cancel_payment effect writes
+// the attempt's payment.cancel.
+func repairClosedPaying(ctx context.Context, r *Reconciler, f *Finding, by Actor) (bool, error) {
+	var ok bool
+	err := r.inTx(ctx, by, func(tx store.Tx, now time.Time) error {
+		if _, err := tx.OrdersLock(ctx, []string{f.OrderID}); err != nil {
+			return err
+		}
+		o, err := tx.OrderGet(ctx, f.OrderID)
+		if err != nil {
+			return err
+		}
+		var msgs []*orderly.Message
+		if o.CurrentPaymentID != "" {
+			if msgs, err = tx.OutboxKeyUndelivered(ctx, o.CurrentPaymentID, 100); err != nil {
+				return err
+			}
+		}
+		if !r.closedPaying(o, msgs, now) {
+			return nil
+		}
+		if err := r.cfg.Machine.Reapply(ctx, tx, o, &store.OrdersTransitionParams{Now: now, Actor: by.Operator,
+			Cause: "reconcile", TraceID: by.TraceID}); err != nil {
+			return err
+		}
+		ok = true
+		return audit(ctx, tx, by, f, o.ID, now, map[string]any{"payment_id": o.CurrentPaymentID, "done": "payment.cancel written"})
 	})
 	return ok, err
 }

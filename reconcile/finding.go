@@ -22,6 +22,12 @@ const (
 	// still reads frozen for it (I3). Repair: the close transition's release effects run
 	// again, guarded (order.Machine.Reapply).
 	KindClosedHolds Kind = "closed_order_holds"
+	// KindClosedPaying: an order closed while its payment attempt was in flight, still
+	// reading paying Config.StuckAfter after its close with no payment.cancel pending to
+	// settle the attempt (I2: money the gateway may have taken is never looked for).
+	// Repair: the close transition's effects run again (order.Machine.Reapply), which
+	// writes the attempt's payment.cancel.
+	KindClosedPaying Kind = "closed_order_paying"
 	// KindPaidUnbacked: an order whose pay_status is paid without a payment that captured
 	// money. Not repaired: an operator must find where the money is.
 	KindPaidUnbacked Kind = "paid_without_payment"
@@ -101,8 +107,8 @@ type Snapshot struct {
 	Open         *store.DueOrder // nil when the order is not open (no deadline)
 	Payments     []*orderly.Payment
 	Reservations []*orderly.Reservation
-	Coupon       *orderly.Coupon // nil without one
-	Messages     []*orderly.Message
+	Coupon       *orderly.Coupon      // nil without one
+	Messages     []*orderly.Message   // undelivered, of the order's key and of its payments' keys
 	Stock        []*store.StockLedger // of the order's SKUs
 	Refunds      []*orderly.Refund    // oldest first
 }

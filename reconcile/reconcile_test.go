@@ -100,8 +100,8 @@ func (f *fixture) closeOrder(t *testing.T, o *orderly.Order) {
 // scene builds one fault of every built-in kind, each injected with SQL after the services
 // made a consistent database; it returns the ids they concern.
 type scene struct {
-	closedPaid, closedHolds, paidUnbacked, overdue string
-	payment, coupon, sku                           string
+	closedPaid, closedHolds, paidUnbacked, overdue, closedPaying string
+	payment, coupon, sku, inFlight                               string
 }
 
 func buildScene(t *testing.T, f *fixture) scene {
@@ -146,6 +146,15 @@ func buildScene(t *testing.T, f *fixture) scene {
 	s.paidUnbacked = pc.ID
 	f.exec(t, `UPDATE payments SET state = 'failed' WHERE id = '%s'`, p.ID)
 
+	// A closed order that reads paying: its attempt was in flight at the close and the
+	// payment.cancel that settles it was lost.
+	g := e.CreateOrder(t, enginetest.CreateOrderOpts{UserID: "ug"})
+	f.closeOrder(t, g)
+	s.closedPaying, s.inFlight = g.ID, "pay-in-flight"
+	f.exec(t, `INSERT INTO payments (id, order_id, attempt, channel, amount, currency, state, fail_reason, created_at)
+		VALUES ('%s', '%s', 1, 'sim', %d, 'USD', 'initiated', '', %d)`, s.inFlight, g.ID, g.Amount, f.nowMS())
+	f.exec(t, `UPDATE orders SET pay_status = 'paying', current_payment_id = '%s' WHERE id = '%s'`, s.inFlight, g.ID)
+
 	// A SKU whose held counter drifted from its reservations.
 	f.exec(t, `UPDATE stock SET held = held + 3, available = available - 3 WHERE sku = 'SKU-X'`)
 
@@ -160,6 +169,7 @@ func buildScene(t *testing.T, f *fixture) scene {
 	d := e.CreateOrder(t, enginetest.CreateOrderOpts{UserID: "ud", TimeoutSeconds: 60})
 	s.overdue = d.ID
 	e.Clock.Set(d.CloseAt.Add(5 * time.Minute))
+	f.exec(t, `UPDATE orders SET closed_at = %d WHERE id = '%s'`, f.nowMS()-11*60_000, g.ID) // past StuckAfter
 	return s
 }
 
@@ -192,6 +202,7 @@ func TestRunRepairs(t *testing.T) {
 			want := []string{
 				"closed_order_holds " + s.closedHolds + " repaired=true",
 				"closed_order_paid " + s.closedPaid + " repaired=true",
+				"closed_order_paying " + s.closedPaying + " repaired=true",
 				"outbox_dead  repaired=false",
 				"outbox_stuck  repaired=false",
 				"overdue_order " + s.overdue + " repaired=true",
@@ -202,8 +213,8 @@ func TestRunRepairs(t *testing.T) {
 			if got := kinds(rep.Findings); !slices.Equal(got, want) {
 				t.Fatalf("first run findings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
-			if rep.Repaired != 4 {
-				t.Errorf("repaired = %d, want 4", rep.Repaired)
+			if rep.Repaired != 5 {
+				t.Errorf("repaired = %d, want 5", rep.Repaired)
 			}
 			if g := f.gauge(t, reconcile.KindStockMismatch); g != 1 {
 				t.Errorf("orderly_reconcile_findings{kind=stock_mismatch} = %v, want 1", g)
@@ -233,6 +244,13 @@ func TestRunRepairs(t *testing.T) {
 			if got := f.e.Gateway.Refunded(s.payment); got != f.e.OrderOf(t, s.closedPaid).Amount {
 				t.Errorf("gateway refunded %d for the kept payment, want the order's amount", got)
 			}
+			// The attempt in flight was settled at the gateway: cancelled, marked failed.
+			if p, err := f.e.Payments.Payment(ctx, s.inFlight); err != nil || p.State != orderly.PaymentFailed {
+				t.Errorf("attempt in flight after the repair = %+v, %v; want failed", p, err)
+			}
+			if o := f.e.OrderOf(t, s.closedPaying); o.PayStatus != orderly.PayFailed {
+				t.Errorf("order closed while paying: pay_status %s after the repair, want failed", o.PayStatus)
+			}
 
 			// Each repair is audited once, by kind and target, with the trace id.
 			var acts []*store.OperatorAction
@@ -249,6 +267,7 @@ func TestRunRepairs(t *testing.T) {
 			}
 			slices.Sort(audited)
 			wantAudit := []string{"repair:closed_order_holds " + s.closedHolds, "repair:closed_order_paid " + s.closedPaid,
+				"repair:closed_order_paying " + s.closedPaying,
 				"repair:overdue_order " + s.overdue, "repair:stock_mismatch SKU-X"}
 			slices.Sort(wantAudit)
 			if !slices.Equal(audited, wantAudit) {
@@ -273,8 +292,8 @@ func TestRunRepairs(t *testing.T) {
 				acts, err = tx.OperatorActionList(ctx, &store.OperatorActionListParams{Limit: 100})
 				return err
 			})
-			if len(acts) != 4 {
-				t.Errorf("%d audit rows after the second run, want still 4", len(acts))
+			if len(acts) != 5 {
+				t.Errorf("%d audit rows after the second run, want still 5", len(acts))
 			}
 		})
 	}
@@ -295,6 +314,7 @@ func TestCheckOrder(t *testing.T) {
 		{s.closedHolds, []string{"closed_order_holds " + s.closedHolds + " repaired=false"}},
 		{s.paidUnbacked, []string{"paid_without_payment " + s.paidUnbacked + " repaired=false"}},
 		{s.overdue, []string{"overdue_order " + s.overdue + " repaired=false"}},
+		{s.closedPaying, []string{"closed_order_paying " + s.closedPaying + " repaired=false"}},
 	} {
 		fs, err := f.r.CheckOrder(ctx, c.id)
 		if err != nil {

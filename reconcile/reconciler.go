@@ -296,6 +296,13 @@ func snapshot(ctx context.Context, tx store.Tx, orderID string) (*Snapshot, erro
 	if s.Messages, err = tx.OutboxKeyUndelivered(ctx, orderID, 100); err != nil {
 		return nil, err
 	}
+	for _, p := range s.Payments { // the gateway commands, keyed by payment id
+		msgs, err := tx.OutboxKeyUndelivered(ctx, p.ID, 100)
+		if err != nil {
+			return nil, err
+		}
+		s.Messages = append(s.Messages, msgs...)
+	}
 	if s.Refunds, err = tx.RefundList(ctx, orderID); err != nil {
 		return nil, err
 	}

@@ -2,8 +2,10 @@ package timeout_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +184,77 @@ func TestUnknownPaymentHeldThenClosed(t *testing.T) {
 	if err != nil || !res.Refund {
 		t.Fatalf("late success = %+v, %v; want a refund", res, err)
 	}
+}
+
+// TestForcedCloseSettlesItsPayment: an order closed past its inspection hold with its
+// payment still unknown does not leave the attempt open. Its close writes a payment.cancel
+// message; when the gateway captured the money meanwhile and the callback never arrives,
+// the message's settlement finds the capture and refunds it, once, and while the gateway
+// cannot answer the message is retried, not dropped.
+func TestForcedCloseSettlesItsPayment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var queryDown atomic.Bool
+	e := enginetest.New(t, enginetest.Options{WrapGateway: func(g orderly.Gateway) orderly.Gateway {
+		return &queryFailGateway{Gateway: g, down: &queryDown}
+	}})
+	e.SetStock(t, "SKU-1", 10)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})
+	p, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closer, err := timeout.NewCloser(timeout.Config{Store: e.Store, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
+		return orderly.GatewayUnknown, nil
+	}), InspectionBackoff: time.Second, InspectionHold: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Set(o.CloseAt)
+	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Advance(30 * time.Second)
+	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.OrderOf(t, o.ID); got.State != orderly.StateClosed || got.PayStatus != orderly.PayPaying {
+		t.Fatalf("after the hold: %s/%s, want closed/paying", got.State, got.PayStatus)
+	}
+	if !e.Gateway.Capture(p.ID, "txn-after-close") { // the money arrives; its callback is lost
+		t.Fatal("capture refused")
+	}
+	queryDown.Store(true)
+	e.Drain(t)
+	if got, _ := e.Payments.Payment(ctx, p.ID); got.State != orderly.PaymentInitiated {
+		t.Fatalf("with the gateway down: payment %s, want still initiated", got.State)
+	}
+	queryDown.Store(false)
+	e.Clock.Advance(time.Hour) // past the message's retry
+	e.Drain(t)
+	got, err := e.Payments.Payment(ctx, p.ID)
+	if err != nil || got.State != orderly.PaymentRefunded || got.ChannelTxnID != "txn-after-close" {
+		t.Fatalf("payment after the settlement: %+v, %v; want refunded, txn-after-close", got, err)
+	}
+	if refunds := e.Gateway.Refunds(p.ID); len(refunds) != 1 || refunds[0].Amount != o.Amount {
+		t.Fatalf("gateway refunds %+v, want one of %d", refunds, o.Amount)
+	}
+	if got := e.OrderOf(t, o.ID); got.State != orderly.StateClosed || got.PayStatus != orderly.PayRefunded {
+		t.Fatalf("order: %s/%s, want closed/refunded", got.State, got.PayStatus)
+	}
+}
+
+// queryFailGateway fails Query while down is set.
+type queryFailGateway struct {
+	orderly.Gateway
+	down *atomic.Bool
+}
+
+func (g *queryFailGateway) Query(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+	if g.down.Load() {
+		return nil, errors.New("gateway unreachable")
+	}
+	return g.Gateway.Query(ctx, paymentID)
 }
 
 type inspectorFunc func(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error)

@@ -89,7 +89,8 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.ViolationsOmitte
 //
 //   - I1: no order closed for payment_timeout before its close_at.
 //   - I2: a closed order keeps no captured payment (succeeded or refund_pending): it must be
-//     refunded; a paid, shipped or completed order has pay_status paid and exactly one
+//     refunded; once the outbox is drained (Options.RequireDrained), a closed order's
+//     attempt in flight at its close has been settled (payment.cancel); a paid, shipped or completed order has pay_status paid and exactly one
 //     succeeded payment of the order's amount, and any other captured attempt is refunded.
 //   - I3: reservations of closed orders are all released, of paid, shipped, completed,
 //     refunding and refunded orders all committed (a merchant refund returns the money, not
@@ -349,6 +350,9 @@ func (c *checker) checkPayments(o *orderly.Order, payments []*orderly.Payment, r
 		for _, p := range payments {
 			if p.State == orderly.PaymentSucceeded || p.State == orderly.PaymentRefundPending {
 				c.violate("I2", "order %s is closed but its payment %s is %s (must be refunded)", o.ID, p.ID, p.State)
+			}
+			if c.opts.RequireDrained && o.PayStatus == orderly.PayPaying && p.ID == o.CurrentPaymentID && p.State == orderly.PaymentInitiated {
+				c.violate("I2", "order %s closed with its payment %s in flight, and nothing settled the attempt at the gateway", o.ID, p.ID)
 			}
 		}
 	case paidLike(o.State):

@@ -359,6 +359,17 @@ func TestCheckViolations(t *testing.T) {
 			invariants: []string{"I2", "I4"},
 		},
 		{
+			name: "I2 closed order's attempt in flight never settled",
+			opts: verify.Options{RequireDrained: true},
+			mutate: func(t *testing.T, tx store.Tx) {
+				payment(t, tx, "o-timeout", "p-flight", orderly.PaymentInitiated)
+				must(tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{ID: "o-timeout", State: orderly.StateClosed,
+					From: []orderly.PayStatus{orderly.PayUnpaid}, To: orderly.PayPaying, SetPaymentID: "p-flight",
+					Event: orderly.EventPaymentStarted, Actor: "test", Now: now}))
+			},
+			want: "I2: order o-timeout closed with its payment p-flight in flight, and nothing settled the attempt at the gateway",
+		},
+		{
 			name:       "I2 closed order's refund never completes",
 			mutate:     func(t *testing.T, tx store.Tx) { setPayment(t, tx, "p-late", orderly.PaymentRefundPending) },
 			want:       "I2: order o-late is closed but its payment p-late is refund_pending (must be refunded)",

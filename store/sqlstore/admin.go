@@ -49,6 +49,11 @@ var (
 		AND (EXISTS (SELECT 1 FROM reservations r WHERE r.order_id = orders.id AND r.state = 'held')
 		  OR EXISTS (SELECT 1 FROM coupons c WHERE c.id = orders.coupon_id AND c.order_id = orders.id AND c.state = 'frozen'))
 		ORDER BY id LIMIT ?`)
+	qReconcileClosedPaying = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? AND state = 'closed'
+		AND pay_status = 'paying' AND closed_at <= ?
+		AND NOT EXISTS (SELECT 1 FROM outbox m WHERE m.message_key = orders.current_payment_id
+		  AND m.topic = 'payment.cancel' AND m.state = 'pending')
+		ORDER BY id LIMIT ?`)
 	qReconcilePaidUnbacked = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? AND pay_status = 'paid'
 		AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = orders.id
 		  AND p.state IN ('succeeded', 'refund_pending', 'refunded'))
@@ -265,6 +270,15 @@ func (t *tx) ReconcileClosedHeld(ctx context.Context, afterID string, limit int)
 		return nil, fmt.Errorf("closed orders holding stock or a coupon: %w", err)
 	}
 	return scanOrders(rows, "closed orders holding stock or a coupon")
+}
+
+// ReconcileClosedPaying implements store.Tx.
+func (t *tx) ReconcileClosedPaying(ctx context.Context, closedBy time.Time, afterID string, limit int) ([]*orderly.Order, error) {
+	rows, err := t.query(ctx, qReconcileClosedPaying, afterID, ms(closedBy), limit)
+	if err != nil {
+		return nil, fmt.Errorf("closed orders still paying: %w", err)
+	}
+	return scanOrders(rows, "closed orders still paying")
 }
 
 // ReconcilePaidUnbacked implements store.Tx.

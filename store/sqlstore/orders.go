@@ -68,6 +68,10 @@ var (
 	qOrdersLockIDs = newQuery(func(d *dialect) string {
 		return d.selectByIDs("orders.id", "orders", "id", d.ids, "1 = 1", ` ORDER BY orders.id`+d.lockRows)
 	})
+	qOrdersPaying = newQuery(func(d *dialect) string {
+		return d.selectByIDs("orders.id, orders.current_payment_id", "orders", "id", d.ids,
+			"orders.pay_status = 'paying' AND orders.current_payment_id IS NOT NULL", "")
+	})
 	qOrdersDue = newQuery(func(d *dialect) string {
 		return `SELECT ` + dueColumns + ` FROM orders` + d.forceIndex("orders_wake_at") + `
 			WHERE wake_at <= ? ORDER BY wake_at LIMIT ?` + d.skipLocked
@@ -257,6 +261,27 @@ func (t *tx) OrderSetPayStatus(ctx context.Context, p *store.OrderSetPayStatusPa
 	err = t.TransitionInsert(ctx, &orderly.Transition{OrderID: p.ID, From: p.State, To: p.State, Event: p.Event,
 		PayStatusFrom: from, PayStatusTo: p.To, Cause: p.Cause, Actor: p.Actor, At: p.Now, TraceID: p.TraceID})
 	return err == nil, err
+}
+
+// OrdersPaymentsInFlight implements store.Tx.
+func (t *tx) OrdersPaymentsInFlight(ctx context.Context, ids []string) (map[string]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := t.query(ctx, qOrdersPaying, idList(ids))
+	if err != nil {
+		return nil, fmt.Errorf("payments in flight: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, paymentID string
+		if err := rows.Scan(&id, &paymentID); err != nil {
+			return nil, fmt.Errorf("payments in flight: %w", err)
+		}
+		out[id] = paymentID
+	}
+	return out, rows.Err()
 }
 
 // OrdersDue implements store.Tx. SQLite has one writer, so a plain SELECT inside the write

@@ -42,7 +42,7 @@ var (
 	qWalletTransferAddRefunded = sqlText(`UPDATE wallet_transfers SET refunded = refunded + ?
 		WHERE id = ? AND kind IN ('debit', 'post') AND refunded + ? >= 0 AND refunded + ? <= amount`)
 	qWalletEntryInsert = sqlText(qWalletEntryHead + ` VALUES ` + qWalletEntryRow)
-	qWalletEntryList = sqlText(`SELECT e.id, e.transfer_id, t.kind, e.account_id, e.bucket, e.amount, e.created_at
+	qWalletEntryList   = sqlText(`SELECT e.id, e.transfer_id, t.kind, e.account_id, e.bucket, e.amount, e.created_at
 		FROM wallet_entries e JOIN wallet_transfers t ON t.id = e.transfer_id
 		WHERE e.account_id = ? AND e.id < ? ORDER BY e.id DESC LIMIT ?`)
 	qWalletEntrySums = sqlText(`SELECT account_id,

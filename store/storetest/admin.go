@@ -204,6 +204,23 @@ func testReconcileScans(t *testing.T, open opener) {
 	equal(t, "closed holding, keyset", orderIDs(read(t, s, func(tx store.Tx) ([]*orderly.Order, error) {
 		return tx.ReconcileClosedHeld(ctx, frozen.ID, 10)
 	})), []string{held.ID})
+	// Closed with their attempt in flight: one settled by nothing, one whose payment.cancel
+	// is pending, one closed after the cut-off.
+	paying := func(id string, closed time.Time) *orderly.Order {
+		o := closedOpts(id, closed)
+		o.PayStatus, o.CurrentPaymentID = orderly.PayPaying, "pay-"+id
+		return insertOrder(t, s, o)
+	}
+	unsettled := paying("rs-paying", closedAt)
+	paying("rs-paying-cancel", closedAt)
+	insertMessage(t, s, orderly.TopicPaymentCancel, "pay-rs-paying-cancel", closedAt)
+	paying("rs-paying-recent", closedAt.Add(time.Minute))
+	equal(t, "closed and still paying", orderIDs(read(t, s, func(tx store.Tx) ([]*orderly.Order, error) {
+		return tx.ReconcileClosedPaying(ctx, closedAt, "", 10)
+	})), []string{unsettled.ID})
+	equal(t, "closed and still paying, keyset", orderIDs(read(t, s, func(tx store.Tx) ([]*orderly.Order, error) {
+		return tx.ReconcileClosedPaying(ctx, closedAt.Add(time.Minute), unsettled.ID, 10)
+	})), []string{"rs-paying-recent"})
 	equal(t, "paid without a capture", orderIDs(read(t, s, func(tx store.Tx) ([]*orderly.Order, error) {
 		return tx.ReconcilePaidUnbacked(ctx, "", 10)
 	})), []string{unbacked.ID})
