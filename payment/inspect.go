@@ -147,10 +147,27 @@ func (s *Service) CancelHandler() outbox.Handler {
 				return outbox.Permanent(err)
 			}
 			status, err := s.InspectPayment(ctx, ref.OrderID, ref.PaymentID)
-			if err != nil {
+			switch {
+			case err != nil:
 				return fmt.Errorf("settle payment %s of closed order %s: %w", ref.PaymentID, ref.OrderID, err)
-			} else if status == orderly.GatewayUnknown {
+			case status == orderly.GatewayUnknown:
 				return fmt.Errorf("settle payment %s of closed order %s: the gateway cannot tell its outcome yet", ref.PaymentID, ref.OrderID)
+			case status == orderly.GatewayFailed:
+				// Failed before this message ran, without the order being told (a closed
+				// order's failed attempt was written on the payment only, before this
+				// version): the order stops reading paying.
+				return s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+					now, err := tx.Now(ctx)
+					if err != nil {
+						return err
+					}
+					_, err = tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
+						ID: ref.OrderID, State: orderly.StateClosed, From: []orderly.PayStatus{orderly.PayPaying},
+						To: orderly.PayFailed, IfPaymentID: ref.PaymentID, Event: orderly.EventPaymentFailed,
+						Cause: "payment " + ref.PaymentID + " failed", Actor: "payment.cancel", Now: now,
+					})
+					return err
+				})
 			}
 			return nil
 		},

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -210,11 +211,17 @@ func scanClosedPaying(ctx context.Context, r *Reconciler, since time.Time, emit 
 }
 
 // closedPaying reports whether closed order o still reads paying StuckAfter after its
-// close with no pending payment.cancel among msgs (its undelivered messages).
-func (r *Reconciler) closedPaying(o *orderly.Order, msgs []*orderly.Message, now time.Time) bool {
+// close, its current attempt (among payments) still initiated, with no pending
+// payment.cancel among msgs (its undelivered messages).
+func (r *Reconciler) closedPaying(o *orderly.Order, payments []*orderly.Payment, msgs []*orderly.Message, now time.Time) bool {
 	if o.State != orderly.StateClosed || o.PayStatus != orderly.PayPaying || o.CurrentPaymentID == "" ||
 		o.ClosedAt == nil || o.ClosedAt.After(now.Add(-r.cfg.StuckAfter)) {
 		return false
+	}
+	if !slices.ContainsFunc(payments, func(p *orderly.Payment) bool {
+		return p.ID == o.CurrentPaymentID && p.State == orderly.PaymentInitiated
+	}) {
+		return false // settled: no money at stake (a payment.cancel corrects a failed attempt's pay_status)
 	}
 	for _, m := range msgs {
 		if m.Topic == orderly.TopicPaymentCancel && m.Key == o.CurrentPaymentID && m.State == orderly.MessagePending {
@@ -225,7 +232,7 @@ func (r *Reconciler) closedPaying(o *orderly.Order, msgs []*orderly.Message, now
 }
 
 func orderClosedPaying(r *Reconciler, s *Snapshot) []*Finding {
-	if !r.closedPaying(s.Order, s.Messages, s.Now) {
+	if !r.closedPaying(s.Order, s.Payments, s.Messages, s.Now) {
 		return nil
 	}
 	return []*Finding{closedPayingFinding(s.Order, s.Now)}
@@ -244,13 +251,19 @@ func repairClosedPaying(ctx context.Context, r *Reconciler, f *Finding, by Actor
 		if err != nil {
 			return err
 		}
-		var msgs []*orderly.Message
+		var (
+			msgs     []*orderly.Message
+			payments []*orderly.Payment
+		)
 		if o.CurrentPaymentID != "" {
 			if msgs, err = tx.OutboxKeyUndelivered(ctx, o.CurrentPaymentID, 100); err != nil {
 				return err
 			}
+			if payments, err = tx.PaymentList(ctx, o.ID); err != nil {
+				return err
+			}
 		}
-		if !r.closedPaying(o, msgs, now) {
+		if !r.closedPaying(o, payments, msgs, now) {
 			return nil
 		}
 		if err := r.cfg.Machine.Reapply(ctx, tx, o, &store.OrdersTransitionParams{Now: now, Actor: by.Operator,

@@ -100,8 +100,8 @@ func (f *fixture) closeOrder(t *testing.T, o *orderly.Order) {
 // scene builds one fault of every built-in kind, each injected with SQL after the services
 // made a consistent database; it returns the ids they concern.
 type scene struct {
-	closedPaid, closedHolds, paidUnbacked, overdue, closedPaying string
-	payment, coupon, sku, inFlight                               string
+	closedPaid, closedHolds, paidUnbacked, overdue, closedPaying, closedFailed string
+	payment, coupon, sku, inFlight                                             string
 }
 
 func buildScene(t *testing.T, f *fixture) scene {
@@ -154,6 +154,20 @@ func buildScene(t *testing.T, f *fixture) scene {
 	f.exec(t, `INSERT INTO payments (id, order_id, attempt, channel, amount, currency, state, fail_reason, created_at)
 		VALUES ('%s', '%s', 1, 'sim', %d, 'USD', 'initiated', '', %d)`, s.inFlight, g.ID, g.Amount, f.nowMS())
 	f.exec(t, `UPDATE orders SET pay_status = 'paying', current_payment_id = '%s' WHERE id = '%s'`, s.inFlight, g.ID)
+
+	// A closed order that reads paying although its attempt failed (a failure written on
+	// the payment only), with the payment.cancel that corrects it queued: no finding, and
+	// the message's delivery (the Drain below) makes the order read failed.
+	h := e.CreateOrder(t, enginetest.CreateOrderOpts{UserID: "uh"})
+	f.closeOrder(t, h)
+	s.closedFailed = h.ID
+	f.exec(t, `INSERT INTO payments (id, order_id, attempt, channel, amount, currency, state, fail_reason, created_at)
+		VALUES ('pay-failed', '%s', 1, 'sim', %d, 'USD', 'failed', 'declined', %d)`, h.ID, h.Amount, f.nowMS())
+	f.exec(t, `UPDATE orders SET pay_status = 'paying', current_payment_id = 'pay-failed', closed_at = %d WHERE id = '%s'`,
+		f.nowMS()-3_600_000, h.ID)
+	f.exec(t, `INSERT INTO outbox (message_id, topic, message_key, sequence, payload, state, attempts, next_attempt_at, last_error, created_at)
+		VALUES ('m-cancel', 'payment.cancel', 'pay-failed', 0, '{"payment_id":"pay-failed","order_id":"%s","amount":0}', 'pending', 0, %d, '', %d)`,
+		h.ID, f.nowMS(), f.nowMS())
 
 	// A SKU whose held counter drifted from its reservations.
 	f.exec(t, `UPDATE stock SET held = held + 3, available = available - 3 WHERE sku = 'SKU-X'`)
@@ -247,6 +261,9 @@ func TestRunRepairs(t *testing.T) {
 			// The attempt in flight was settled at the gateway: cancelled, marked failed.
 			if p, err := f.e.Payments.Payment(ctx, s.inFlight); err != nil || p.State != orderly.PaymentFailed {
 				t.Errorf("attempt in flight after the repair = %+v, %v; want failed", p, err)
+			}
+			if o := f.e.OrderOf(t, s.closedFailed); o.PayStatus != orderly.PayFailed {
+				t.Errorf("closed order whose attempt had failed: pay_status %s after its payment.cancel, want failed", o.PayStatus)
 			}
 			if o := f.e.OrderOf(t, s.closedPaying); o.PayStatus != orderly.PayFailed {
 				t.Errorf("order closed while paying: pay_status %s after the repair, want failed", o.PayStatus)

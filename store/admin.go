@@ -43,9 +43,9 @@ type AdminTx interface {
 	// have a held reservation or a coupon frozen for them, by id.
 	ReconcileClosedHeld(ctx context.Context, afterID string, limit int) ([]*orderly.Order, error)
 	// ReconcileClosedPaying returns up to limit closed orders with id > afterID, closed at
-	// or before closedBy, whose pay_status is still paying (their attempt was in flight at
-	// the close and nothing settled it) and whose attempt has no pending payment.cancel
-	// message (orderly.EffectCancelPayment), by id.
+	// or before closedBy, whose pay_status is still paying and whose current attempt is
+	// still initiated (in flight at the close, and nothing settled it), with no pending
+	// payment.cancel message for it (orderly.EffectCancelPayment), by id.
 	ReconcileClosedPaying(ctx context.Context, closedBy time.Time, afterID string, limit int) ([]*orderly.Order, error)
 	// ReconcilePaidUnbacked returns up to limit orders with pay_status paid and id >
 	// afterID that have no payment in succeeded, refund_pending or refunded, by id.

@@ -74,8 +74,8 @@ type Tx interface {
 	// them all first (README.md "Group-buy", lock order).
 	OrdersLock(ctx context.Context, ids []string) ([]string, error)
 	// OrdersPaymentsInFlight returns, by order id, the current payment attempt of the
-	// orders in ids whose pay_status is paying (an attempt in flight); orders without one
-	// are absent.
+	// orders in ids whose pay_status is paying (an attempt in flight) and whose attempt has
+	// no pending payment.cancel message yet; other orders are absent.
 	OrdersPaymentsInFlight(ctx context.Context, ids []string) (map[string]string, error)
 	// OrdersOpen returns open orders (in a timed state, wake_at set): those in IDs when set, else up to Limit with
 	// id > AfterID, by id (keyset pagination over every open order).

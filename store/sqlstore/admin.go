@@ -51,6 +51,7 @@ var (
 		ORDER BY id LIMIT ?`)
 	qReconcileClosedPaying = sqlText(`SELECT ` + orderColumns + ` FROM orders WHERE id > ? AND state = 'closed'
 		AND pay_status = 'paying' AND closed_at <= ?
+		AND EXISTS (SELECT 1 FROM payments p WHERE p.id = orders.current_payment_id AND p.state = 'initiated')
 		AND NOT EXISTS (SELECT 1 FROM outbox m WHERE m.message_key = orders.current_payment_id
 		  AND m.topic = 'payment.cancel' AND m.state = 'pending')
 		ORDER BY id LIMIT ?`)

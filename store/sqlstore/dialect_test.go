@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -82,4 +83,16 @@ func sqliteBusyError(t *testing.T) error {
 		t.Fatal("a second BEGIN IMMEDIATE succeeded while the first held the write lock")
 	}
 	return err
+}
+
+// TestMySQLStatementsPortable: every registered statement is prepared at Open, and the
+// tests' MySQL server is MariaDB, which accepts syntax MySQL 8 refuses (RETURNING): a
+// statement for the MySQL dialect must not use it, whatever path runs it.
+func TestMySQLStatementsPortable(t *testing.T) {
+	t.Parallel()
+	for _, q := range queries {
+		if text := q.build(mysqlDialect); strings.Contains(strings.ToUpper(text), "RETURNING") {
+			t.Errorf("statement %d for MySQL uses RETURNING, which MySQL 8 does not have:\n%s", q.id, text)
+		}
+	}
 }

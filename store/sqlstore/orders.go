@@ -70,7 +70,9 @@ var (
 	})
 	qOrdersPaying = newQuery(func(d *dialect) string {
 		return d.selectByIDs("orders.id, orders.current_payment_id", "orders", "id", d.ids,
-			"orders.pay_status = 'paying' AND orders.current_payment_id IS NOT NULL", "")
+			`orders.pay_status = 'paying' AND orders.current_payment_id IS NOT NULL
+			AND NOT EXISTS (SELECT 1 FROM outbox m WHERE m.message_key = orders.current_payment_id
+			  AND m.topic = 'payment.cancel' AND m.state = 'pending')`, "")
 	})
 	qOrdersDue = newQuery(func(d *dialect) string {
 		return `SELECT ` + dueColumns + ` FROM orders` + d.forceIndex("orders_wake_at") + `

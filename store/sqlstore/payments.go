@@ -17,8 +17,15 @@ var (
 	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	// qPaymentInsertNext numbers the attempt in the insert and returns it (dialects with
 	// RETURNING; MySQL refuses a subquery on the table an INSERT writes).
-	qPaymentInsertNext = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?,
-		(SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING attempt`)
+	// Every registered statement is prepared at Open, so MySQL 8, which has neither, gets
+	// the plain insert (never run there).
+	qPaymentInsertNext = newQuery(func(d *dialect) string {
+		if !d.returning {
+			return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		}
+		return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?,
+			(SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING attempt`
+	})
 	qPaymentGet        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
 	qPaymentGetByTxnID = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
 	qPaymentList       = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)

@@ -136,7 +136,7 @@ func TestNowReadAtEveryCall(t *testing.T) {
 	}
 }
 
-// TestSQLiteNowIsItsClock: on SQLite tx.Now reads the process's clock without a statement
+// TestSQLiteNowIsItsClock: on SQLite tx.Now, which reads the process's clock without a statement,
 // (the database runs in the process): it agrees with SQLite's own clock, read between two
 // calls, to the millisecond.
 func TestSQLiteNowIsItsClock(t *testing.T) {

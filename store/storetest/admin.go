@@ -204,17 +204,20 @@ func testReconcileScans(t *testing.T, open opener) {
 	equal(t, "closed holding, keyset", orderIDs(read(t, s, func(tx store.Tx) ([]*orderly.Order, error) {
 		return tx.ReconcileClosedHeld(ctx, frozen.ID, 10)
 	})), []string{held.ID})
-	// Closed with their attempt in flight: one settled by nothing, one whose payment.cancel
-	// is pending, one closed after the cut-off.
-	paying := func(id string, closed time.Time) *orderly.Order {
+	// Closed while paying: one attempt settled by nothing, one whose payment.cancel is
+	// pending, one failed, one closed after the cut-off.
+	paying := func(id string, closed time.Time, state orderly.PaymentState) *orderly.Order {
 		o := closedOpts(id, closed)
 		o.PayStatus, o.CurrentPaymentID = orderly.PayPaying, "pay-"+id
-		return insertOrder(t, s, o)
+		ord := insertOrder(t, s, o)
+		insertPayment(t, s, &paymentOpts{ID: "pay-" + id, OrderID: id, State: state})
+		return ord
 	}
-	unsettled := paying("rs-paying", closedAt)
-	paying("rs-paying-cancel", closedAt)
+	unsettled := paying("rs-paying", closedAt, orderly.PaymentInitiated)
+	paying("rs-paying-cancel", closedAt, orderly.PaymentInitiated)
 	insertMessage(t, s, orderly.TopicPaymentCancel, "pay-rs-paying-cancel", closedAt)
-	paying("rs-paying-recent", closedAt.Add(time.Minute))
+	paying("rs-paying-failed", closedAt, orderly.PaymentFailed) // settled, only its pay_status lags
+	paying("rs-paying-recent", closedAt.Add(time.Minute), orderly.PaymentInitiated)
 	equal(t, "closed and still paying", orderIDs(read(t, s, func(tx store.Tx) ([]*orderly.Order, error) {
 		return tx.ReconcileClosedPaying(ctx, closedAt, "", 10)
 	})), []string{unsettled.ID})

@@ -104,6 +104,7 @@ func testOrders(t *testing.T, open opener) {
 	t.Run("OverdueCount", func(t *testing.T) { testOrdersOverdueCount(t, open) })
 	t.Run("List", func(t *testing.T) { testOrderList(t, open) })
 	t.Run("Lock", func(t *testing.T) { testOrdersLock(t, open) })
+	t.Run("PaymentsInFlight", func(t *testing.T) { testOrdersPaymentsInFlight(t, open) })
 	t.Run("ListsInAnyOrderDoNotDeadlock", func(t *testing.T) { testListOrder(t, open) })
 }
 
@@ -842,4 +843,27 @@ func testListOrder(t *testing.T, open opener) {
 	if d := abortCount(s) - before; d != 0 {
 		t.Errorf("the database aborted %d transactions for a deadlock, want none", d)
 	}
+}
+
+// testOrdersPaymentsInFlight: the current attempts of the paying orders among the ids,
+// except those whose payment.cancel is already pending (a repeat writes no second one).
+func testOrdersPaymentsInFlight(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	closed := t0.Add(time.Hour)
+	paying := func(id string) {
+		o := closedOpts(id, closed)
+		o.PayStatus, o.CurrentPaymentID = orderly.PayPaying, "pay-"+id
+		insertOrder(t, s, o)
+	}
+	paying("fl-a")
+	paying("fl-b")
+	paying("fl-queued")
+	insertMessage(t, s, orderly.TopicPaymentCancel, "pay-fl-queued", closed)
+	insertOrder(t, s, closedOpts("fl-unpaid", closed))
+	got := read(t, s, func(tx store.Tx) (map[string]string, error) {
+		return tx.OrdersPaymentsInFlight(ctx, []string{"fl-b", "fl-queued", "fl-unpaid", "fl-a", "no-such-order"})
+	})
+	equal(t, "payments in flight", got, map[string]string{"fl-a": "pay-fl-a", "fl-b": "pay-fl-b"})
+	none := read(t, s, func(tx store.Tx) (map[string]string, error) { return tx.OrdersPaymentsInFlight(ctx, nil) })
+	equal(t, "payments in flight of none", len(none), 0)
 }

@@ -191,7 +191,7 @@ func testTx(t *testing.T, open opener) {
 			// returns fn's error; an outer one whose first statement follows an empty
 			// inner one still undoes it.
 			if err := tx.Savepoint(ctx, func() error { return errRollback }); !errors.Is(err, errRollback) {
-				return fmt.Errorf("empty savepoint: %v, want %v", err, errRollback)
+				return fmt.Errorf("empty savepoint: %w, want %w", err, errRollback)
 			}
 			if err := tx.Savepoint(ctx, func() error {
 				if err := tx.Savepoint(ctx, func() error { return nil }); err != nil {
@@ -218,7 +218,7 @@ func testTx(t *testing.T, open opener) {
 				}
 				return errRollback
 			}); !errors.Is(err, errRollback) {
-				return fmt.Errorf("outer savepoint: %v, want %v", err, errRollback)
+				return fmt.Errorf("outer savepoint: %w, want %w", err, errRollback)
 			}
 			_, err := tx.StockSet(ctx, "after", 1)
 			return err
