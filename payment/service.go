@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -136,6 +138,29 @@ func (s *Service) gatewayOfPayment(ctx context.Context, id string) (orderly.Gate
 	return s.gatewayFor(p.Route())
 }
 
+// checkChannel refuses a channel a buyer names that no gateway of this server serves
+// (EINVALID): one of Config.Channels (a route name, "stripe@v2"), or Config.Channel when
+// Config.Gateway serves it. WalletChannel is refused too: its payments are the wallet
+// checkout's debits, recorded by its saga, and refunded by crediting the debit back; an
+// attempt naming it would be captured by a gateway and could never be refunded. "" is the
+// default route.
+func (s *Service) checkChannel(name string) error {
+	if name == "" {
+		return nil
+	}
+	if ch, _ := orderly.SplitRoute(name); ch == WalletChannel {
+		return orderly.Errorf(orderly.EINVALID, "channel %q is the wallet checkout's: create the order with payment_method %q instead", name, orderly.PaymentMethodWallet)
+	}
+	if _, known := s.gateways[name]; known || name == s.cfg.Channel && s.cfg.Gateway != nil {
+		return nil
+	}
+	have := slices.Sorted(maps.Keys(s.gateways))
+	if s.cfg.Gateway != nil && !slices.Contains(have, s.cfg.Channel) {
+		have = append(have, s.cfg.Channel)
+	}
+	return orderly.Errorf(orderly.EINVALID, "channel %q is not configured (this server has %s)", name, strings.Join(have, ", "))
+}
+
 // StartPayment implements orderly.PaymentService. The attempt is written (initiated, order
 // pay_status paying) before the gateway is asked, so that a callback racing the gateway's
 // answer finds it. A gateway error marks the attempt failed and is returned.
@@ -143,8 +168,8 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if params.Channel != "" && !order.ValidID(params.Channel) {
 		return nil, orderly.Errorf(orderly.EINVALID, "channel must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
 	}
-	if _, known := s.gateways[params.Channel]; params.Channel != "" && len(s.gateways) > 0 && !known && params.Channel != s.cfg.Channel {
-		return nil, orderly.Errorf(orderly.EINVALID, "channel %q is not configured", params.Channel)
+	if err := s.checkChannel(params.Channel); err != nil {
+		return nil, err
 	}
 	if err := s.supersede(ctx, params.OrderID); err != nil {
 		return nil, err

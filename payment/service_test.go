@@ -246,6 +246,31 @@ func TestStartPaymentNotPayable(t *testing.T) {
 	}
 }
 
+// TestStartPaymentChannel: a buyer may name only a channel this server's gateways serve.
+// "wallet" is refused: it is the wallet checkout's, whose payments are refunded by
+// crediting the debit back; an attempt named so was captured by the gateway and its refund
+// failed for ever, the order stuck in refunding. Nothing is written for a refused start.
+func TestStartPaymentChannel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := enginetest.New(t, enginetest.Options{})
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+	for _, ch := range []string{"wallet", "wallet@v2", "stripe", "../../etc"} {
+		_, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID, Channel: ch})
+		if orderly.ErrorCode(err) != orderly.EINVALID {
+			t.Fatalf("start on channel %q: %v, want %s", ch, err, orderly.EINVALID)
+		}
+	}
+	if got := e.OrderOf(t, o.ID); got.PayStatus != orderly.PayUnpaid || got.CurrentPaymentID != "" {
+		t.Fatalf("after the refused starts: pay_status %s, current %q", got.PayStatus, got.CurrentPaymentID)
+	}
+	p, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: o.ID, Channel: "sim"})
+	if err != nil || p.Channel != "sim" || p.Attempt != 1 {
+		t.Fatalf("start on the configured channel: %+v, %v; want attempt 1 on sim", p, err)
+	}
+}
+
 // TestMerchantRefund: paid → refunding → refunded through the outbox and the gateway.
 func TestMerchantRefund(t *testing.T) {
 	t.Parallel()
