@@ -89,6 +89,9 @@ type Flow struct {
 	// together with its own rows (group_buy member orders through package groupbuy),
 	// never by OrderService.CreateOrder, which refuses them (EINVALID).
 	Managed bool
+	// CreatedBy names, for a Managed flow, where its orders are created ("POST /v1/trips"):
+	// CreateOrder's refusal says it.
+	CreatedBy string
 }
 
 // Next returns the state that event moves an order in state from to. It returns an *Error

@@ -67,9 +67,10 @@ var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed, or
 // Nothing ships before the group succeeded: paid has no ship transition, and no refund
 // either (a paid member of a forming group leaves instead).
 var Flow = &orderly.Flow{
-	Name:    FlowName,
-	Initial: orderly.StatePendingPayment,
-	Managed: true, // member orders are made with their group's rows (Service)
+	Name:      FlowName,
+	Initial:   orderly.StatePendingPayment,
+	Managed:   true, // member orders are made with their group's rows (Service)
+	CreatedBy: "POST /v1/groups, POST /v1/groups/{id}/join",
 	Transitions: []orderly.FlowTransition{
 		// The deal's stock row, which every join and payment of the deal needs, is taken
 		// last: the payment is counted (and the group's success applied) before the

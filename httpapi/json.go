@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -196,6 +197,9 @@ func isIntKind(t reflect.Type) bool {
 
 // jsonKind names the JSON type that decodes into t, for error messages.
 func jsonKind(t reflect.Type) string {
+	if t == reflect.TypeFor[Time]() || t == reflect.TypeFor[time.Time]() {
+		return "an RFC 3339 time (a string)"
+	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:

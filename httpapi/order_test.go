@@ -382,3 +382,16 @@ func TestApplyOrderEvent(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeTimeField: a time field that is not an RFC 3339 string is named as such, not
+// as "an object" (the Go type behind it).
+func TestDecodeTimeField(t *testing.T) {
+	t.Parallel()
+	var v redriveWhereRequest
+	for _, body := range []string{`{"created_from":"bad"}`, `{"created_from":12}`} {
+		err := decodeJSON([]byte(body), &v, rejectUnknown)
+		if orderly.ErrorCode(err) != orderly.EINVALID || !strings.Contains(err.Error(), "created_from: must be an RFC 3339 time") {
+			t.Errorf("%s: %v, want created_from named an RFC 3339 time", body, err)
+		}
+	}
+}

@@ -212,12 +212,18 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 	if flow, err := s.cfg.Machine.Flow(cmp.Or(p.Flow, orderly.FlowStandard)); err != nil {
 		return nil, false, err
 	} else if flow.Managed {
-		return nil, false, orderly.Errorf(orderly.EINVALID, "orders of flow %s are created by their own routes (group_buy: POST /v1/groups, POST /v1/groups/{id}/join)", flow.Name)
+		return nil, false, orderly.Errorf(orderly.EINVALID, "orders of flow %s are created by their own routes (%s)", flow.Name,
+			cmp.Or(flow.CreatedBy, "the flow's own package"))
 	}
-	if p.PaymentMethod != "" {
+	switch p.PaymentMethod {
+	case "":
+	case orderly.PaymentMethodWallet:
 		// The wallet checkout is a saga of its own (package checkout), which the engine
 		// puts in front of this service.
 		return nil, false, orderly.Errorf(orderly.EINVALID, "payment_method %q is not served here: no wallet checkout is configured", p.PaymentMethod)
+	default:
+		return nil, false, orderly.Errorf(orderly.EINVALID, "payment_method: must be %q (a wallet checkout) or absent (pay through a gateway: POST /v1/orders/{id}/payments), got %q",
+			orderly.PaymentMethodWallet, p.PaymentMethod)
 	}
 	var (
 		o       *orderly.Order

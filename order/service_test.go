@@ -2,6 +2,7 @@ package order_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,6 +117,20 @@ func TestCreateOrderWritesNothingOnError(t *testing.T) {
 	} {
 		if _, _, err := e.Orders.CreateOrder(ctx, tc.p); orderly.ErrorCode(err) != tc.code {
 			t.Errorf("%s: error %v, want %s", tc.name, err, tc.code)
+		}
+	}
+	// The refusals say what to do instead.
+	for _, tc := range []struct {
+		p    *orderly.CreateOrderParams
+		want string
+	}{
+		{&orderly.CreateOrderParams{UserID: "u1", Currency: "USD", PaymentMethod: "card", Items: params("A", 1).Items},
+			`payment_method: must be "wallet" (a wallet checkout) or absent`},
+		{&orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Flow: "group_buy", Items: params("A", 1).Items},
+			"orders of flow group_buy are created by their own routes (POST /v1/groups, POST /v1/groups/{id}/join)"},
+	} {
+		if _, _, err := e.Orders.CreateOrder(ctx, tc.p); orderly.ErrorCode(err) != orderly.EINVALID || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CreateOrder(%+v): %v, want %s saying %q", tc.p, err, orderly.EINVALID, tc.want)
 		}
 	}
 	if s := e.StockOf(t, "A"); s != (orderly.Stock{SKU: "A", Available: 5}) {

@@ -57,9 +57,10 @@ var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed}
 // items and an amount of 0, and its pay_status stays unpaid; its money is the trip's
 // (orderly.Trip).
 var Flow = &orderly.Flow{
-	Name:    FlowName,
-	Initial: StateRequested,
-	Managed: true, // trips are created with their hold (Service.CreateTrip)
+	Name:      FlowName,
+	Initial:   StateRequested,
+	Managed:   true, // trips are created with their hold (Service.CreateTrip)
+	CreatedBy: "POST /v1/trips",
 	Transitions: []orderly.FlowTransition{
 		{From: StateRequested, Event: EventAssign, To: StateDriverAssigned},
 		{From: StateRequested, Event: orderly.EventCancel, To: orderly.StateClosed, Effects: closeEffects},

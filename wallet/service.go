@@ -347,8 +347,10 @@ func (s *Service) Wallet(ctx context.Context, userID, currency string, page *ord
 		page = &orderly.WalletEntriesPage{}
 	}
 	limit := cmp.Or(page.Limit, DefaultPageSize)
-	if limit < 0 || limit > MaxPageSize || page.BeforeID < 0 {
-		return nil, orderly.Errorf(orderly.EINVALID, "limit: must be 1 to %d; before: must be an entry id", MaxPageSize)
+	if limit < 0 || limit > MaxPageSize {
+		return nil, orderly.Errorf(orderly.EINVALID, "limit: must be 1 to %d, got %d", MaxPageSize, limit)
+	} else if page.BeforeID < 0 {
+		return nil, orderly.Errorf(orderly.EINVALID, "before: must be an entry id, got %d", page.BeforeID)
 	}
 	var w orderly.Wallet
 	err := s.cfg.Store.Read(ctx, func(tx store.Tx) error {

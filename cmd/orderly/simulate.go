@@ -79,7 +79,7 @@ func simulateCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-lateness", Usage: "a close later than this after close_at is a violation (0: no bound); " +
 				"with --sweep-interval far away it bounds what the precise timer does, so a dead timer fails the run"},
 			&cli.StringFlag{Name: "gateway", Value: "sim", Usage: "the payment provider: sim (orderly callbacks), or stripe, alipay or wechat (an imitation of that provider's API in process, its signed notifications; in-process server only)"},
-			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups), wallet (wallet checkouts, sagas) or mixed (all at once)"},
+			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups), wallet (wallet checkouts, sagas), ride_hailing (trips: card holds, sagas) or mixed (standard, group_buy and wallet at once)"},
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
 			&cli.FloatFlag{Name: "fail-rate", Usage: "share (0–1) of saga participant calls that fail transiently (the servers' --test-saga-fail-rate)"},
