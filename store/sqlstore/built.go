@@ -90,6 +90,9 @@ func (t *tx) execBuilt(ctx context.Context, text string, args ...any) (sql.Resul
 
 // sendBuilt is execBuilt without opening the pending savepoints (it sends them).
 func (t *tx) sendBuilt(ctx context.Context, text string, args ...any) (sql.Result, error) {
+	if t.db.sent != nil {
+		t.db.sent(text)
+	}
 	if t.db.d.name == "sqlite" && t.h != nil {
 		if st := t.db.built.get(t.h, text); st != nil {
 			return t.q.StmtContext(ctx, st).ExecContext(ctx, args...) //nolint:sqlclosecheck // closed with the store (builtStmts.close)

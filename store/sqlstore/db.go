@@ -93,6 +93,9 @@ type DB struct {
 	// built holds, on SQLite, the statements whose text is built at run time (savepoints,
 	// multi-row inserts), prepared once per handle and text (tx.execBuilt).
 	built builtStmts
+	// sent, when set (tests only, before the store is used), is called with the text of
+	// every statement a transaction sends.
+	sent func(text string)
 }
 
 // Aborts returns how many write transactions the database has aborted for a deadlock or a

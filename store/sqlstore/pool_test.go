@@ -201,3 +201,53 @@ func openTempSQLite(t *testing.T) *DB {
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }
+
+// TestStatementsNotSent: on SQLite the clock is read without a statement, and a savepoint
+// is sent only with the first statement inside it: one with none sends nothing, not even
+// its release; nested ones are sent outermost first, each once, and released.
+func TestStatementsNotSent(t *testing.T) {
+	t.Parallel()
+	db := openTempSQLite(t)
+	var (
+		mu   sync.Mutex
+		sent []string
+	)
+	db.sent = func(text string) {
+		mu.Lock()
+		sent = append(sent, text)
+		mu.Unlock()
+	}
+	ctx := t.Context()
+	var inside []string
+	if err := db.InTx(ctx, func(stx store.Tx) error {
+		if _, err := stx.Now(ctx); err != nil {
+			return err
+		}
+		if err := stx.Savepoint(ctx, func() error {
+			_, err := stx.Now(ctx)
+			return err
+		}); err != nil {
+			return err
+		}
+		mu.Lock()
+		inside = append(inside, sent...)
+		mu.Unlock()
+		return stx.Savepoint(ctx, func() error {
+			return stx.Savepoint(ctx, func() error {
+				_, err := stx.StockSet(ctx, "sku-1", 3)
+				return err
+			})
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(inside) != 0 {
+		t.Fatalf("clock reads and an empty savepoint sent %q, want nothing", inside)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := len(sent) // StockSet is a write and its read-back
+	if n != 6 || sent[0] != "SAVEPOINT sp1" || sent[1] != "SAVEPOINT sp2" || sent[n-2] != "RELEASE SAVEPOINT sp2" || sent[n-1] != "RELEASE SAVEPOINT sp1" {
+		t.Fatalf("nested savepoints around a write sent %q, want sp1, sp2, the write and its read, their releases", sent)
+	}
+}

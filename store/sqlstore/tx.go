@@ -134,6 +134,9 @@ func (t *tx) openSavepoints(ctx context.Context) error {
 
 // stmt returns q's prepared statement bound to this transaction.
 func (t *tx) stmt(ctx context.Context, q *query) *sql.Stmt {
+	if t.db.sent != nil {
+		t.db.sent(q.build(t.db.d))
+	}
 	return t.q.StmtContext(ctx, t.stmts[q.id])
 }
 
