@@ -881,6 +881,78 @@ func TestJoinRuns(t *testing.T) {
 	}
 }
 
+// TestJoinRunsLeavesOutEndedMember: a start whose context ended while it waited for a
+// batch is left out of the batch, which commits the others: its past deadline would have
+// ended the shared transaction and sent every member the ordinary way. (Left out, the start
+// is answered with its context's error and Run goes the ordinary way, which a real ended
+// context refuses at once; this one's Done channel stays open, so it runs there, in
+// transactions of its own.)
+func TestJoinRunsLeavesOutEndedMember(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	def := saga.Definition{Name: "joined", Steps: []saga.Step{{Name: "a", Action: saga.LocalTx(
+		func(ctx context.Context, tx store.Tx, c *saga.Call) error {
+			if string(c.Input) == `"block"` {
+				<-release
+			}
+			return tx.CouponInsert(ctx, &orderly.Coupon{ID: c.SagaID, UserID: "u", AmountOff: 1, Currency: "EUR",
+				State: orderly.CouponAvailable, CreatedAt: time.Unix(0, 0).UTC()})
+		})}}}
+	db := newStore(t)
+	cs := &countingStore{Store: db}
+	o, err := saga.New(saga.Config{Store: cs, Definitions: []saga.Definition{def}, JoinRuns: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	run := func(ctx context.Context, id, input string) {
+		wg.Go(func() {
+			if _, err := o.Run(ctx, &saga.StartParams{Definition: "joined", ID: id, Input: json.RawMessage(input)}); err != nil {
+				t.Errorf("run %s: %v", id, err)
+			}
+		})
+	}
+	run(ctx, "first", `"block"`)
+	for o.JoinWaiting() != 0 || cs.writes.Load() == 0 { // the first batch has begun
+		time.Sleep(time.Millisecond)
+	}
+	late := &endingCtx{Context: ctx}
+	run(late, "late", `"ok"`)
+	run(ctx, "on-time", `"ok"`)
+	for o.JoinWaiting() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	late.ended.Store(true) // its deadline passes while it waits
+	close(release)
+	wg.Wait()
+	// The first batch, the batch of on-time alone, and the late start's own transactions
+	// (joined, the three Runs take two).
+	if got := cs.writes.Load(); got < 3 {
+		t.Fatalf("%d write transactions, want the late start out of the batch (at least 3)", got)
+	}
+	for _, id := range []string{"first", "late", "on-time"} {
+		if inst, _, err := o.Get(ctx, id); err != nil || inst.State != saga.StateSucceeded {
+			t.Fatalf("%s: %+v, %v; want succeeded", id, inst, err)
+		}
+	}
+}
+
+// endingCtx is a context whose Err reports its deadline once ended is set; its Done channel
+// stays open, so that only a check of Err sees it (as when a deadline passes between two
+// checks).
+type endingCtx struct {
+	context.Context
+	ended atomic.Bool
+}
+
+func (c *endingCtx) Err() error {
+	if c.ended.Load() {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
+}
+
 // TestJoinRunsPanic: a participant that panics inside a joined transaction does not take
 // the process down from the joiner's goroutine: the batch rolls back and its members run
 // the ordinary way in their callers' goroutines (here the participant's second call
