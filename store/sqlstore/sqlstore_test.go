@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,6 +133,66 @@ func TestNowReadAtEveryCall(t *testing.T) {
 			}
 			if later.Sub(first) < 20*time.Millisecond {
 				t.Fatalf("Now() in one transaction: %v, then %v 20 ms later; want the clock read again", first, later)
+			}
+		})
+	}
+}
+
+// TestNowNeverAhead: on PostgreSQL and MySQL a transaction reads the database's clock at
+// most once per 100 ms and advances it on this process's monotonic clock in between; the
+// time it gives is never ahead of the database's own clock read just after it (an early
+// close would need that), and it keeps advancing across the reuse period.
+func TestNowNeverAhead(t *testing.T) {
+	t.Parallel()
+	for dialect, clockSQL := range map[string]string{
+		"postgres": `SELECT FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint`,
+		"mysql":    `SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)`,
+	} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			url := testdb.Fresh(t, testdb.URL(t, dialect))
+			db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			var reads atomic.Int64
+			db.SetSentHook(func(text string) {
+				if text == clockSQL { // the dialect's clock read is this text
+					reads.Add(1)
+				}
+			})
+			raw := testdb.Raw(t, url)
+			ctx := t.Context()
+			const calls = 30
+			var last time.Time
+			if err := db.InTx(ctx, func(tx store.Tx) error {
+				for i := range calls {
+					now, err := tx.Now(ctx)
+					if err != nil {
+						return err
+					}
+					var v int64
+					if err := raw.QueryRowContext(ctx, clockSQL).Scan(&v); err != nil {
+						return err
+					}
+					if dbNow := time.UnixMilli(v).UTC(); now.After(dbNow) {
+						return fmt.Errorf("call %d: Now %v is ahead of the database's clock %v", i, now, dbNow)
+					}
+					if now.Before(last) {
+						return fmt.Errorf("call %d: Now %v went back from %v", i, now, last)
+					}
+					last = now
+					if i%10 == 9 {
+						time.Sleep(60 * time.Millisecond)
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if n := reads.Load(); n < 1 || n > calls/3 {
+				t.Fatalf("%d reads of the database's clock for %d calls of Now over ~200 ms, want a few", n, calls)
 			}
 		})
 	}

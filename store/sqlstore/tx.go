@@ -21,10 +21,13 @@ type tx struct {
 	h          *sql.DB // the handle q was begun on
 	db         *DB
 	stmts      []*sql.Stmt
-	savepoints int            // nesting depth: each level has its own name (MySQL replaces a same-named one)
-	opened     int            // the levels sent (the first opened of savepoints); openSavepoints sends the rest
-	gates      heldGates      // the row gates of the call of InTx (gate.go); nil in Read
-	busy       *gateBusyError // a gate this attempt needed was taken: it must roll back
+	savepoints int // nesting depth: each level has its own name (MySQL replaces a same-named one)
+	opened     int // the levels sent (the first opened of savepoints); openSavepoints sends the rest
+	// clock is the database's clock as last read by Now, clockAt this process's time
+	// (with its monotonic reading) when the reading arrived; zero before the first.
+	clock, clockAt time.Time
+	gates          heldGates      // the row gates of the call of InTx (gate.go); nil in Read
+	busy           *gateBusyError // a gate this attempt needed was taken: it must roll back
 	// aborted is the first deadlock or serialization failure a statement met. MySQL and
 	// MariaDB roll the whole transaction back on a deadlock, savepoints included, and run
 	// what follows in autocommit; PostgreSQL refuses every later statement. Either way the
@@ -56,28 +59,46 @@ var (
 	qNow = newQuery(func(d *dialect) string { return d.now })
 )
 
-// Now implements store.Tx: the database clock, read at every call. It is not cached for
-// the transaction: callers read it after a lock wait to decide a deadline with the row held
-// (a group's success, a hold's expiry) and to start a lease, and a time read before the wait
-// would be stale by the wait (a group succeeding after its deadline, a lease already over at
-// its commit). On SQLite it is this process's clock, read without a statement
-// (dialect.hostClock).
+// Now implements store.Tx: the database clock, never a time read before the caller's
+// lock waits. Callers read it after a lock wait to decide a deadline with the row held (a
+// group's success, a hold's expiry) and to start a lease, so it is not a value cached for
+// the transaction: a time read before the wait would be stale by the wait (a group
+// succeeding after its deadline, a lease already over at its commit).
+//
+// On SQLite it is this process's clock, read without a statement (dialect.hostClock). On
+// PostgreSQL and MySQL a statement reads the database's clock, at most once per clockReuse
+// within a transaction; in between Now is that reading plus the time elapsed since on this
+// process's monotonic clock, which advances through lock waits as the database's does. That
+// is never ahead of the database's clock: the reading was taken before it arrived here, and
+// truncated to the millisecond, so it lags by the reply's trip as a fresh read does when
+// its caller uses it; the two clocks' rates differ by at most a few hundred parts per
+// million, microseconds over clockReuse.
 func (t *tx) Now(ctx context.Context) (time.Time, error) {
 	if t.db.now != nil {
 		return t.db.now().UTC().Truncate(time.Millisecond), nil
 	}
+	if t.aborted != nil {
+		return time.Time{}, fmt.Errorf("database now: %w", t.afterAbort())
+	}
 	if t.db.d.hostClock {
-		if t.aborted != nil {
-			return time.Time{}, fmt.Errorf("database now: %w", t.afterAbort())
-		}
 		return time.Now().UTC().Truncate(time.Millisecond), nil
+	}
+	if !t.clockAt.IsZero() {
+		if since := time.Since(t.clockAt); since < clockReuse {
+			return t.clock.Add(since).Truncate(time.Millisecond), nil
+		}
 	}
 	var v int64
 	if err := t.queryRow(ctx, qNow).Scan(&v); err != nil {
 		return time.Time{}, fmt.Errorf("database now: %w", err)
 	}
-	return fromMS(v), nil
+	t.clock, t.clockAt = fromMS(v), time.Now()
+	return t.clock, nil
 }
+
+// clockReuse is how long a reading of the database's clock serves a transaction's Now
+// (advanced by the monotonic time since) before the clock is read again.
+const clockReuse = 100 * time.Millisecond
 
 // Savepoint implements store.Tx. A savepoint is sent when the first statement inside it
 // is (openSavepoints): fn sending none (a step with nothing to do, a hostClock read) costs

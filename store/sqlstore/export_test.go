@@ -1,0 +1,5 @@
+package sqlstore
+
+// SetSentHook makes f see the text of every statement db's transactions send (DB.sent).
+// Call it before db is used.
+func (db *DB) SetSentHook(f func(text string)) { db.sent = f }
