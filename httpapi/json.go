@@ -144,7 +144,10 @@ func decodeError(err error) error {
 		case e.GoType == nil:
 			return invalidf("%s: is invalid", field)
 		}
-		got := e.JSONKind.String()
+		got := kindName(e.JSONKind)
+		if isTime(e.GoType) && e.JSONKind == '"' {
+			return invalidf("%s: must be an RFC 3339 time such as \"2026-12-01T10:00:00Z\"", field)
+		}
 		if e.JSONKind == '0' && len(e.JSONValue) > 0 {
 			if isIntegerLiteral(e.JSONValue) && isIntKind(e.GoType) {
 				return invalidf("%s: integer %s is out of range", field, e.JSONValue)
@@ -195,9 +198,37 @@ func isIntKind(t reflect.Type) bool {
 	return false
 }
 
+// kindName names a JSON kind for messages: string, number, object, array, boolean, null.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return k.String()
+}
+
+// isTime reports whether t (or what it points to) is a time, which JSON holds as an RFC 3339
+// string.
+func isTime(t reflect.Type) bool {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t == reflect.TypeFor[Time]() || t == reflect.TypeFor[time.Time]()
+}
+
 // jsonKind names the JSON type that decodes into t, for error messages.
 func jsonKind(t reflect.Type) string {
-	if t == reflect.TypeFor[Time]() || t == reflect.TypeFor[time.Time]() {
+	if isTime(t) {
 		return "an RFC 3339 time (a string)"
 	}
 	switch t.Kind() {

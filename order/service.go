@@ -222,7 +222,7 @@ func (s *Service) CreateOrder(ctx context.Context, p *orderly.CreateOrderParams)
 		// puts in front of this service.
 		return nil, false, orderly.Errorf(orderly.EINVALID, "payment_method %q is not served here: no wallet checkout is configured", p.PaymentMethod)
 	default:
-		return nil, false, orderly.Errorf(orderly.EINVALID, "payment_method: must be %q (a wallet checkout) or absent (pay through a gateway: POST /v1/orders/{id}/payments), got %q",
+		return nil, false, orderly.Errorf(orderly.EINVALID, "payment_method: the only one is %q (a wallet checkout, where the server has one); omit it to pay through a gateway (POST /v1/orders/{id}/payments), got %q",
 			orderly.PaymentMethodWallet, p.PaymentMethod)
 	}
 	var (

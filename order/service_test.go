@@ -125,7 +125,7 @@ func TestCreateOrderWritesNothingOnError(t *testing.T) {
 		want string
 	}{
 		{&orderly.CreateOrderParams{UserID: "u1", Currency: "USD", PaymentMethod: "card", Items: params("A", 1).Items},
-			`payment_method: must be "wallet" (a wallet checkout) or absent`},
+			`payment_method: the only one is "wallet"`},
 		{&orderly.CreateOrderParams{UserID: "u1", Currency: "USD", Flow: "group_buy", Items: params("A", 1).Items},
 			"orders of flow group_buy are created by their own routes (POST /v1/groups, POST /v1/groups/{id}/join)"},
 	} {

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -85,10 +83,15 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.WakeRelay = func() {}
 	}
 	s := &Service{cfg: cfg, gateways: map[string]orderly.Gateway{}}
+	if ch, _ := orderly.SplitRoute(cfg.Channel); ch == WalletChannel {
+		return nil, fmt.Errorf("payment: Config.Channel %q is the wallet checkout's channel", cfg.Channel)
+	}
 	for _, a := range cfg.Channels {
 		name := a.Name()
 		if _, dup := s.gateways[name]; dup || !order.ValidID(name) {
 			return nil, fmt.Errorf("payment: channel %q is given twice or is not a valid name", name)
+		} else if ch, _ := orderly.SplitRoute(name); ch == WalletChannel {
+			return nil, fmt.Errorf("payment: channel %q: %q is the wallet checkout's channel", name, WalletChannel)
 		}
 		s.gateways[name] = newGuardedGateway(a, cfg.CallTimeout, cfg.Breaker, cfg.Metrics, cfg.Logger)
 	}
@@ -139,11 +142,12 @@ func (s *Service) gatewayOfPayment(ctx context.Context, id string) (orderly.Gate
 }
 
 // checkChannel refuses a channel a buyer names that no gateway of this server serves
-// (EINVALID): one of Config.Channels (a route name, "stripe@v2"), or Config.Channel when
-// Config.Gateway serves it. WalletChannel is refused too: its payments are the wallet
-// checkout's debits, recorded by its saga, and refunded by crediting the debit back; an
-// attempt naming it would be captured by a gateway and could never be refunded. "" is the
-// default route.
+// (EINVALID): without Config.Gateway, one of Config.Channels must serve it (a route name,
+// "stripe@v2"); Config.Gateway serves every other name (an embedder's own channels).
+// WalletChannel is refused whatever the configuration: its payments are the wallet
+// checkout's debits, recorded by its saga and refunded by crediting the debit back; an
+// attempt naming it was captured by a gateway and its refund went to the wallet and
+// failed, for ever. "" is the default route.
 func (s *Service) checkChannel(name string) error {
 	if name == "" {
 		return nil
@@ -151,14 +155,10 @@ func (s *Service) checkChannel(name string) error {
 	if ch, _ := orderly.SplitRoute(name); ch == WalletChannel {
 		return orderly.Errorf(orderly.EINVALID, "channel %q is the wallet checkout's: create the order with payment_method %q instead", name, orderly.PaymentMethodWallet)
 	}
-	if _, known := s.gateways[name]; known || name == s.cfg.Channel && s.cfg.Gateway != nil {
+	if _, known := s.gateways[name]; known || s.cfg.Gateway != nil {
 		return nil
 	}
-	have := slices.Sorted(maps.Keys(s.gateways))
-	if s.cfg.Gateway != nil && !slices.Contains(have, s.cfg.Channel) {
-		have = append(have, s.cfg.Channel)
-	}
-	return orderly.Errorf(orderly.EINVALID, "channel %q is not configured (this server has %s)", name, strings.Join(have, ", "))
+	return orderly.Errorf(orderly.EINVALID, "channel %q is not configured", name)
 }
 
 // StartPayment implements orderly.PaymentService. The attempt is written (initiated, order

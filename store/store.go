@@ -38,7 +38,9 @@ type Tx interface {
 	Savepoint(ctx context.Context, fn func() error) error
 
 	// Now returns the database's clock, truncated to the millisecond (never rounded up, so a
-	// due check with it can never be early). Within one transaction it may be constant.
+	// due check with it can never be early), never ahead of it and never a time read before
+	// the caller's lock waits: it advances within a transaction (a later call after a wait
+	// is later by the wait).
 	Now(ctx context.Context) (time.Time, error)
 
 	OrderInsert(ctx context.Context, params *OrderInsertParams) error
