@@ -157,16 +157,7 @@ func (s *Service) CancelHandler() outbox.Handler {
 				// order's failed attempt was written on the payment only, before this
 				// version): the order stops reading paying.
 				return s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-					now, err := tx.Now(ctx)
-					if err != nil {
-						return err
-					}
-					_, err = tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
-						ID: ref.OrderID, State: orderly.StateClosed, From: []orderly.PayStatus{orderly.PayPaying},
-						To: orderly.PayFailed, IfPaymentID: ref.PaymentID, Event: orderly.EventPaymentFailed,
-						Cause: "payment " + ref.PaymentID + " failed", Actor: "payment.cancel", Now: now,
-					})
-					return err
+					return orderPayFailed(ctx, tx, ref.OrderID, ref.PaymentID, "payment "+ref.PaymentID+" failed", "payment.cancel", orderly.StateClosed)
 				})
 			}
 			return nil

@@ -664,23 +664,11 @@ func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Paym
 		return nil, err
 	}
 	if ok {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return nil, err
-		}
 		// A pending order may be paid again; a closed one (closed while the attempt was in
 		// flight, settled by payment.cancel) stops reading paying.
-		for _, state := range []orderly.State{orderly.StatePendingPayment, orderly.StateClosed} {
-			changed, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
-				ID: p.OrderID, State: state, From: []orderly.PayStatus{orderly.PayPaying},
-				To: orderly.PayFailed, IfPaymentID: p.ID,
-				Event: orderly.EventPaymentFailed, Cause: "payment " + p.ID + ": " + reason, Actor: actor, Now: now,
-			})
-			if err != nil {
-				return nil, err
-			} else if changed {
-				break
-			}
+		if err := orderPayFailed(ctx, tx, p.OrderID, p.ID, "payment "+p.ID+": "+reason, actor,
+			orderly.StatePendingPayment, orderly.StateClosed); err != nil {
+			return nil, err
 		}
 	}
 	cur, err := tx.PaymentGet(ctx, p.ID)
@@ -688,6 +676,25 @@ func (s *Service) applyFailure(ctx context.Context, tx store.Tx, p *orderly.Paym
 		return nil, err
 	}
 	return &orderly.CallbackResult{Applied: ok, Payment: cur}, nil
+}
+
+// orderPayFailed sets the pay_status of order orderID from paying to failed when
+// paymentID is its current attempt and the order is in one of states, with its audit row.
+func orderPayFailed(ctx context.Context, tx store.Tx, orderID, paymentID, cause, actor string, states ...orderly.State) error {
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return err
+	}
+	for _, state := range states {
+		changed, err := tx.OrderSetPayStatus(ctx, &store.OrderSetPayStatusParams{
+			ID: orderID, State: state, From: []orderly.PayStatus{orderly.PayPaying}, To: orderly.PayFailed,
+			IfPaymentID: paymentID, Event: orderly.EventPaymentFailed, Cause: cause, Actor: actor, Now: now,
+		})
+		if err != nil || changed {
+			return err
+		}
+	}
+	return nil
 }
 
 // fail marks an attempt failed in its own transaction.

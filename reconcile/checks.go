@@ -152,35 +152,53 @@ func orderClosedHolds(_ *Reconciler, s *Snapshot) []*Finding {
 // repairClosedHolds runs the close's release effects again through the order machine, the
 // order's row locked, when the order still holds something.
 func repairClosedHolds(ctx context.Context, r *Reconciler, f *Finding, by Actor) (bool, error) {
+	return reapplyClose(ctx, r, f, by, func(tx store.Tx, o *orderly.Order, _ time.Time) (map[string]any, error) {
+		if o.State != orderly.StateClosed {
+			return nil, nil
+		}
+		rs, err := tx.ReservationList(ctx, o.ID)
+		if err != nil {
+			return nil, err
+		}
+		var c *orderly.Coupon
+		if o.CouponID != "" {
+			if c, err = tx.CouponGet(ctx, o.CouponID); err != nil {
+				return nil, err
+			}
+		}
+		if what := holds(o, rs, c); what != "" {
+			return map[string]any{"released": what}, nil
+		}
+		return nil, nil
+	})
+}
+
+// reapplyClose is the repair of a closed order whose close left work undone: in one
+// transaction, the order's row locked, needed reads the order as it is now and returns the
+// audit detail of what is still to do (nil: nothing, the repair is a repeat); then the
+// close transition's effects run again (order.Machine.Reapply, guarded) and the repair is
+// audited. It reports whether it repaired.
+func reapplyClose(ctx context.Context, r *Reconciler, f *Finding, by Actor,
+	needed func(tx store.Tx, o *orderly.Order, now time.Time) (map[string]any, error)) (bool, error) {
 	var ok bool
 	err := r.inTx(ctx, by, func(tx store.Tx, now time.Time) error {
 		if _, err := tx.OrdersLock(ctx, []string{f.OrderID}); err != nil {
 			return err
 		}
 		o, err := tx.OrderGet(ctx, f.OrderID)
-		if err != nil || o.State != orderly.StateClosed {
-			return err
-		}
-		rs, err := tx.ReservationList(ctx, o.ID)
 		if err != nil {
 			return err
 		}
-		var c *orderly.Coupon
-		if o.CouponID != "" {
-			if c, err = tx.CouponGet(ctx, o.CouponID); err != nil {
-				return err
-			}
-		}
-		what := holds(o, rs, c)
-		if what == "" {
-			return nil
+		detail, err := needed(tx, o, now)
+		if err != nil || detail == nil {
+			return err
 		}
 		if err := r.cfg.Machine.Reapply(ctx, tx, o, &store.OrdersTransitionParams{Now: now, Actor: by.Operator,
 			Cause: "reconcile", TraceID: by.TraceID}); err != nil {
 			return err
 		}
 		ok = true
-		return audit(ctx, tx, by, f, o.ID, now, map[string]any{"released": what})
+		return audit(ctx, tx, by, f, o.ID, now, detail)
 	})
 	return ok, err
 }
@@ -242,38 +260,20 @@ func orderClosedPaying(r *Reconciler, s *Snapshot) []*Finding {
 // the order's row locked, when the order still needs it: its cancel_payment effect writes
 // the attempt's payment.cancel.
 func repairClosedPaying(ctx context.Context, r *Reconciler, f *Finding, by Actor) (bool, error) {
-	var ok bool
-	err := r.inTx(ctx, by, func(tx store.Tx, now time.Time) error {
-		if _, err := tx.OrdersLock(ctx, []string{f.OrderID}); err != nil {
-			return err
+	return reapplyClose(ctx, r, f, by, func(tx store.Tx, o *orderly.Order, now time.Time) (map[string]any, error) {
+		if o.CurrentPaymentID == "" {
+			return nil, nil
 		}
-		o, err := tx.OrderGet(ctx, f.OrderID)
+		msgs, err := tx.OutboxKeyUndelivered(ctx, o.CurrentPaymentID, 100)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var (
-			msgs     []*orderly.Message
-			payments []*orderly.Payment
-		)
-		if o.CurrentPaymentID != "" {
-			if msgs, err = tx.OutboxKeyUndelivered(ctx, o.CurrentPaymentID, 100); err != nil {
-				return err
-			}
-			if payments, err = tx.PaymentList(ctx, o.ID); err != nil {
-				return err
-			}
+		payments, err := tx.PaymentList(ctx, o.ID)
+		if err != nil || !r.closedPaying(o, payments, msgs, now) {
+			return nil, err
 		}
-		if !r.closedPaying(o, payments, msgs, now) {
-			return nil
-		}
-		if err := r.cfg.Machine.Reapply(ctx, tx, o, &store.OrdersTransitionParams{Now: now, Actor: by.Operator,
-			Cause: "reconcile", TraceID: by.TraceID}); err != nil {
-			return err
-		}
-		ok = true
-		return audit(ctx, tx, by, f, o.ID, now, map[string]any{"payment_id": o.CurrentPaymentID, "done": "payment.cancel written"})
+		return map[string]any{"payment_id": o.CurrentPaymentID, "done": "payment.cancel written"}, nil
 	})
-	return ok, err
 }
 
 func paidUnbackedFinding(o *orderly.Order) *Finding {
