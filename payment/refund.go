@@ -53,23 +53,17 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 					"order_id", ref.OrderID, "state", f.State)
 				return nil
 			}
-			wallet, err := s.refundToWallet(ctx, &ref)
-			if !wallet && err == nil {
-				var gw orderly.Gateway
-				if gw, err = s.gatewayOfPayment(ctx, ref.PaymentID); err != nil {
-					return err
-				}
-				err = gw.Refund(ctx, &orderly.GatewayRefund{
-					IdempotencyKey: ref.RefundID, PaymentID: ref.PaymentID, Amount: ref.Amount, Currency: ref.Currency,
-				})
+			wallet, answer, err := s.executeRefund(ctx, &ref)
+			if err != nil {
+				return err // the refund was not asked: retried
 			}
 			var refused *orderly.Error
-			if errors.As(err, &refused) && (!wallet || !retryableWalletError(refused.Code)) {
+			if errors.As(answer, &refused) && (!wallet || !retryableWalletError(refused.Code)) {
 				s.cfg.Logger.Warn("gateway refused a refund", "refund_id", ref.RefundID, "order_id", ref.OrderID,
-					"payment_id", ref.PaymentID, "amount", ref.Amount, "error", err)
+					"payment_id", ref.PaymentID, "amount", ref.Amount, "error", answer)
 				return s.failRefund(ctx, &ref, refused.Message)
 			}
-			return err
+			return answer
 		},
 		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			refs := make([]*orderly.RefundRef, len(msgs))
@@ -84,28 +78,38 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 	}
 }
 
-// refundToWallet refunds a wallet payment (channel WalletChannel) to the buyer's wallet:
-// a wallet refund of the payment's debit transfer under the key "refund:<refund id>", so
-// a message delivered again credits once. It reports false, doing nothing, for a payment
-// of another channel or when the service has no wallets (UseWallets).
-func (s *Service) refundToWallet(ctx context.Context, ref *orderly.RefundRef) (bool, error) {
-	if s.wallets == nil {
-		return false, nil
+// executeRefund asks for refund ref where its payment was taken: a wallet payment
+// (channel WalletChannel, with UseWallets) is refunded to the buyer's wallet, a wallet
+// refund of the payment's debit transfer under the key "refund:<refund id>", so that a
+// message delivered again credits once; any other through its channel's gateway, keyed by
+// the refund id. answer is the wallet's or the gateway's answer to the refund (wallet says
+// which); err is a failure before the refund was asked (the payment could not be read, no
+// gateway serves its channel), which says nothing of the refund: the caller retries.
+func (s *Service) executeRefund(ctx context.Context, ref *orderly.RefundRef) (wallet bool, answer, err error) {
+	gw := s.cfg.Gateway
+	if s.wallets != nil || len(s.gateways) > 0 {
+		p, err := s.Payment(ctx, ref.PaymentID)
+		if err != nil {
+			return false, nil, fmt.Errorf("the channel of payment %s: %w", ref.PaymentID, err)
+		}
+		if p.Channel == WalletChannel && s.wallets != nil {
+			transfer, ok := strings.CutPrefix(p.ChannelTxnID, WalletChannel+":")
+			if !ok || transfer == "" {
+				return true, orderly.Errorf(orderly.EILLEGAL, "wallet payment %s names no debit transfer (%q)", p.ID, p.ChannelTxnID), nil
+			}
+			_, answer = s.wallets.Refund(ctx, &orderly.WalletRefundParams{TransferID: transfer, Amount: ref.Amount,
+				IdempotencyKey: "refund:" + ref.RefundID})
+			return true, answer, nil
+		}
+		if len(s.gateways) > 0 {
+			if gw, err = s.gatewayFor(p.Route()); err != nil {
+				return false, nil, err
+			}
+		}
 	}
-	p, err := s.Payment(ctx, ref.PaymentID)
-	if err != nil {
-		return false, fmt.Errorf("the channel of payment %s: %w", ref.PaymentID, err)
-	}
-	if p.Channel != WalletChannel {
-		return false, nil
-	}
-	transfer, ok := strings.CutPrefix(p.ChannelTxnID, WalletChannel+":")
-	if !ok || transfer == "" {
-		return true, orderly.Errorf(orderly.EILLEGAL, "wallet payment %s names no debit transfer (%q)", p.ID, p.ChannelTxnID)
-	}
-	_, err = s.wallets.Refund(ctx, &orderly.WalletRefundParams{TransferID: transfer, Amount: ref.Amount,
-		IdempotencyKey: "refund:" + ref.RefundID})
-	return true, err
+	return false, gw.Refund(ctx, &orderly.GatewayRefund{
+		IdempotencyKey: ref.RefundID, PaymentID: ref.PaymentID, Amount: ref.Amount, Currency: ref.Currency,
+	}), nil
 }
 
 // retryableWalletError reports whether a wallet error leaves a refund's outcome to a retry

@@ -536,3 +536,57 @@ func TestRefundFailedByNotificationNotSentAgain(t *testing.T) {
 	wantOrder(t, e, o.ID, orderly.StateRefunding, orderly.PayPaid, 0)
 	wantVerified(t, e)
 }
+
+// TestRefundNotFailedByALostConnection: a refund whose payment cannot be read when its
+// message is delivered (the database restarted) is not asked, and not failed either: the
+// read's error (unavailable) used to be taken for the gateway refusing the refund, and the
+// refund was failed for good (a PostgreSQL-restart simulation in CI). It is retried, and
+// succeeds.
+func TestRefundNotFailedByALostConnection(t *testing.T) {
+	t.Parallel()
+	var inner outbox.Handler
+	h := outbox.Handler{
+		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
+		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			return inner.Apply(ctx, tx, msgs)
+		},
+	}
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
+	reads := &failingRead{Store: e.Store}
+	svc, err := payment.NewService(payment.Config{Store: reads, Gateway: e.Gateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.UseWallets(e.Engine.Wallets()) // the payment is read to learn its channel
+	inner = svc.RefundExecuteHandler()
+	o, p := paidOrder(t, e, orderly.Item{SKU: "SKU-1", Quantity: 2, UnitPrice: 500})
+	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 1000})
+	reads.failAt.Store(2) // the refund's read passes, the payment's fails
+	e.Drain(t)
+	if fs := refundsOf(t, e, o.ID); len(fs) != 1 || fs[0].State != orderly.RefundRequested {
+		t.Fatalf("refunds after the lost connection %+v, want one still requested", fs)
+	}
+	if n := len(e.Gateway.Refunds(p.ID)); n != 0 {
+		t.Fatalf("%d gateway refunds while the payment could not be read", n)
+	}
+	e.Clock.Advance(time.Hour) // past the message's retry
+	e.Drain(t)
+	if fs := refundsOf(t, e, o.ID); len(fs) != 1 || fs[0].State != orderly.RefundSucceeded {
+		t.Fatalf("refunds after the retry %+v, want one succeeded", fs)
+	}
+	wantOrder(t, e, o.ID, orderly.StateRefunded, orderly.PayRefunded, 1000)
+}
+
+// failingRead is a store whose failAt-th read transaction (counted from when failAt is
+// set) fails as a lost connection does.
+type failingRead struct {
+	store.Store
+	n, failAt atomic.Int32
+}
+
+func (s *failingRead) Read(ctx context.Context, fn func(tx store.Tx) error) error {
+	if at := s.failAt.Load(); at > 0 && s.n.Add(1) == at {
+		return orderly.Errorf(orderly.EUNAVAILABLE, "the database connection was lost (the database restarted or ended the session); retry later")
+	}
+	return s.Store.Read(ctx, fn)
+}
