@@ -64,8 +64,10 @@ func Definition(d Deps) (saga.Definition, error) {
 	}
 	s := &steps{Deps: d}
 	retry := saga.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaxInterval: 2 * time.Second, Deadline: StepDeadline}
-	step := func(name string, action, comp func(ctx context.Context, tx store.Tx, c *saga.Call) error) saga.Step {
-		st := saga.Step{Name: name, Action: saga.WithFaults(saga.LocalTx(action), d.Faults), Timeout: StepTimeout, Retry: retry,
+	step := func(name string, action func(ctx context.Context, tx store.Tx, c *saga.Call) error, set saga.SetFunc,
+		comp func(ctx context.Context, tx store.Tx, c *saga.Call) error,
+	) saga.Step {
+		st := saga.Step{Name: name, Action: saga.WithFaults(saga.LocalTxSet(action, set), d.Faults), Timeout: StepTimeout, Retry: retry,
 			MaxCompensationAttempts: MaxCompensationAttempts}
 		if comp != nil {
 			st.Compensation = saga.WithFaults(saga.LocalTx(comp), d.Faults)
@@ -73,10 +75,10 @@ func Definition(d Deps) (saga.Definition, error) {
 		return st
 	}
 	return saga.Definition{Name: Name, Steps: []saga.Step{
-		step(StepOrder, s.createOrder, s.closeOrder),
-		step(StepStock, s.reserve, s.release),
-		step(StepCoupon, s.freeze, s.releaseCoupon),
-		step(StepPay, s.pay, s.creditBack),
+		step(StepOrder, s.createOrder, s.createOrderSet, s.closeOrder),
+		step(StepStock, s.reserve, s.reserveSet, s.release),
+		step(StepCoupon, s.freeze, s.freezeSet, s.releaseCoupon),
+		step(StepPay, s.pay, s.paySet, s.creditBack),
 	}}, nil
 }
 
@@ -276,7 +278,16 @@ func (s *steps) pay(ctx context.Context, tx store.Tx, c *saga.Call) error {
 	} else if tr.ID != transferID {
 		return fmt.Errorf("the debit of order %s is transfer %s, written before this attempt", o.ID, tr.ID)
 	}
+	c.Keep(paidOrder(o, now)) // Service.Checkout's answer, unread (saga.Instance.Kept)
 	return nil
+}
+
+// paidOrder is o, pending_payment, as the pay transition at now writes it: state paid,
+// pay_status paid, paid_at now and its version one more (store.Tx.OrdersTransition).
+func paidOrder(o *orderly.Order, now time.Time) *orderly.Order {
+	paid := *o
+	paid.State, paid.PayStatus, paid.PaidAt, paid.Version = orderly.StatePaid, orderly.PayPaid, &now, o.Version+1
+	return &paid
 }
 
 // closeOrder closes the order, if it is still pending_payment, through the machine's

@@ -86,6 +86,11 @@ func (s *Service) Checkout(ctx context.Context, p *orderly.CreateOrderParams) (*
 		return nil, false, orderly.Errorf(code, "wallet checkout failed: order %s is %s (%s), saga %s %s: %s",
 			o.ID, o.State, o.CloseReason, inst.ID, inst.State, inst.LastError)
 	}
+	if paid, ok := inst.Kept().(*orderly.Order); ok && inst.State == saga.StateSucceeded {
+		// The saga ended in its first transaction: its pay step kept the order as written.
+		s.orders.Created(ctx, paid)
+		return paid, true, nil
+	}
 	o, err := s.orders.Order(ctx, id)
 	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
 		// The order step itself waits for its retry: nothing to show yet.

@@ -230,7 +230,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.sagas, err = saga.New(saga.Config{
 		Store: st, Definitions: append(slices.Clone(sagas), walletCheckout), Logger: log, Metrics: e.metrics,
 		Wake:     func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
-		JoinRuns: joinRuns(st.Dialect()),
+		JoinRuns: joinRuns, JoinOnlySets: st.Dialect() != "sqlite",
 	}); err != nil {
 		return nil, fmt.Errorf("engine: sagas: %w", err)
 	}
@@ -710,12 +710,11 @@ func withFanOut(h *outbox.Handler, fanOut func(ctx context.Context, tx store.Tx,
 	return &out
 }
 
-// joinRuns is saga.Config.JoinRuns for a store of dialect: SQLite's one writer runs
-// transactions one after another, so concurrent wallet checkouts share one (32 at most);
-// PostgreSQL and MySQL run them side by side.
-func joinRuns(dialect string) int {
-	if dialect == "sqlite" {
-		return 32
-	}
-	return 0
-}
+// joinRuns is saga.Config.JoinRuns: concurrent starts of local sagas share a
+// transaction, 32 at most, one such transaction at a time (saga.Config.JoinLanes). The
+// wallet checkout's steps then run as sets (package checkout): a few statements per table
+// for the whole batch, one commit. On SQLite every local saga is joined (its one writer
+// runs transactions one after another anyway); on PostgreSQL and MySQL only those that
+// run as sets (saga.Config.JoinOnlySets): one lane of sets beat two or three on the 2-core
+// machine of BENCHMARKS.md "Wallet checkout as sets".
+const joinRuns = 32

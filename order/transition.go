@@ -180,12 +180,8 @@ func Effects() map[string]Effect {
 			return err
 		},
 		orderly.EffectCommitReservations: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
-			for _, id := range b.IDs {
-				if _, err := tx.ReservationsCommit(ctx, id, b.Params.Now); err != nil {
-					return err
-				}
-			}
-			return nil
+			_, err := tx.ReservationsCommitMany(ctx, b.IDs, b.Params.Now)
+			return err
 		},
 		orderly.EffectReleaseCoupon: func(ctx context.Context, tx store.Tx, b *EffectBatch) error {
 			refs := b.couponRefs()

@@ -67,6 +67,75 @@ type faulty struct {
 
 func (w *faulty) inTx() bool { return w.p.inTx() }
 
+// setFunc is the inner participant's SetFunc with the faults drawn per call, as call draws
+// them: a call drawn to fail is answered ErrInjectedFailure and left out of the set; a
+// slow one delays the set by Slow (once for all of them), or fails with a timeout and is
+// left out when Slow is longer than the time left; one drawn to time out after applying is left out and
+// answered ErrInjectedTimeout, which is what a LocalTx attempt comes to (its writes roll
+// back with its savepoint).
+func (w *faulty) setFunc() SetFunc {
+	inner := setOf(w.p)
+	if inner == nil {
+		return nil
+	}
+	return func(ctx context.Context, tx store.Tx, calls []*Call) ([]error, error) {
+		draw := w.f.Float64
+		if draw == nil {
+			draw = rand.Float64 //nolint:gosec // fault injection, not security
+		}
+		d := w.f.Slow
+		if d == 0 {
+			d = 20 * time.Millisecond
+		}
+		// A slow call longer than the time left fails with the timeout, as it would alone;
+		// the others wait for the slow ones once, together.
+		dl, bounded := ctx.Deadline()
+		tooSlow := bounded && time.Until(dl) <= d
+		errs := make([]error, len(calls))
+		run := make([]*Call, 0, len(calls))
+		at := make([]int, 0, len(calls))
+		slow := false
+		for i, c := range calls {
+			x := draw()
+			switch {
+			case x < w.f.FailRate:
+				errs[i] = ErrInjectedFailure
+				continue
+			case x < w.f.FailRate+w.f.SlowRate:
+				if tooSlow {
+					errs[i] = context.DeadlineExceeded
+					continue
+				}
+				slow = true
+			case x < w.f.FailRate+w.f.SlowRate+w.f.TimeoutAfterApplyRate:
+				errs[i] = ErrInjectedTimeout
+				continue
+			}
+			run, at = append(run, c), append(at, i)
+		}
+		if slow {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		}
+		if len(run) == 0 {
+			return errs, nil
+		}
+		out, err := inner(ctx, tx, run)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range at {
+			errs[i] = out[k]
+		}
+		return errs, nil
+	}
+}
+
 func (w *faulty) call(ctx context.Context, tx store.Tx, c *Call) error {
 	draw := w.f.Float64
 	if draw == nil {

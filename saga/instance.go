@@ -32,7 +32,15 @@ type Instance struct {
 	UpdatedAt    time.Time  `json:"updated_at"`
 	EndedAt      *time.Time `json:"ended_at,omitempty"`
 	Version      int64      `json:"version"`
+
+	kept any // Kept
 }
+
+// Kept returns what the saga's last action kept (Call.Keep) when the Run that returned
+// this instance ended the saga in its first run of local steps, in the caller's
+// transaction; nil otherwise. It is a value of this process, never persisted: the wallet
+// checkout answers the order its pay step wrote without reading it back.
+func (i *Instance) Kept() any { return i.kept }
 
 // StepRecord is one attempt in the saga log.
 type StepRecord struct {

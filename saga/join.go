@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/orderlyhq/orderly"
+
 	"github.com/orderlyhq/orderly/internal/batchctx"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -15,11 +17,14 @@ import (
 // (runLocal) in a savepoint of its own, one commit for all. One goroutine runs the
 // batches while starts wait; each batch takes up to max waiting starts in arrival order.
 type runJoiner struct {
-	o       *Orchestrator
-	max     int
-	mu      sync.Mutex
+	o     *Orchestrator
+	max   int
+	lanes int // batches run at once
+	mu    sync.Mutex
+	// waiting are the starts not in a batch yet; running counts the goroutines running
+	// batches (at most lanes).
 	waiting []*joinedRun
-	running bool
+	running int
 }
 
 // joinedRun is one start waiting for (or in) a batch.
@@ -37,12 +42,12 @@ type joinedRun struct {
 // returns. An error (the batch's transaction failed, or this member's savepoint: its id
 // was taken) means nothing of this saga committed. When ctx ends before the start joined
 // a batch, it returns ctx's error at once.
-func (j *runJoiner) start(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
+func (j *runJoiner) start(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, any, error) {
 	m := &joinedRun{ctx: ctx, tmpl: tmpl, def: def, done: make(chan struct{})}
 	j.mu.Lock()
 	j.waiting = append(j.waiting, m)
-	if !j.running {
-		j.running = true
+	if j.running < j.lanes {
+		j.running++
 		go j.loop()
 	}
 	j.mu.Unlock()
@@ -53,16 +58,16 @@ func (j *runJoiner) start(ctx context.Context, tmpl *store.SagaInstance, def *De
 		if i := slices.Index(j.waiting, m); i >= 0 {
 			j.waiting = slices.Delete(j.waiting, i, i+1)
 			j.mu.Unlock()
-			return nil, false, ctx.Err()
+			return nil, false, nil, ctx.Err()
 		}
 		j.mu.Unlock()
 		<-m.done
 	}
 	if m.err != nil {
-		return nil, false, m.err
+		return nil, false, nil, m.err
 	}
 	last := m.records[len(m.records)-1]
-	return last.next, last.claimed, nil
+	return last.next, last.claimed, last.kept, nil
 }
 
 // loop runs batches until none waits.
@@ -70,7 +75,7 @@ func (j *runJoiner) loop() {
 	for {
 		j.mu.Lock()
 		if len(j.waiting) == 0 {
-			j.running = false
+			j.running--
 			j.mu.Unlock()
 			return
 		}
@@ -85,30 +90,155 @@ func (j *runJoiner) loop() {
 	}
 }
 
-// run writes batch in one transaction and sets each member's outcome; after the commit it
-// does what follows each member's records (metrics, logs, wake-ups).
+// run writes batch and sets each member's outcome; after each commit it does what
+// follows each member's records (metrics, logs, wake-ups). The members of a definition
+// whose first action runs as a set (LocalTxSet) run as sets (runSet); the others, and
+// those whose set transaction failed, run in one transaction with a savepoint each
+// (runSavepoints).
 // A member whose context ended before the batch began is answered with its context's
 // error and left out: its deadline, already past, would otherwise end the batch's
 // transaction and send every member the ordinary way.
 func (j *runJoiner) run(batch []*joinedRun) {
-	o := j.o
-	live := batch[:0:0]
+	var (
+		defs []*Definition
+		sets = map[*Definition][]*joinedRun{}
+		rest []*joinedRun
+	)
 	for _, m := range batch {
 		if err := m.ctx.Err(); err != nil {
 			m.err = err
 			continue
 		}
-		live = append(live, m)
+		if _, phase, p := current(&store.SagaInstance{State: string(StateRunning)}, m.def); phase == PhaseAction && setOf(p) != nil {
+			if sets[m.def] == nil {
+				defs = append(defs, m.def)
+			}
+			sets[m.def] = append(sets[m.def], m)
+			continue
+		}
+		rest = append(rest, m)
 	}
-	if len(live) == 0 {
-		return
+	for _, def := range defs {
+		members := sets[def]
+		if err := j.runSet(def, members); err != nil {
+			fmt.Println("DEBUG set failed", err)
+			j.o.cfg.Logger.Debug("saga: a set run failed; its sagas run one by one", "definition", def.Name, "sagas", len(members), "error", err)
+			rest = append(rest, members...)
+		}
 	}
-	batch = live
+	if len(rest) > 0 {
+		j.runSavepoints(rest)
+	}
+}
+
+// batchContext is the context of a batch's transaction (batchctx.Batch of the members').
+func batchContext(batch []*joinedRun) (context.Context, context.CancelFunc) {
 	ctxs := make([]context.Context, len(batch))
 	for i, m := range batch {
 		ctxs[i] = m.ctx
 	}
-	ctx, cancel := batchctx.Batch(ctxs)
+	return batchctx.Batch(ctxs)
+}
+
+// runSet runs batch, new sagas of def, in one transaction as sets: from the first step on,
+// while the steps' actions run as sets, each step's SetFunc is called once for the sagas
+// still running, and each saga's outcome is recorded as runLocal records it; a saga that
+// failed its step, or whose next step does not run as a set, leaves the run there (its
+// record claims what follows, which its caller drives after the commit, as after any run
+// of local steps). The instances and the step log are written at the end, in multi-row
+// statements. On error nothing of it committed and no member's outcome is set.
+func (j *runJoiner) runSet(def *Definition, batch []*joinedRun) error {
+	o := j.o
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	err := j.inTx(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		cur := make([]*store.SagaInstance, len(batch))
+		carried := make([]any, len(batch))
+		live := make([]int, len(batch))
+		for i, m := range batch { // a run again (a deadlock, a busy database) starts from scratch
+			m.records, m.err = m.records[:0], nil
+			cur[i], live[i] = o.claimNew(m.tmpl, def, now), i
+		}
+		var logRows []*store.SagaStep
+		for len(live) > 0 {
+			step, phase, p := current(cur[live[0]], def)
+			set := setOf(p)
+			if phase != PhaseAction || set == nil {
+				break
+			}
+			calls := make([]*Call, len(live))
+			for k, i := range live {
+				calls[k] = newCall(cur[i], step, phase)
+				calls[k].carried = carried[i]
+			}
+			attemptCtx, cancel := context.WithTimeout(ctx, step.timeout())
+			errs, err := set(attemptCtx, tx, calls)
+			if err == nil && len(errs) != len(calls) {
+				err = fmt.Errorf("saga %s step %s: the set answered %d of %d calls", def.Name, step.Name, len(errs), len(calls))
+			}
+			for k := range errs {
+				if err == nil {
+					errs[k] = callError(attemptCtx, step, errs[k])
+				}
+			}
+			cancel()
+			if err != nil {
+				return err
+			}
+			if now, err = tx.Now(ctx); err != nil {
+				return err
+			}
+			next := live[:0:0]
+			for k, i := range live {
+				out, msg := outcomeOf(errs[k])
+				n := clone(cur[i])
+				claimed, logged := o.advance(n, def, out, msg, now)
+				logRows = append(logRows, o.logRow(cur[i], n, claimed, def, logged, msg, now))
+				if calls[k].kept != nil {
+					carried[i] = calls[k].kept
+				}
+				batch[i].records = append(batch[i].records, record{cur[i], n, claimed, logged, carried[i]})
+				cur[i] = n
+				if claimed && State(n.State) == StateRunning {
+					next = append(next, i)
+				}
+			}
+			live = next
+		}
+		if len(batch[0].records) == 0 {
+			return errNotLocal
+		}
+		if err := tx.SagaInsertMany(ctx, cur); err != nil {
+			if orderly.ErrorCode(err) == orderly.ECONFLICT {
+				return fmt.Errorf("%w: %w", errTaken, err)
+			}
+			return err
+		}
+		return tx.SagaStepInsert(ctx, logRows...)
+	})
+	if err != nil {
+		for _, m := range batch {
+			m.records, m.err = m.records[:0], nil
+		}
+		return err
+	}
+	for _, m := range batch {
+		for _, r := range m.records {
+			o.recorded(m.ctx, r.prev, r.next, r.claimed, r.logged)
+		}
+	}
+	return nil
+}
+
+// runSavepoints writes batch in one transaction, each member's first run of local steps
+// (runLocal) in a savepoint of its own, and sets each member's outcome.
+func (j *runJoiner) runSavepoints(batch []*joinedRun) {
+	o := j.o
+	ctx, cancel := batchContext(batch)
 	defer cancel()
 	err := j.inTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)

@@ -42,8 +42,19 @@ type Config struct {
 	// a quarter of a wallet checkout; on PostgreSQL and MySQL two batches would lock rows in
 	// different orders. 0: every Run has its own transaction.
 	JoinRuns int
-	Metrics  *telemetry.Metrics
-	Logger   *slog.Logger
+	// JoinLanes is how many joined transactions (JoinRuns) run at once; 1. Above 1 on a
+	// store with row locks for definitions whose steps run as sets (LocalTxSet): a set
+	// takes its rows in one order (stock by SKU, accounts by id), so concurrent sets wait
+	// for each other without deadlocking, where batches run member by member, in arrival
+	// order, could; the database's deadlock detection and the store's retry cover the rest.
+	JoinLanes int
+	// JoinOnlySets joins (JoinRuns) only the Runs of definitions whose first action runs
+	// as a set (LocalTxSet); the others run in transactions of their own, side by side. For
+	// a store with row locks, where member-by-member batches in one lane would run one
+	// after another what the database runs at once.
+	JoinOnlySets bool
+	Metrics      *telemetry.Metrics
+	Logger       *slog.Logger
 }
 
 // Orchestrator runs the sagas of its definitions. Run and Begin start instances; Timed
@@ -79,7 +90,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	o := &Orchestrator{cfg: cfg, defs: map[string]*Definition{}}
 	if cfg.JoinRuns > 1 {
-		o.joiner = &runJoiner{o: o, max: cfg.JoinRuns}
+		o.joiner = &runJoiner{o: o, max: cfg.JoinRuns, lanes: max(cfg.JoinLanes, 1)}
 	}
 	for i := range cfg.Definitions {
 		d := &cfg.Definitions[i]
@@ -197,11 +208,12 @@ func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, erro
 		var (
 			next    *store.SagaInstance
 			claimed bool
+			kept    any
 		)
-		if o.joiner != nil {
-			next, claimed, err = o.joiner.start(ctx, s, def)
+		if o.joiner != nil && (!o.cfg.JoinOnlySets || setOf(first) != nil) {
+			next, claimed, kept, err = o.joiner.start(ctx, s, def)
 		} else {
-			next, claimed, err = o.startInTx(ctx, s, def)
+			next, claimed, kept, err = o.startInTx(ctx, s, def)
 		}
 		if err == nil && claimed {
 			// The local steps are done and the next one (a call outside the database) is
@@ -209,9 +221,14 @@ func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, erro
 			if next, err = o.drive(ctx, next); err != nil {
 				return nil, err
 			}
+			kept = nil
 		}
 		if err == nil {
-			return newInstance(next), nil
+			inst := newInstance(next)
+			if State(next.State) == StateSucceeded {
+				inst.kept = kept
+			}
+			return inst, nil
 		}
 		if orderly.ErrorCode(err) == orderly.ECONFLICT && errors.Is(err, errTaken) {
 			return nil, err
@@ -379,7 +396,7 @@ func (o *Orchestrator) insert(ctx context.Context, tmpl *store.SagaInstance, def
 // its first run of local steps, in one transaction (runLocal: the instance is written
 // once, as the run leaves it); it returns the instance as
 // last recorded, and whether its next attempt is claimed by the caller (to run on).
-func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, error) {
+func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, def *Definition) (*store.SagaInstance, bool, any, error) {
 	var records []record
 	err := o.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
@@ -390,13 +407,13 @@ func (o *Orchestrator) startInTx(ctx context.Context, tmpl *store.SagaInstance, 
 		return err
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("start saga %s: %w", tmpl.ID, err)
+		return nil, false, nil, fmt.Errorf("start saga %s: %w", tmpl.ID, err)
 	}
 	for _, r := range records {
 		o.recorded(ctx, r.prev, r.next, r.claimed, r.logged)
 	}
 	last := records[len(records)-1]
-	return last.next, last.claimed, nil
+	return last.next, last.claimed, last.kept, nil
 }
 
 // errFenced: the instance changed since it was claimed (another runner took it over).
@@ -478,6 +495,7 @@ type record struct {
 	prev, next *store.SagaInstance
 	claimed    bool
 	logged     Outcome
+	kept       any // Call.Keep of the run's actions so far, after this attempt
 }
 
 // runInTx runs s's claimed attempt, a LocalTx participant, in one transaction with its
@@ -577,7 +595,7 @@ func (o *Orchestrator) runLocal(ctx context.Context, tx store.Tx, s *store.SagaI
 			fence, written = false, next
 		}
 		logRows = append(logRows, o.logRow(cur, next, claimed, def, logged, msg, now))
-		records = append(records, record{cur, next, claimed, logged})
+		records = append(records, record{cur, next, claimed, logged, carried})
 		if !claimed {
 			break
 		}

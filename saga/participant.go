@@ -73,6 +73,47 @@ type localTx func(ctx context.Context, tx store.Tx, c *Call) error
 func (f localTx) call(ctx context.Context, tx store.Tx, c *Call) error { return f(ctx, tx, c) }
 func (localTx) inTx() bool                                             { return true }
 
+// SetFunc runs one step's action for many sagas at once, in the orchestrator's
+// transaction tx, as written sets (a few statements per table for all of them), without a
+// savepoint per call. It answers one error per call, in calls' order: nil when the call's
+// action is applied in tx; otherwise the call's outcome (Business for a definitive
+// failure, anything else transient), and then nothing of that call may have been written.
+// Its own error (the database's, or a call it cannot answer that way) means that tx is
+// rolled back: the orchestrator then runs the sagas one by one.
+type SetFunc func(ctx context.Context, tx store.Tx, calls []*Call) ([]error, error)
+
+// LocalTxSet is LocalTx(fn) that can also run for many sagas at once with set. When
+// concurrent Runs of one definition are joined into one transaction (Config.JoinRuns),
+// a run of steps whose actions are all LocalTxSet participants runs as sets: each step's
+// set is called once for every saga still running, the instances and the step log are
+// written in multi-row statements, and a saga that fails a step is recorded with that
+// outcome and goes on alone after the commit (its compensations, its retries), as it
+// would have one by one. Each call's Keep and Carried work as in a LocalTx run. Anywhere
+// else (a retry, a resume, a compensation) fn runs, as for LocalTx.
+func LocalTxSet(fn func(ctx context.Context, tx store.Tx, c *Call) error, set SetFunc) Participant {
+	return &localTxSet{one: fn, set: set}
+}
+
+type localTxSet struct {
+	one func(ctx context.Context, tx store.Tx, c *Call) error
+	set SetFunc
+}
+
+func (p *localTxSet) call(ctx context.Context, tx store.Tx, c *Call) error { return p.one(ctx, tx, c) }
+func (*localTxSet) inTx() bool                                             { return true }
+func (p *localTxSet) setFunc() SetFunc                                     { return p.set }
+
+// setter is a participant that can run as a set (LocalTxSet, and WithFaults of one).
+type setter interface{ setFunc() SetFunc }
+
+// setOf returns p's SetFunc, or nil when p runs one call at a time.
+func setOf(p Participant) SetFunc {
+	if s, ok := p.(setter); ok {
+		return s.setFunc()
+	}
+	return nil
+}
+
 // Local is a participant that runs fn outside the orchestrator's transactions, typically
 // with its own database handle and package barrier keyed by c.IdempotencyKey's parts, so
 // that a retry after a lost answer is a no-op and a compensation that overtakes its

@@ -113,6 +113,16 @@ type Tx interface {
 	// Errors: an internal error, nothing changed, when the total is not available (the
 	// caller locked the row and counted with StockLockAvailable first).
 	StockReserveMany(ctx context.Context, sku string, params []*StockReserveParams) error
+	// StockLockAvailableMany is StockLockAvailable of several SKUs in one statement: the
+	// rows are locked in SKU order (the lock order of every transaction that takes several
+	// stock rows). It returns the available units of each SKU that has a stock row.
+	StockLockAvailableMany(ctx context.Context, skus []string) (map[string]int64, error)
+	// StockReserveSet is StockReserve of many reservations of any SKUs, each (order, SKU)
+	// at most once: one guarded update of the per-SKU totals and the reservations in
+	// multi-row statements. Errors: an internal error when a SKU's total is not available
+	// (the caller locked the rows and counted with StockLockAvailableMany first); the
+	// caller rolls back.
+	StockReserveSet(ctx context.Context, params []*StockReserveParams) error
 	// ReservationsRelease moves the order's held reservations to released and their units
 	// back to available; it returns the reservations it changed (none on a repeat call).
 	ReservationsRelease(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
@@ -122,6 +132,9 @@ type Tx interface {
 	// ReservationsCommit moves the order's held reservations to committed and their units
 	// from held to sold; it returns the reservations it changed.
 	ReservationsCommit(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
+	// ReservationsCommitMany is ReservationsCommit for many orders in one go (the pay
+	// transition of a batch of orders).
+	ReservationsCommitMany(ctx context.Context, orderIDs []string, now time.Time) ([]*orderly.Reservation, error)
 	// ReservationList returns the reservations of one order ("" for all), by order and SKU.
 	ReservationList(ctx context.Context, orderID string) ([]*orderly.Reservation, error)
 
@@ -145,6 +158,10 @@ type Tx interface {
 	// and numbers it: p.Attempt becomes one more than the order's last. ECONFLICT when the id
 	// or the channel_txn_id is taken.
 	PaymentInsert(ctx context.Context, p *orderly.Payment) error
+	// PaymentsInsertMany writes payments numbered as given (p.Attempt: the first attempts
+	// of new orders), in multi-row statements. ECONFLICT when an id or a channel_txn_id is
+	// taken; the caller rolls back.
+	PaymentsInsertMany(ctx context.Context, ps []*orderly.Payment) error
 	// PaymentGet returns a payment; ENOTFOUND if there is none.
 	PaymentGet(ctx context.Context, id string) (*orderly.Payment, error)
 	// PaymentGetByChannelTxnID returns the payment that recorded a gateway transaction id;
@@ -291,8 +308,11 @@ type OrdersTransitionParams struct {
 	SetPaidAt bool
 	// Timed says that To is a timed state of the order's flow: wake_at becomes close_at
 	// (the closer looks at the order at its deadline); otherwise wake_at becomes NULL.
-	Timed   bool
-	Cause   string
+	Timed bool
+	Cause string
+	// Causes, when set, is the cause of each order's audit row by order id (Cause for an
+	// order it does not name): a batch of orders each paid by its own payment.
+	Causes  map[string]string
 	Actor   string
 	TraceID string
 }

@@ -221,14 +221,28 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 	} else if n != int64(len(changed)) {
 		return nil, fmt.Errorf("transition orders %s -> %s: %d of %d locked rows changed", p.From, p.To, n, len(changed))
 	}
+	var audits []*orderly.Transition     // with Causes: one multi-row insert
 	for _, pay := range allPayStatuses { // a fixed order: audit row ids follow it
 		group := byPay[pay]
 		if len(group) == 0 {
 			continue
 		}
+		if p.Causes != nil {
+			for _, id := range group {
+				audits = append(audits, &orderly.Transition{OrderID: id, From: p.From, To: p.To, Event: p.Event,
+					Cause: cmp.Or(p.Causes[id], p.Cause), Actor: p.Actor, At: p.Now, TraceID: p.TraceID,
+					PayStatusFrom: pay, PayStatusTo: cmp.Or(p.SetPayStatus, pay)})
+			}
+			continue
+		}
 		_, err = t.exec(ctx, "audit rows", qTransitionsInsert, p.From, p.To, p.Event, p.Cause, p.Actor, ms(p.Now), p.TraceID,
 			pay, cmp.Or(p.SetPayStatus, pay), jsonList(group))
 		if err != nil {
+			return nil, err
+		}
+	}
+	if len(audits) > 0 {
+		if err := t.TransitionsInsertMany(ctx, audits); err != nil {
 			return nil, err
 		}
 	}

@@ -26,8 +26,7 @@ var (
 	qOutboxInsert = func() []*query {
 		qs := make([]*query, len(outboxChunks))
 		for i, n := range outboxChunks {
-			qs[i] = sqlText(`INSERT INTO outbox (message_id, topic, message_key, sequence, payload, next_attempt_at, created_at, trace_parent) VALUES ` +
-				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", "))
+			qs[i] = sqlText(qOutboxInsertHead + ` VALUES ` + strings.TrimSuffix(strings.Repeat(qOutboxInsertRow+", ", n), ", "))
 		}
 		return qs
 	}()
@@ -149,9 +148,17 @@ func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 	return out, rows.Err()
 }
 
-// outboxChunks are the row counts of the prepared multi-row inserts, largest first: any
-// number of messages is written with at most a few statements of constant text.
+// outboxChunks are the row counts of the prepared multi-row inserts, largest first: 128
+// and 16 messages a statement; the rest (fewer than 16) is one statement too, prepared
+// once per row count on SQLite (insertMany), so that a batch of transitions writes its
+// events with one or two statements.
 var outboxChunks = []int{128, 16, 1}
+
+// The outbox insert's parts, for insertMany.
+const (
+	qOutboxInsertHead = `INSERT INTO outbox (message_id, topic, message_key, sequence, payload, next_attempt_at, created_at, trace_parent)`
+	qOutboxInsertRow  = `(?, ?, ?, ?, ?, ?, ?, ?)`
+)
 
 // OutboxInsert implements store.Tx. A message without a TraceParent carries the span of
 // ctx, if any.
@@ -163,16 +170,30 @@ func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams)
 		}
 	}
 	ctxTrace := telemetry.TraceParent(ctx)
+	rowArgs := func(msgs []*store.OutboxInsertParams) ([]any, error) {
+		args := make([]any, 0, 8*len(msgs))
+		for _, m := range msgs {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("outbox message id: %w", err)
+			}
+			at := ms(m.Now)
+			args = append(args, id.String(), m.Topic, m.Key, m.Sequence, string(m.Payload), at, at, cmp.Or(m.TraceParent, ctxTrace))
+		}
+		return args, nil
+	}
 	for k, n := range outboxChunks {
+		if n == 1 && len(msgs) > 1 {
+			args, err := rowArgs(msgs)
+			if err != nil {
+				return err
+			}
+			return t.insertMany(ctx, fmt.Sprintf("%d outbox messages", len(msgs)), qOutboxInsertHead, qOutboxInsertRow, args)
+		}
 		for len(msgs) >= n {
-			args := make([]any, 0, 8*n)
-			for _, m := range msgs[:n] {
-				id, err := uuid.NewV7()
-				if err != nil {
-					return fmt.Errorf("outbox message id: %w", err)
-				}
-				at := ms(m.Now)
-				args = append(args, id.String(), m.Topic, m.Key, m.Sequence, string(m.Payload), at, at, cmp.Or(m.TraceParent, ctxTrace))
+			args, err := rowArgs(msgs[:n])
+			if err != nil {
+				return err
 			}
 			if _, err := t.exec(ctx, "outbox messages", qOutboxInsert[k], args...); err != nil {
 				return err
