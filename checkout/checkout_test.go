@@ -453,3 +453,82 @@ func TestCheckoutConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckoutSetAnswers: 10 concurrent checkouts of 1000 each against 4 units of stock
+// (and a balance for all), joined and run as sets: exactly 4 are paid and 6 refused
+// out-of-stock with their orders closed out_of_stock; the wallet paid 4 000 and nothing
+// more; and each paid checkout's answer, the order its pay step kept, is the order as
+// stored (its JSON, byte for byte); on SQLite, and on PostgreSQL and MariaDB when their
+// URLs are set.
+func TestCheckoutSetAnswers(t *testing.T) {
+	t.Parallel()
+	dbs := map[string]func(t *testing.T) engine.Config{
+		"sqlite":   sqliteConfig,
+		"postgres": func(t *testing.T) engine.Config { return config(t, testdb.Fresh(t, testdb.URL(t, "postgres"))) },
+		"mysql":    func(t *testing.T) engine.Config { return config(t, testdb.Fresh(t, testdb.URL(t, "mysql"))) },
+	}
+	for name, cfg := range dbs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, cfg(t), false, 4, 100_000)
+			ctx := t.Context()
+			type answer struct {
+				o   *orderly.Order
+				err error
+			}
+			answers := make([]answer, 10)
+			var wg sync.WaitGroup
+			for i := range answers {
+				wg.Go(func() {
+					p := b.params(false)
+					p.Items[0].UnitPrice = 1000
+					o, _, err := b.e.Checkout().Checkout(ctx, p)
+					answers[i] = answer{o, err}
+				})
+			}
+			wg.Wait()
+			paid := 0
+			for _, a := range answers {
+				switch {
+				case a.err == nil:
+					paid++
+					stored, err := b.e.Orders().Order(ctx, a.o.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, _ := json.Marshal(a.o)
+					want, _ := json.Marshal(stored)
+					if string(got) != string(want) || a.o.State != orderly.StatePaid {
+						t.Fatalf("answered %s\nstored   %s", got, want)
+					}
+				case orderly.ErrorCode(a.err) == orderly.EOUTOFSTOCK:
+				default:
+					t.Fatalf("checkout: %v", a.err)
+				}
+			}
+			if paid != 4 {
+				t.Fatalf("%d paid, want 4", paid)
+			}
+			var all []*orderly.Order
+			if err := b.e.Store().Read(ctx, func(tx store.Tx) (err error) {
+				all, err = tx.OrderList(ctx, &store.ListParams{Limit: 100})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			closed := 0
+			for _, o := range all {
+				switch {
+				case o.State == orderly.StateClosed && o.CloseReason == orderly.CloseReasonOutOfStock:
+					closed++
+				case o.State != orderly.StatePaid:
+					t.Fatalf("order %s is %s (%s), want paid or closed out_of_stock", o.ID, o.State, o.CloseReason)
+				}
+			}
+			s := b.read(t)
+			if closed != 6 || s.balance != 96_000 || s.platform != 4_000 || *s.stock != (orderly.Stock{SKU: sku, Sold: 4}) {
+				t.Errorf("%d closed, balance %d platform %d stock %+v", closed, s.balance, s.platform, *s.stock)
+			}
+		})
+	}
+}

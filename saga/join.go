@@ -121,7 +121,6 @@ func (j *runJoiner) run(batch []*joinedRun) {
 	for _, def := range defs {
 		members := sets[def]
 		if err := j.runSet(def, members); err != nil {
-			fmt.Println("DEBUG set failed", err)
 			j.o.cfg.Logger.Debug("saga: a set run failed; its sagas run one by one", "definition", def.Name, "sagas", len(members), "error", err)
 			rest = append(rest, members...)
 		}
