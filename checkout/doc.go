@@ -15,9 +15,14 @@
 // whatever retries, leases and crashes happen, and an action can never land after its
 // compensation. When every step answers at once the four run in one transaction. The
 // wallet debit and the paid transition are one step, so money is never taken from a
-// wallet without its order being paid in the same commit; the debit is written last, so
-// the platform account's row, which every checkout updates, is held only until the
-// commit. The wallet transfers carry the operation's idempotency key
+// wallet without its order being paid in the same commit; alone, the debit is written
+// last, so the platform account's row, which every checkout updates, is held only until
+// the commit.
+//
+// Each step is a saga.LocalTxSet: checkouts joined into one transaction
+// (saga.Config.JoinRuns) run each step once for all of them (sets.go), a few statements
+// per table, with the outcomes each would have alone; the set's debits lock the buyers'
+// and platform accounts in account id order first, the ledger's lock order. The wallet transfers carry the operation's idempotency key
 // (<saga id>/pay/action, <saga id>/pay/compensation), unique in the ledger. The order's state changes only
 // through order.Machine: the pay transition (reservations committed, coupon used,
 // order.paid published) and the cancel transition with the failure's close reason

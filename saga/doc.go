@@ -41,7 +41,11 @@
 // without its saga.
 //
 // Participants (participant.go): LocalTx runs a Go function in the transaction that
-// records its outcome (its writes commit exactly when the step is recorded); Local runs a
+// records its outcome (its writes commit exactly when the step is recorded); LocalTxSet is
+// a LocalTx that can also run for many sagas at once: concurrent Runs of its definition
+// joined into one transaction (Config.JoinRuns, join.go) call each step's SetFunc once
+// for the sagas still running, and write their instances and logs in multi-row
+// statements; a saga that fails a step there goes on alone after the commit. Local runs a
 // Go function outside any transaction of the orchestrator (it uses its own database handle
 // and package barrier); HTTP calls a remote participant behind a circuit breaker. Every
 // call carries the idempotency key of its operation, "<saga id>/<step name>/<phase>", the
