@@ -73,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"SimHolds", testSimHolds},
 		{"Wallets", testWallets},
 		{"Sagas", testSagas},
+		{"Sets", testSets},
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},
