@@ -532,3 +532,94 @@ func TestCheckoutSetAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckoutSetGivesBackForTheNext: while a checkout holds the set lane (its stock row
+// locked elsewhere), A, whose buyer has no wallet, and then B queue for the one unit of
+// sku, and two more checkouts of one buyer queue beside them. A takes the unit, fails to
+// pay and must be compensated: the set runs member by member, A's release in its savepoint
+// before B's step, so B is paid, as one at a time; and the buyer's wallet version grows by
+// one per debit, also for the two debits of one set (found by review; on the first version
+// of sets B was refused out-of-stock and the version grew by one per set).
+func TestCheckoutSetGivesBackForTheNext(t *testing.T) {
+	t.Parallel()
+	dbs := map[string]func(t *testing.T) engine.Config{
+		"sqlite":   sqliteConfig,
+		"postgres": func(t *testing.T) engine.Config { return config(t, testdb.Fresh(t, testdb.URL(t, "postgres"))) },
+		"mysql":    func(t *testing.T) engine.Config { return config(t, testdb.Fresh(t, testdb.URL(t, "mysql"))) },
+	}
+	for name, cfg := range dbs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, cfg(t), false, 1, 100_000)
+			ctx := t.Context()
+			e := b.e
+			if _, err := e.Orders().SetStock(ctx, "sku-block", 10); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Orders().SetStock(ctx, "sku-2", 10); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Wallets().Credit(ctx, &orderly.WalletMoveParams{UserID: "rich", Currency: "USD", Amount: 100000, IdempotencyKey: "r"}); err != nil {
+				t.Fatal(err)
+			}
+			ver := func() int64 {
+				var v int64
+				_ = e.Store().Read(ctx, func(tx store.Tx) error {
+					a, err := tx.WalletAccountGet(ctx, orderly.UserAccount("rich", "USD").ID())
+					if err == nil {
+						v = a.Version
+					}
+					return err
+				})
+				return v
+			}
+			v0 := ver()
+			locked := make(chan struct{})
+			go func() {
+				_ = e.Store().InTx(context.Background(), func(tx store.Tx) error {
+					_, _, err := tx.StockLockAvailable(context.Background(), "sku-block")
+					close(locked)
+					time.Sleep(500 * time.Millisecond)
+					return err
+				})
+			}()
+			<-locked
+			mk := func(user, s string) *orderly.CreateOrderParams {
+				return &orderly.CreateOrderParams{UserID: user, Currency: "USD", PaymentMethod: orderly.PaymentMethodWallet,
+					Items: []orderly.Item{{SKU: s, Quantity: 1, UnitPrice: 100}}}
+			}
+			var wg sync.WaitGroup
+			res := map[string]error{}
+			var mu sync.Mutex
+			run := func(tag string, p *orderly.CreateOrderParams) {
+				wg.Go(func() {
+					_, _, err := e.Checkout().Checkout(ctx, p)
+					mu.Lock()
+					res[tag] = err
+					mu.Unlock()
+				})
+			}
+			run("blocker", mk("rich", "sku-block"))
+			time.Sleep(100 * time.Millisecond)
+			run("A-poor", mk("poor", sku))
+			time.Sleep(30 * time.Millisecond)
+			run("B-rich", mk("rich", sku))
+			time.Sleep(30 * time.Millisecond)
+			run("B2-rich", mk("rich", "sku-2"))
+			time.Sleep(30 * time.Millisecond)
+			run("B3-rich", mk("rich", "sku-2"))
+			wg.Wait()
+			for _, k := range []string{"blocker", "B-rich", "B2-rich", "B3-rich"} {
+				if res[k] != nil {
+					t.Errorf("%s: %v, want paid", k, res[k])
+				}
+			}
+			if orderly.ErrorCode(res["A-poor"]) != orderly.EINSUFFICIENT {
+				t.Errorf("A-poor: %v, want insufficient-funds", res["A-poor"])
+			}
+			if v := ver(); v != v0+4 {
+				t.Errorf("wallet version %d -> %d, want +4 (one per debit, also when two are in one set)", v0, v)
+			}
+		})
+	}
+}

@@ -31,7 +31,8 @@ func NewService(st store.Store, orders *order.Service, sagas *saga.Orchestrator)
 // Checkout creates an order paid from the user's wallet (p.PaymentMethod must be
 // orderly.PaymentMethodWallet): it looks up p.IdempotencyKey (a replay returns the first
 // order and created=false; another body under the key is EIDEMPOTENCY), then runs the
-// saga in the caller's goroutine (saga.Orchestrator.Run) and reads the order.
+// saga in the caller's goroutine (saga.Orchestrator.Run) and answers the order its pay step
+// wrote (saga.Instance.Kept), or reads it when the saga did not end in that run.
 //
 // Outcomes: the saga succeeded → the order, paid, created=true. A step waits for a retry
 // (a transient failure) → the order as it stands, pending_payment, created=true: the

@@ -15,7 +15,10 @@ import (
 
 // The steps as sets (saga.LocalTxSet): concurrent checkouts joined into one transaction
 // (saga.Config.JoinRuns) run each step once for all of them, in a few statements per
-// table, with the outcomes of the steps run one at a time: the same rows, the same errors.
+// table. A checkout refused by a step writes nothing in it; one that must then be
+// compensated makes the batch run member by member (saga.LocalTxSet), so that each ends as
+// it would alone. Not the same: every checkout of a set is traced under the set's context
+// (the first member's), not its own request's.
 // A set runs only in a saga's first run of local steps, where each step after the order
 // step takes the order it wrote (saga.Call.Carried); a call without it makes the set fail,
 // and the checkouts then run one by one.

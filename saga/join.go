@@ -2,6 +2,7 @@ package saga
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,8 +14,9 @@ import (
 )
 
 // runJoiner joins concurrent starts of sagas whose first step is a LocalTx into one
-// transaction (group commit, Config.JoinRuns): each saga's first run of local steps
-// (runLocal) in a savepoint of its own, one commit for all. One goroutine runs the
+// transaction (group commit, Config.JoinRuns), one commit for all: as sets (runSet) for a
+// definition whose actions run as sets, else each saga's first run of local steps
+// (runLocal) in a savepoint of its own (runSavepoints). Up to lanes goroutines run the
 // batches while starts wait; each batch takes up to max waiting starts in arrival order.
 type runJoiner struct {
 	o     *Orchestrator
@@ -142,9 +144,11 @@ func batchContext(batch []*joinedRun) (context.Context, context.CancelFunc) {
 // runSet runs batch, new sagas of def, in one transaction as sets: from the first step on,
 // while the steps' actions run as sets, each step's SetFunc is called once for the sagas
 // still running, and each saga's outcome is recorded as runLocal records it; a saga that
-// failed its step, or whose next step does not run as a set, leaves the run there (its
-// record claims what follows, which its caller drives after the commit, as after any run
-// of local steps). The instances and the step log are written at the end, in multi-row
+// failed its step transiently, or whose next step does not run as a set, leaves the run
+// there (its record claims what follows, which its caller drives after the commit, as
+// after any run of local steps). A saga that must be compensated (a business failure after
+// its first step) fails the set with errSetCompensates: alone, its compensations would
+// have given back, in this transaction, what the sagas behind it may need. The instances and the step log are written at the end, in multi-row
 // statements. On error nothing of it committed and no member's outcome is set.
 func (j *runJoiner) runSet(def *Definition, batch []*joinedRun) error {
 	o := j.o
@@ -211,6 +215,14 @@ func (j *runJoiner) runSet(def *Definition, batch []*joinedRun) error {
 		if len(batch[0].records) == 0 {
 			return errNotLocal
 		}
+		for _, m := range batch {
+			if last := m.records[len(m.records)-1]; State(last.next.State) == StateCompensating {
+				// Alone, its compensations would run in this transaction, before the steps of the
+				// sagas behind it (its stock or coupon back for them): run the batch member by
+				// member instead, each compensated in its own savepoint.
+				return errSetCompensates
+			}
+		}
 		if err := tx.SagaInsertMany(ctx, cur); err != nil {
 			if orderly.ErrorCode(err) == orderly.ECONFLICT {
 				return fmt.Errorf("%w: %w", errTaken, err)
@@ -232,6 +244,10 @@ func (j *runJoiner) runSet(def *Definition, batch []*joinedRun) error {
 	}
 	return nil
 }
+
+// errSetCompensates: a saga of a set failed a step after another one's writes; the batch
+// runs member by member (runSavepoints).
+var errSetCompensates = errors.New("saga: a saga of the set must be compensated; the batch runs member by member")
 
 // runSavepoints writes batch in one transaction, each member's first run of local steps
 // (runLocal) in a savepoint of its own, and sets each member's outcome.

@@ -36,17 +36,15 @@ type Config struct {
 	// redriven saga): timeout.Closer.Deadline. nil: the sweep finds it.
 	Wake func(ctx context.Context, at time.Time)
 	// JoinRuns, when above 1, joins concurrent Run calls of sagas whose first step is a
-	// LocalTx, up to JoinRuns, into one transaction (group commit): each saga's first run of
-	// local steps in a savepoint of its own, one commit for all. For a store with one
-	// writer (SQLite), whose transactions run one after another anyway and whose commit is
-	// a quarter of a wallet checkout; on PostgreSQL and MySQL two batches would lock rows in
-	// different orders. 0: every Run has its own transaction.
+	// LocalTx, up to JoinRuns, into one transaction (group commit), one commit for all: the
+	// sagas of a definition whose actions run as sets (LocalTxSet) run each step once for
+	// all of them; the others (and a set that failed) each run their first run of local
+	// steps in a savepoint of its own. 0: every Run has its own transaction.
 	JoinRuns int
-	// JoinLanes is how many joined transactions (JoinRuns) run at once; 1. Above 1 on a
-	// store with row locks for definitions whose steps run as sets (LocalTxSet): a set
-	// takes its rows in one order (stock by SKU, accounts by id), so concurrent sets wait
-	// for each other without deadlocking, where batches run member by member, in arrival
-	// order, could; the database's deadlock detection and the store's retry cover the rest.
+	// JoinLanes is how many joined transactions (JoinRuns) run at once; 1. Concurrent
+	// batches may take rows in different orders (a batch run member by member takes them in
+	// arrival order; coupons are taken in arrival order even in a set): the database's
+	// deadlock detection and the store's retry resolve it, at the cost of a run again.
 	JoinLanes int
 	// JoinOnlySets joins (JoinRuns) only the Runs of definitions whose first action runs
 	// as a set (LocalTxSet); the others run in transactions of their own, side by side. For

@@ -86,9 +86,11 @@ type SetFunc func(ctx context.Context, tx store.Tx, calls []*Call) ([]error, err
 // concurrent Runs of one definition are joined into one transaction (Config.JoinRuns),
 // a run of steps whose actions are all LocalTxSet participants runs as sets: each step's
 // set is called once for every saga still running, the instances and the step log are
-// written in multi-row statements, and a saga that fails a step is recorded with that
-// outcome and goes on alone after the commit (its compensations, its retries), as it
-// would have one by one. Each call's Keep and Carried work as in a LocalTx run. Anywhere
+// written in multi-row statements. A saga that fails a step transiently is recorded with
+// that outcome and waits for its retry, as it would alone; one that must be compensated
+// (a business failure after its first step) makes the batch run member by member, each in
+// a savepoint, so that its compensations run in the transaction as they would alone, before
+// the sagas behind it. Each call's Keep and Carried work as in a LocalTx run. Anywhere
 // else (a retry, a resume, a compensation) fn runs, as for LocalTx.
 func LocalTxSet(fn func(ctx context.Context, tx store.Tx, c *Call) error, set SetFunc) Participant {
 	return &localTxSet{one: fn, set: set}

@@ -91,9 +91,8 @@ func (s *setSteps) step(name string, comp bool) saga.Step {
 
 // TestJoinRunsAsSets: joined Runs of a definition whose actions run as sets call each
 // step's set once for the sagas still running: eight Runs joined after a blocked one take
-// one write transaction; a saga whose second step fails for a business reason leaves the
-// set there and is compensated after the commit, one whose second step fails transiently
-// waits for its retry, and the others end succeeded with the value their last action kept
+// one write transaction; a saga whose second step fails transiently leaves the set there
+// and waits for its retry, and the others end succeeded with the value their last action kept
 // (Instance.Kept); every saga's log and rows are those of a run one at a time.
 func TestJoinRunsAsSets(t *testing.T) {
 	t.Parallel()
@@ -124,10 +123,7 @@ func TestJoinRunsAsSets(t *testing.T) {
 	}
 	for i := 1; i < 9; i++ {
 		input := `"ok"`
-		switch i {
-		case 3:
-			input = `"fail-b"`
-		case 6:
+		if i == 6 {
 			input = `"flaky-b"`
 		}
 		run(i, input)
@@ -137,11 +133,11 @@ func TestJoinRunsAsSets(t *testing.T) {
 	}
 	close(s.release)
 	wg.Wait()
-	// The blocked saga alone, the eight as a set, the compensation of s3.
-	if got := cs.writes.Load(); got != 3 {
-		t.Fatalf("%d write transactions, want 3", got)
+	// The blocked saga alone, the eight as a set.
+	if got := cs.writes.Load(); got != 2 {
+		t.Fatalf("%d write transactions, want 2", got)
 	}
-	if want := map[string][]int{"a": {1, 8}, "b": {1, 8}, "c": {1, 6}}; fmt.Sprint(s.setSizes) != fmt.Sprint(want) {
+	if want := map[string][]int{"a": {1, 8}, "b": {1, 8}, "c": {1, 7}}; fmt.Sprint(s.setSizes) != fmt.Sprint(want) {
 		t.Fatalf("set calls %v, want %v", s.setSizes, want)
 	}
 	if n := s.single.Load(); n != 0 {
@@ -157,11 +153,6 @@ func TestJoinRunsAsSets(t *testing.T) {
 		}
 		var want []string
 		switch i {
-		case 3:
-			if r.inst.State != saga.StateCompensated || r.inst.Kept() != nil {
-				t.Fatalf("run 3: %s kept %v, want compensated, nothing kept", r.inst.State, r.inst.Kept())
-			}
-			want = []string{"a/action:succeeded", "b/action:business_failure", "a/compensation:succeeded"}
 		case 6:
 			if r.inst.State != saga.StateRunning || r.inst.CurrentStep != 1 || r.inst.WakeAt == nil || r.inst.Kept() != nil {
 				t.Fatalf("run 6: %+v, want running at step 1 waiting for its retry", r.inst)
@@ -188,8 +179,8 @@ func TestJoinRunsAsSets(t *testing.T) {
 	if err := db.Read(ctx, func(tx store.Tx) (err error) { rows, err = tx.CouponList(ctx); return err }); err != nil {
 		t.Fatal(err)
 	}
-	// Seven sagas succeeded (three rows each), s3 a and its compensation, s6 a.
-	if want := 7*3 + 2 + 1; len(rows) != want {
+	// Eight sagas succeeded (three rows each), s6 a.
+	if want := 8*3 + 1; len(rows) != want {
 		t.Fatalf("%d participant rows, want %d", len(rows), want)
 	}
 }
@@ -220,5 +211,61 @@ func TestJoinRunsSetFails(t *testing.T) {
 	}
 	if len(rows) != 3 {
 		t.Fatalf("%d participant rows, want 3", len(rows))
+	}
+}
+
+// TestJoinRunsSetCompensates: a saga of a set that must be compensated (a business failure
+// after its first step) fails the set: alone, its compensation would have run in its
+// transaction, giving back what the sagas behind it may need. The batch then runs member
+// by member, the failed saga compensated in its savepoint, in the same transaction.
+func TestJoinRunsSetCompensates(t *testing.T) {
+	t.Parallel()
+	s := &setSteps{release: make(chan struct{}), setSizes: map[string][]int{}}
+	def := saga.Definition{Name: "sets", Steps: []saga.Step{s.step("a", true), s.step("b", false), s.step("c", false)}}
+	db := newStore(t)
+	cs := &countingStore{Store: db}
+	o, err := saga.New(saga.Config{Store: cs, Definitions: []saga.Definition{def}, JoinRuns: 32, JoinOnlySets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	insts := make([]*saga.Instance, 3)
+	run := func(i int, input string) {
+		wg.Go(func() {
+			inst, err := o.Run(ctx, &saga.StartParams{Definition: "sets", ID: fmt.Sprintf("s%d", i), Input: json.RawMessage(input)})
+			if err != nil {
+				t.Errorf("run %d: %v", i, err)
+			}
+			insts[i] = inst
+		})
+	}
+	run(0, `"block"`)
+	for o.JoinWaiting() != 0 || cs.writes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	run(1, `"fail-b"`)
+	run(2, `"ok"`)
+	for o.JoinWaiting() != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(s.release)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	// The blocked saga alone; the set of two, rolled back; the two member by member.
+	if got := cs.writes.Load(); got != 3 {
+		t.Fatalf("%d write transactions, want 3", got)
+	}
+	if n := s.single.Load(); n != 2+3 {
+		t.Fatalf("%d one-by-one actions, want 5 (s1 a and b, s2 a, b and c)", n)
+	}
+	if insts[1].State != saga.StateCompensated || insts[2].State != saga.StateSucceeded {
+		t.Fatalf("s1 %s, s2 %s; want compensated, succeeded", insts[1].State, insts[2].State)
+	}
+	_, log, err := o.Get(ctx, "s1")
+	if want := []string{"a/action:succeeded", "b/action:business_failure", "a/compensation:succeeded"}; err != nil || !slices.Equal(summary(log), want) {
+		t.Fatalf("log of s1: %v (%v), want %v", summary(log), err, want)
 	}
 }

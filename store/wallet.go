@@ -144,6 +144,9 @@ type WalletAccountMoveParams struct {
 	Available int64 // minor units added to available (negative: taken)
 	Held      int64 // minor units added to held
 	Now       time.Time
+	// Transfers is how many transfers this move sums (WalletAccountsMove: the version grows
+	// by it, as by that many moves one at a time); 0 counts as 1.
+	Transfers int64
 }
 
 // WalletEntryListParams is the input of Tx.WalletEntryList.

@@ -58,7 +58,7 @@ func (s *Service) DebitSetTx(ctx context.Context, tx store.Tx, debits []Debit, n
 	for _, a := range accounts {
 		byID[a.ID] = a
 	}
-	delta := map[string]int64{}
+	delta, count := map[string]int64{}, map[string]int64{}
 	var (
 		taken   []*orderly.WalletTransfer
 		entries []*orderly.WalletEntry
@@ -79,6 +79,8 @@ func (s *Service) DebitSetTx(ctx context.Context, tx store.Tx, debits []Debit, n
 		}
 		delta[tr.AccountID] -= tr.Amount
 		delta[tr.CounterpartyID] += tr.Amount
+		count[tr.AccountID]++
+		count[tr.CounterpartyID]++
 		taken = append(taken, tr)
 		entries = append(entries,
 			&orderly.WalletEntry{TransferID: tr.ID, AccountID: tr.AccountID, Bucket: orderly.BucketAvailable, Amount: -tr.Amount, CreatedAt: now},
@@ -97,7 +99,7 @@ func (s *Service) DebitSetTx(ctx context.Context, tx store.Tx, debits []Debit, n
 				return nil, nil, err
 			}
 		}
-		moves = append(moves, &store.WalletAccountMoveParams{ID: id, Available: delta[id], Now: now})
+		moves = append(moves, &store.WalletAccountMoveParams{ID: id, Available: delta[id], Now: now, Transfers: count[id]})
 	}
 	if n, err := tx.WalletAccountsMove(ctx, moves); err != nil {
 		return nil, nil, err

@@ -47,26 +47,28 @@ var (
 		cols := "wallet_accounts.id, kind, owner, currency, available, held, version, created_at, updated_at"
 		return d.selectByIDs(cols, "wallet_accounts", "id", d.ids, "1 = 1", ` ORDER BY wallet_accounts.id`+d.lockRows)
 	})
-	// qWalletAccountsMove applies a JSON list of [id, available, held] deltas (one per
-	// account) with WalletAccountMove's guard; the updated_at argument comes first, except
+	// qWalletAccountsMove applies a JSON list of [id, available, held, transfers] deltas (one
+	// per account; the version grows by transfers) with WalletAccountMove's guard; the updated_at argument comes first, except
 	// on MySQL, where the list does (walletMovesArgs).
 	qWalletAccountsMove = newQuery(func(d *dialect) string {
 		const guard = ` wallet_accounts.held + j.h >= 0 AND (wallet_accounts.kind = 'system' OR wallet_accounts.available + j.a >= 0)`
 		switch d {
 		case mysqlDialect:
 			return `UPDATE wallet_accounts FORCE INDEX (PRIMARY) JOIN JSON_TABLE(?, '$[*]' COLUMNS (
-				id VARCHAR(300) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', a BIGINT PATH '$[1]', h BIGINT PATH '$[2]')) AS j
+				id VARCHAR(300) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]', a BIGINT PATH '$[1]', h BIGINT PATH '$[2]',
+				c BIGINT PATH '$[3]')) AS j
 				ON wallet_accounts.id = j.id
 				SET wallet_accounts.available = wallet_accounts.available + j.a, wallet_accounts.held = wallet_accounts.held + j.h,
-				wallet_accounts.version = wallet_accounts.version + 1, wallet_accounts.updated_at = ?
+				wallet_accounts.version = wallet_accounts.version + j.c, wallet_accounts.updated_at = ?
 				WHERE` + guard
 		case postgresDialect:
-			return `UPDATE wallet_accounts SET available = available + j.a, held = held + j.h, version = version + 1, updated_at = ?
-				FROM (SELECT e->>0 AS id, (e->>1)::bigint AS a, (e->>2)::bigint AS h FROM jsonb_array_elements(?::jsonb) AS t(e)) AS j
+			return `UPDATE wallet_accounts SET available = available + j.a, held = held + j.h, version = version + j.c, updated_at = ?
+				FROM (SELECT e->>0 AS id, (e->>1)::bigint AS a, (e->>2)::bigint AS h, (e->>3)::bigint AS c FROM jsonb_array_elements(?::jsonb) AS t(e)) AS j
 				WHERE wallet_accounts.id = j.id AND` + guard
 		default:
-			return `UPDATE wallet_accounts SET available = available + j.a, held = held + j.h, version = version + 1, updated_at = ?
-				FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS a, json_extract(value, '$[2]') AS h
+			return `UPDATE wallet_accounts SET available = available + j.a, held = held + j.h, version = version + j.c, updated_at = ?
+				FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS a, json_extract(value, '$[2]') AS h,
+				json_extract(value, '$[3]') AS c
 				FROM json_each(?)) AS j
 				WHERE wallet_accounts.id = j.id AND` + guard
 		}
@@ -199,14 +201,14 @@ func (t *tx) WalletAccountsMove(ctx context.Context, ps []*store.WalletAccountMo
 	if len(ps) == 0 {
 		return 0, nil
 	}
-	moves := make([][3]any, len(ps))
+	moves := make([][4]any, len(ps))
 	seen := make(map[string]bool, len(ps))
 	for i, p := range ps {
 		if seen[p.ID] {
 			return 0, fmt.Errorf("move wallet accounts: account %s twice in one statement", p.ID)
 		}
 		seen[p.ID] = true
-		moves[i] = [3]any{p.ID, p.Available, p.Held}
+		moves[i] = [4]any{p.ID, p.Available, p.Held, max(p.Transfers, 1)}
 	}
 	b, err := json.Marshal(moves)
 	if err != nil {

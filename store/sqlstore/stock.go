@@ -147,7 +147,7 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 	if len(orderIDs) == 0 {
 		return nil, nil
 	}
-	ids := idList(orderIDs)
+	ids := idList(slices.Compact(slices.Sorted(slices.Values(orderIDs)))) // MySQL's join would count a repeated id twice
 	moved, err := t.heldReservations(ctx, ids, to)
 	if err != nil || len(moved) == 0 {
 		return nil, err
