@@ -479,6 +479,11 @@ func (t *callLogTx) ReservationsCommit(ctx context.Context, orderID string, now 
 	return t.Tx.ReservationsCommit(ctx, orderID, now)
 }
 
+func (t *callLogTx) ReservationsCommitMany(ctx context.Context, orderIDs []string, now time.Time) ([]*orderly.Reservation, error) {
+	t.l.add("ReservationsCommit")
+	return t.Tx.ReservationsCommitMany(ctx, orderIDs, now)
+}
+
 func (t *callLogTx) GroupSetState(ctx context.Context, p *store.GroupSetStateParams) (bool, error) {
 	t.l.add("GroupSetState")
 	return t.Tx.GroupSetState(ctx, p)
