@@ -81,6 +81,29 @@ func Fresh(t testing.TB, base string) string {
 	return ""
 }
 
+// FreshDatabase creates an empty PostgreSQL database on the server of base, a postgres://
+// URL, and returns the URL that selects it; it is dropped when t ends. For a test that
+// reads the database's own statistics (pg_stat_database), which the schemas of Fresh share
+// with every other test of the run.
+func FreshDatabase(t testing.TB, base string) string {
+	t.Helper()
+	name := "orderly_t_" + randomSuffix()
+	db := open(t, "pgx", base)
+	defer db.Close()
+	exec(t, db, `CREATE DATABASE `+name)
+	t.Cleanup(func() {
+		db := open(t, "pgx", base)
+		defer db.Close()
+		_, _ = db.ExecContext(context.Background(), `DROP DATABASE `+name+` WITH (FORCE)`)
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
 func randomSuffix() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
