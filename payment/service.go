@@ -540,6 +540,11 @@ func (s *Service) applySuccess(ctx context.Context, tx store.Tx, p *orderly.Paym
 		if err != nil {
 			return nil, err
 		}
+		if cur.ChannelTxnID == txnID {
+			// A concurrent callback for the same capture applied it while this one waited
+			// for the payment's row (sameCapture above read before that wait).
+			return &orderly.CallbackResult{Applied: false, Payment: cur}, nil
+		}
 		if cur.ChannelTxnID == "" || txnID == "" {
 			// One side does not name the capture (a gateway's answer without a transaction
 			// id): nothing tells a second capture from the first, so it is the same one.

@@ -455,9 +455,47 @@ func report(cmd *cli.Command, res *simulate.Result, run *clusterRun) error {
 		}
 	}
 	if len(res.Violations) > 0 || res.EarlyCloses > 0 {
+		if run != nil {
+			writeFailedRequests(cmd.Root().ErrWriter, run.logs, maxFailedRequests)
+		}
 		return cli.Exit(fmt.Sprintf("simulate: %d violations, %d early closes", len(res.Violations), res.EarlyCloses), 1)
 	}
 	return nil
+}
+
+// maxFailedRequests is how many failed requests of the instances' logs a run with
+// violations prints (writeFailedRequests).
+const maxFailedRequests = 20
+
+// failedRequestMarker is the start of the log line of a request answered 500
+// (httpapi.Server.writeError), in the text log format of `orderly serve`.
+const failedRequestMarker = `level=ERROR msg="http request failed"`
+
+// writeFailedRequests copies to w the first max lines of the instance logs at paths that
+// record a request answered 500, each after its log's name: a violation seen by the
+// client as "500 internal" is explained by the server's error, and a CI log keeps it
+// after the temporary log directory is gone. Logs that cannot be read are named with
+// their error.
+func writeFailedRequests(w io.Writer, paths []string, max int) {
+	n := 0
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			fmt.Fprintf(w, "orderly simulate: %v\n", err)
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if !strings.Contains(line, failedRequestMarker) {
+				continue
+			}
+			if n == max {
+				fmt.Fprintf(w, "orderly simulate: more requests answered 500 in %s\n", strings.Join(paths, ", "))
+				return
+			}
+			fmt.Fprintf(w, "%s: %s", filepath.Base(path), strings.TrimSuffix(line, "\n")+"\n")
+			n++
+		}
+	}
 }
 
 func verifyCommand() *cli.Command {

@@ -32,7 +32,9 @@ type tx struct {
 	// MariaDB roll the whole transaction back on a deadlock, savepoints included, and run
 	// what follows in autocommit; PostgreSQL refuses every later statement. Either way the
 	// attempt must not commit, even if fn caught the error (a per-message fallback inside a
-	// savepoint does): run returns it, and InTx runs the transaction again.
+	// savepoint does): run returns it, and InTx runs the transaction again. A savepoint
+	// statement that failed (SAVEPOINT, ROLLBACK TO SAVEPOINT) is recorded here too, and
+	// run returns it; InTx runs again only a deadlock or a serialization failure.
 	aborted error
 }
 
@@ -153,7 +155,13 @@ func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
 func (t *tx) openSavepoints(ctx context.Context) error {
 	for t.opened < t.savepoints {
 		if _, err := t.sendBuilt(ctx, fmt.Sprintf("SAVEPOINT sp%d", t.opened+1)); err != nil {
-			return fmt.Errorf("savepoint: %w", t.check(err))
+			// A savepoint that could not be set leaves the transaction unusable (PostgreSQL
+			// refuses every later statement; a lost connection is gone): like a failed
+			// ROLLBACK TO SAVEPOINT it ends the attempt, whatever fn makes of its error.
+			if t.check(err); t.aborted == nil {
+				t.aborted = fmt.Errorf("savepoint sp%d: %w", t.opened+1, err)
+			}
+			return fmt.Errorf("savepoint: %w", err)
 		}
 		t.opened++
 	}
@@ -199,25 +207,29 @@ func (t *tx) query(ctx context.Context, q *query, args ...any) (*sql.Rows, error
 	return rows, t.check(err)
 }
 
-func (t *tx) queryRow(ctx context.Context, q *query, args ...any) *sql.Row {
+// queryRow runs a statement that returns at most one row: its Scan returns sql.ErrNoRows
+// for none. When nothing could be sent (the transaction was aborted, or a savepoint could
+// not be opened) Scan returns that error, whole, for its kind to be recognised (a lost
+// connection is EUNAVAILABLE, connlost.go).
+func (t *tx) queryRow(ctx context.Context, q *query, args ...any) rowScanner {
 	if t.aborted != nil {
-		return t.failedRow(ctx, t.afterAbort())
+		return errRow{t.afterAbort()}
 	}
 	if err := t.openSavepoints(ctx); err != nil {
-		return t.failedRow(ctx, err)
+		return errRow{err}
 	}
 	row := t.stmt(ctx, q).QueryRowContext(ctx, args...) //nolint:sqlclosecheck // the statement closes with the transaction
 	_ = t.check(row.Err())
 	return row
 }
 
-// failedRow returns a row whose Scan fails with err without sending anything: database/sql
-// checks the context before it takes the connection.
-func (t *tx) failedRow(ctx context.Context, err error) *sql.Row {
-	done, cancel := context.WithCancelCause(ctx)
-	cancel(err)
-	return t.q.QueryRowContext(done, "SELECT 1") //nolint:sqlclosecheck // nothing is sent
-}
+// errRow is a row of a statement that was not sent: its Scan returns err. (It replaced a
+// *sql.Row queried with a context cancelled with err as its cause, whose Scan said only
+// "context canceled": database/sql returns ctx.Err(), not the cause, and a connection lost
+// while opening a savepoint reached a payment callback as a 500.)
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // ms converts a time to unix milliseconds, the stored form.
 func ms(t time.Time) int64 { return t.UnixMilli() }
