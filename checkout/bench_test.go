@@ -19,14 +19,14 @@ import (
 // BenchmarkWalletCheckout runs wallet checkouts (the saga wallet_checkout: order, stock,
 // coupon, pay; no coupon named) through Engine.Checkout, 16 callers at once, over
 // 1000 buyers with wallets that cover every checkout and 100 SKUs stocked for all of
-// them. It reports checkouts/s. Work per checkout (BENCHMARKS.md "Wallet checkout"): the
-// saga's start and its four steps, each in a savepoint, in one write transaction (on
-// SQLite shared with the checkouts waiting at the same time: saga.Config.JoinRuns), the
-// step log in one statement; and two reads (the idempotency look-up, the order). On
-// PostgreSQL when
-// ORDERLY_TEST_POSTGRES_URL is set.
+// them. It reports checkouts/s. Work per checkout (BENCHMARKS.md "Wallet checkout as
+// sets"): the checkouts waiting at the same time run as one set in one write transaction
+// (saga.Config.JoinRuns, saga.LocalTxSet), each of the four steps once for the whole set
+// in a few multi-row statements, the sagas and their step log in one statement each; no
+// read (no Idempotency-Key; the paid order is the one the pay step wrote). On PostgreSQL
+// when ORDERLY_TEST_POSTGRES_URL is set.
 //
-//	go test -run '^$' -bench WalletCheckout -benchtime 5000x ./checkout/
+//	go test -run '^$' -bench WalletCheckout -benchtime 3000x ./checkout/
 func BenchmarkWalletCheckout(b *testing.B) {
 	b.Run("sqlite", func(b *testing.B) {
 		benchCheckout(b, filepath.Join(b.TempDir(), "bench.db"))
