@@ -479,7 +479,7 @@ const failedRequestMarker = `level=ERROR msg="http request failed"`
 func writeFailedRequests(w io.Writer, paths []string, max int) {
 	n := 0
 	for _, path := range paths {
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(path) //nolint:gosec // the instance logs simulate itself created (cluster.LogPaths)
 		if err != nil {
 			fmt.Fprintf(w, "orderly simulate: %v\n", err)
 			continue

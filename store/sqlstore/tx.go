@@ -158,7 +158,7 @@ func (t *tx) openSavepoints(ctx context.Context) error {
 			// A savepoint that could not be set leaves the transaction unusable (PostgreSQL
 			// refuses every later statement; a lost connection is gone): like a failed
 			// ROLLBACK TO SAVEPOINT it ends the attempt, whatever fn makes of its error.
-			if t.check(err); t.aborted == nil {
+			if _ = t.check(err); t.aborted == nil {
 				t.aborted = fmt.Errorf("savepoint sp%d: %w", t.opened+1, err)
 			}
 			return fmt.Errorf("savepoint: %w", err)
