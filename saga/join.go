@@ -122,15 +122,49 @@ func (j *runJoiner) run(batch []*joinedRun) {
 	}
 	for _, def := range defs {
 		members := sets[def]
-		if err := j.runSet(def, members); err != nil {
+		for round := 1; ; round++ {
+			err := j.runSet(def, members)
+			if err == nil {
+				break
+			}
+			var comp *setCompensatesError
+			if errors.As(err, &comp) && round < maxSetRounds && len(comp.members) < len(members) {
+				// The set again without the sagas that must be compensated, which run after
+				// it, one by one: what they would have given back is the set's to use.
+				rest = append(rest, comp.members...)
+				members = slices.DeleteFunc(members, func(m *joinedRun) bool { return slices.Contains(comp.members, m) })
+				continue
+			}
 			j.o.cfg.Logger.Debug("saga: a set run failed; its sagas run one by one", "definition", def.Name, "sagas", len(members), "error", err)
 			rest = append(rest, members...)
+			break
 		}
 	}
-	if len(rest) > 0 {
+	switch {
+	case len(rest) == 0:
+	case j.o.cfg.JoinOnlySets:
+		// PostgreSQL and MySQL: one transaction per saga, concurrently, in the callers'
+		// goroutines (Run). Member by member in one transaction, the sagas would take their
+		// rows in arrival order, not in one order (stock by SKU), and deadlock with the
+		// transactions of other instances, each deadlock costing the database's detection
+		// time (1 s by default on PostgreSQL) with the lane held.
+		for _, m := range rest {
+			m.records, m.err = m.records[:0], errRunAlone
+		}
+	default:
 		j.runSavepoints(rest)
 	}
 }
+
+// errRunAlone: the start left its batch (Config.JoinOnlySets: it does not run as a set, or
+// its set could not run); Run starts it in a transaction of its own.
+var errRunAlone = errors.New("saga: the start runs in a transaction of its own")
+
+// maxSetRounds bounds the runs of one set: each run after the first leaves out the sagas
+// that the previous one found must be compensated (setCompensatesError). Leaving members
+// out only frees stock, coupons and funds for the others, so a second run rarely finds
+// more; past the bound the whole set runs member by member.
+const maxSetRounds = 3
 
 // batchContext is the context of a batch's transaction (batchctx.Batch of the members').
 func batchContext(batch []*joinedRun) (context.Context, context.CancelFunc) {
@@ -146,10 +180,12 @@ func batchContext(batch []*joinedRun) (context.Context, context.CancelFunc) {
 // still running, and each saga's outcome is recorded as runLocal records it; a saga that
 // failed its step transiently, or whose next step does not run as a set, leaves the run
 // there (its record claims what follows, which its caller drives after the commit, as
-// after any run of local steps). A saga that must be compensated (a business failure after
-// its first step) fails the set with errSetCompensates: alone, its compensations would
-// have given back, in this transaction, what the sagas behind it may need. The instances and the step log are written at the end, in multi-row
-// statements. On error nothing of it committed and no member's outcome is set.
+// after any run of local steps). Sagas that must be compensated (a business failure after
+// their first step) fail the set with a *setCompensatesError naming them: alone, their
+// compensations would have given back, in this transaction, what the sagas behind them
+// may need (run sets the others again without them). The instances and the step log are
+// written at the end, in multi-row statements. On error nothing of it committed and no
+// member's outcome is set.
 func (j *runJoiner) runSet(def *Definition, batch []*joinedRun) error {
 	o := j.o
 	ctx, cancel := batchContext(batch)
@@ -215,13 +251,17 @@ func (j *runJoiner) runSet(def *Definition, batch []*joinedRun) error {
 		if len(batch[0].records) == 0 {
 			return errNotLocal
 		}
+		var compensating []*joinedRun
 		for _, m := range batch {
 			if last := m.records[len(m.records)-1]; State(last.next.State) == StateCompensating {
 				// Alone, its compensations would run in this transaction, before the steps of the
-				// sagas behind it (its stock or coupon back for them): run the batch member by
-				// member instead, each compensated in its own savepoint.
-				return errSetCompensates
+				// sagas behind it (its stock or coupon back for them): the set runs again
+				// without it, and it runs after, compensated in a savepoint of its own.
+				compensating = append(compensating, m)
 			}
+		}
+		if len(compensating) > 0 {
+			return &setCompensatesError{members: compensating}
 		}
 		if err := tx.SagaInsertMany(ctx, cur); err != nil {
 			if orderly.ErrorCode(err) == orderly.ECONFLICT {
@@ -245,9 +285,13 @@ func (j *runJoiner) runSet(def *Definition, batch []*joinedRun) error {
 	return nil
 }
 
-// errSetCompensates: a saga of a set failed a step after another one's writes; the batch
-// runs member by member (runSavepoints).
-var errSetCompensates = errors.New("saga: a saga of the set must be compensated; the batch runs member by member")
+// setCompensatesError: sagas of a set failed a step after their first and must be
+// compensated; run runs the set again without them, and them after it (runSavepoints).
+type setCompensatesError struct{ members []*joinedRun }
+
+func (e *setCompensatesError) Error() string {
+	return fmt.Sprintf("saga: %d sagas of the set must be compensated; the set runs again without them", len(e.members))
+}
 
 // runSavepoints writes batch in one transaction, each member's first run of local steps
 // (runLocal) in a savepoint of its own, and sets each member's outcome.

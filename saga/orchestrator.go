@@ -49,7 +49,9 @@ type Config struct {
 	// JoinOnlySets joins (JoinRuns) only the Runs of definitions whose first action runs
 	// as a set (LocalTxSet); the others run in transactions of their own, side by side. For
 	// a store with row locks, where member-by-member batches in one lane would run one
-	// after another what the database runs at once.
+	// after another what the database runs at once. A set's member that cannot stay in its
+	// set (its saga must be compensated, or the set's transaction failed) runs in a
+	// transaction of its own too, after the set.
 	JoinOnlySets bool
 	Metrics      *telemetry.Metrics
 	Logger       *slog.Logger
@@ -210,6 +212,9 @@ func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, erro
 		)
 		if o.joiner != nil && (!o.cfg.JoinOnlySets || setOf(first) != nil) {
 			next, claimed, kept, err = o.joiner.start(ctx, s, def)
+			if errors.Is(err, errRunAlone) {
+				next, claimed, kept, err = o.startInTx(ctx, s, def)
+			}
 		} else {
 			next, claimed, kept, err = o.startInTx(ctx, s, def)
 		}
