@@ -44,6 +44,53 @@ type Payment struct {
 	// reported a second channel transaction for it. Such a row is never applied to its
 	// order; it is refunded.
 	DuplicateOf string `json:"duplicate_of,omitempty"`
+	// ProviderRef is the provider's id of the object the attempt created (Stripe PaymentIntent
+	// "pi_…", WeChat Pay prepay_id, Alipay out_trade_no), stored when the provider answered
+	// the create. Query, cancel and refund name the object by it.
+	ProviderRef string `json:"provider_ref,omitempty"`
+	// PayerID is the payer's id at the provider given at start (a WeChat openid), "" if none.
+	PayerID string `json:"payer_id,omitempty"`
+	// NextAction is what the buyer's client needs to pay the attempt at its provider (the
+	// handoff), nil for a channel that needs none.
+	NextAction *NextAction `json:"next_action,omitempty"`
+}
+
+// Next action types (NextAction.Type).
+const (
+	// NextActionStripeSDK: confirm the PaymentIntent ProviderRef in the browser or app with
+	// Stripe.js or a Stripe mobile SDK and ClientSecret.
+	NextActionStripeSDK = "use_stripe_sdk"
+	// NextActionDisplayQRCode: show QRCode (Alipay precreate qr_code, WeChat Pay Native
+	// code_url) for the buyer to scan with the provider's app.
+	NextActionDisplayQRCode = "display_qr_code"
+	// NextActionRedirectToURL: send the buyer's browser to URL (Alipay page or wap pay).
+	NextActionRedirectToURL = "redirect_to_url"
+	// NextActionWeChatJSAPI: call WeixinJSBridge getBrandWCPayRequest (or wx.requestPayment
+	// in a mini program) with WeChatJSAPI.
+	NextActionWeChatJSAPI = "wechat_jsapi"
+)
+
+// NextAction is the handoff of a payment attempt: what the buyer's client needs to complete
+// it at the provider. Type says which members are set. It holds nothing secret of the
+// merchant: a client_secret and a paySign are made for the buyer's client.
+type NextAction struct {
+	Type         string `json:"type"`                    // one of the NextAction* constants
+	ClientSecret string `json:"client_secret,omitempty"` // Stripe PaymentIntent client_secret
+	QRCode       string `json:"qr_code,omitempty"`       // the content of the QR code to show
+	URL          string `json:"url,omitempty"`           // where to send the buyer's browser
+	// WeChatJSAPI is the JSAPI / mini-program payment request, signed by the merchant's key.
+	WeChatJSAPI *WeChatJSAPI `json:"wechat_jsapi,omitempty"`
+}
+
+// WeChatJSAPI is the parameter object of WeChat Pay's JSAPI and mini-program payment
+// (getBrandWCPayRequest, wx.requestPayment), with WeChat's own member names.
+type WeChatJSAPI struct {
+	AppID     string `json:"appId"`
+	TimeStamp string `json:"timeStamp"` // unix seconds, as a string
+	NonceStr  string `json:"nonceStr"`
+	Package   string `json:"package"` // "prepay_id=…"
+	SignType  string `json:"signType"` // "RSA"
+	PaySign   string `json:"paySign"`  // base64 SHA256withRSA of appId\ntimeStamp\nnonceStr\npackage\n
 }
 
 // Route returns the name of the channel variant that serves the attempt: Channel, or
@@ -150,20 +197,44 @@ type GatewayPayment struct {
 	Amount       int64  // minor units, set when Status is GatewaySucceeded
 }
 
+// GatewayAttempt is a gateway's answer to the creation of an attempt: the id of the object
+// it created (stored as Payment.ProviderRef) and the handoff for the buyer's client (nil
+// when the channel needs none).
+type GatewayAttempt struct {
+	ProviderRef string
+	NextAction  *NextAction
+}
+
+// GatewayRefundResult is a gateway's view of one refund. Status is GatewaySucceeded once the
+// provider confirms the money went back, GatewayPending while it is accepted but not final
+// (Stripe pending or requires_action, WeChat Pay PROCESSING or ABNORMAL, Alipay without
+// fund_change), GatewayFailed when the provider failed it after accepting it.
+type GatewayRefundResult struct {
+	Status      GatewayStatus
+	ProviderRef string // the provider's refund id ("re_…", refund_id), when it has one
+	Detail      string // the provider's state as it named it ("pending", "PROCESSING"), for logs and operators
+}
+
 // Gateway is a payment provider. Every method is idempotent per payment id, so the outbox
 // may call it again after a crash. Errors are transient unless they are *Error.
 type Gateway interface {
-	// Create starts an attempt for amount minor units of currency.
-	Create(ctx context.Context, p *Payment) error
-	// Query returns the gateway's view of an attempt (active payment inspection).
-	Query(ctx context.Context, paymentID string) (*GatewayPayment, error)
-	// Cancel stops an attempt that has no outcome. It returns the gateway's view after the
+	// Create starts attempt p for p.Amount minor units of p.Currency and returns the
+	// provider's object id and the buyer's handoff.
+	Create(ctx context.Context, p *Payment) (*GatewayAttempt, error)
+	// Query returns the gateway's view of attempt p (active payment inspection); p carries
+	// the ProviderRef stored at create ("" for an attempt whose create was not answered).
+	Query(ctx context.Context, p *Payment) (*GatewayPayment, error)
+	// Cancel stops attempt p when it has no outcome. It returns the gateway's view after the
 	// cancel: GatewaySucceeded when the payment was captured before it could be cancelled.
-	Cancel(ctx context.Context, paymentID string) (*GatewayPayment, error)
-	// Refund returns r.Amount minor units of a captured payment to the payer, once per
-	// r.IdempotencyKey: asked again with the same key it refunds nothing more and returns
-	// nil. r.PaymentID names the payments row being refunded: for a second capture
-	// (Payment.DuplicateOf set) it is that row's own id. An *Error means the gateway refused
-	// the refund (it will not succeed if retried).
-	Refund(ctx context.Context, r *GatewayRefund) error
+	Cancel(ctx context.Context, p *Payment) (*GatewayPayment, error)
+	// Refund asks for r.Amount minor units of a captured payment back to the payer, once per
+	// r.IdempotencyKey: asked again with the same key it refunds nothing more and answers
+	// that refund's view. r.PaymentID names the payments row being refunded: for a second
+	// capture (Payment.DuplicateOf set) it is that row's own id. An *Error means the gateway
+	// refused the refund (it will not succeed if retried); GatewayPending means accepted,
+	// not final: the outcome comes by notification or by QueryRefund.
+	Refund(ctx context.Context, r *GatewayRefund) (*GatewayRefundResult, error)
+	// QueryRefund returns the gateway's view of refund r, asked before (by its
+	// IdempotencyKey, or r.ProviderRefundRef when the provider named it).
+	QueryRefund(ctx context.Context, r *GatewayRefund) (*GatewayRefundResult, error)
 }

@@ -44,6 +44,12 @@ type Refund struct {
 	FailReason  string       `json:"fail_reason,omitempty"`
 	CreatedAt   time.Time    `json:"created_at"`
 	CompletedAt *time.Time   `json:"completed_at,omitempty"` // when it succeeded or failed
+	// ProviderRef is the provider's id of the refund ("re_…", WeChat refund_id), once known.
+	ProviderRef string `json:"provider_ref,omitempty"`
+	// ProviderStatus is the provider's last non-final answer while the refund is requested
+	// ("pending", "PROCESSING", "ABNORMAL"): accepted, not confirmed. "" before the provider
+	// answered and once the refund is final.
+	ProviderStatus string `json:"provider_status,omitempty"`
 }
 
 // CreateRefundParams is the input of RefundService.CreateRefund.
@@ -100,4 +106,9 @@ type GatewayRefund struct {
 	PaymentID      string
 	Amount         int64 // minor units
 	Currency       string
+	// Payment is the payment refunded, as stored (its ProviderRef, ChannelTxnID and Amount,
+	// the total some providers require); nil when the caller could not read it.
+	Payment *Payment
+	// ProviderRefundRef is the provider's id of the refund, once it answered one ("re_…").
+	ProviderRefundRef string
 }

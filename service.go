@@ -56,6 +56,10 @@ type OrderService interface {
 type StartPaymentParams struct {
 	OrderID string `json:"-"`
 	Channel string `json:"channel,omitempty"` // "" means the default gateway's channel
+	// PayerID is the payer's id at the provider, when its client step needs one: the
+	// buyer's WeChat openid under the channel's appid makes a JSAPI / mini-program handoff
+	// instead of a Native QR code. At most 128 bytes.
+	PayerID string `json:"payer_id,omitempty"`
 	TraceID string `json:"-"`
 }
 

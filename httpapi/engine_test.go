@@ -25,7 +25,7 @@ type refundCounter struct {
 	n  map[string]int
 }
 
-func (g *refundCounter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+func (g *refundCounter) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
 	g.mu.Lock()
 	g.n[r.PaymentID]++
 	g.mu.Unlock()

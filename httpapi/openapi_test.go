@@ -296,6 +296,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"LatenessHistogram": reflect.TypeFor[latenessResponse](),
 		"SagaList":          reflect.TypeFor[sagasResponse](),
 		"GroupList":         reflect.TypeFor[groupsResponse](),
+		"NextAction":        reflect.TypeFor[orderly.NextAction](),
 	}
 	for name, schema := range doc.Components.Schemas {
 		typ, ok := types[name]

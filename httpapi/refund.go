@@ -11,18 +11,20 @@ import (
 
 // refundResponse is the JSON of an orderly.Refund.
 type refundResponse struct {
-	ID          string               `json:"id"`
-	OrderID     string               `json:"order_id"`
-	PaymentID   string               `json:"payment_id"`
-	Amount      int64                `json:"amount"`
-	Currency    string               `json:"currency"`
-	Items       []orderly.RefundItem `json:"items"`
-	Restock     bool                 `json:"restock"`
-	Reason      string               `json:"reason,omitempty"`
-	State       orderly.RefundState  `json:"state"`
-	FailReason  string               `json:"fail_reason,omitempty"`
-	CreatedAt   Time                 `json:"created_at"`
-	CompletedAt *Time                `json:"completed_at,omitempty"`
+	ID             string               `json:"id"`
+	OrderID        string               `json:"order_id"`
+	PaymentID      string               `json:"payment_id"`
+	Amount         int64                `json:"amount"`
+	Currency       string               `json:"currency"`
+	Items          []orderly.RefundItem `json:"items"`
+	Restock        bool                 `json:"restock"`
+	Reason         string               `json:"reason,omitempty"`
+	State          orderly.RefundState  `json:"state"`
+	FailReason     string               `json:"fail_reason,omitempty"`
+	CreatedAt      Time                 `json:"created_at"`
+	CompletedAt    *Time                `json:"completed_at,omitempty"`
+	ProviderRef    string               `json:"provider_ref,omitempty"`
+	ProviderStatus string               `json:"provider_status,omitempty"`
 }
 
 func newRefundResponse(f *orderly.Refund) *refundResponse {
@@ -43,6 +45,7 @@ func newRefundResponse(f *orderly.Refund) *refundResponse {
 		FailReason:  f.FailReason,
 		CreatedAt:   Time(f.CreatedAt),
 		CompletedAt: timePtr(f.CompletedAt),
+		ProviderRef: f.ProviderRef, ProviderStatus: f.ProviderStatus,
 	}
 }
 

@@ -107,6 +107,9 @@ type paymentResponse struct {
 	SucceededAt  *Time                `json:"succeeded_at,omitempty"`
 	RefundedAt   *Time                `json:"refunded_at,omitempty"`
 	DuplicateOf  string               `json:"duplicate_of,omitempty"`
+	ProviderRef  string               `json:"provider_ref,omitempty"`
+	PayerID      string               `json:"payer_id,omitempty"`
+	NextAction   *orderly.NextAction  `json:"next_action,omitempty"`
 }
 
 func newPaymentResponse(p *orderly.Payment) *paymentResponse {
@@ -125,6 +128,9 @@ func newPaymentResponse(p *orderly.Payment) *paymentResponse {
 		SucceededAt:  timePtr(p.SucceededAt),
 		RefundedAt:   timePtr(p.RefundedAt),
 		DuplicateOf:  p.DuplicateOf,
+		ProviderRef:  p.ProviderRef,
+		PayerID:      p.PayerID,
+		NextAction:   p.NextAction,
 	}
 }
 

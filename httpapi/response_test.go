@@ -33,7 +33,8 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 	pay := &orderly.Payment{
 		ID: "pay_1", OrderID: "ord_1", Attempt: 2, Channel: "stripe", Variant: "v2", ChannelTxnID: "txn", Amount: 2, Currency: "EUR",
 		State: orderly.PaymentRefunded, FailReason: "x", CreatedAt: at(7), SucceededAt: atp(8), RefundedAt: atp(9),
-		DuplicateOf: "pay_0",
+		DuplicateOf: "pay_0", ProviderRef: "pi_1", PayerID: "openid_1",
+		NextAction: &orderly.NextAction{Type: orderly.NextActionStripeSDK, ClientSecret: "pi_1_secret_x"},
 	}
 	refusal := &orderly.CallbackRefusal{
 		ID: 7, PaymentID: "pay_1", OrderID: "ord_2", Reason: orderly.RefusalOrderMismatch, Detail: "d",
@@ -47,6 +48,7 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		ID: "ref_1", OrderID: "ord_1", PaymentID: "pay_1", Amount: 1, Currency: "EUR",
 		Items: []orderly.RefundItem{{SKU: "a", Quantity: 1}}, Restock: true, Reason: "return",
 		State: orderly.RefundFailed, FailReason: "refused", CreatedAt: at(12), CompletedAt: atp(13),
+		ProviderRef: "re_1", ProviderStatus: "pending",
 	}
 	tests := []struct {
 		name     string

@@ -18,7 +18,7 @@ type cancelGateway struct {
 	err     error
 }
 
-func (g *cancelGateway) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (g *cancelGateway) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
 	g.mu.Lock()
 	g.cancels++
 	err := g.err
@@ -26,7 +26,7 @@ func (g *cancelGateway) Cancel(ctx context.Context, paymentID string) (*orderly.
 	if err != nil {
 		return nil, err
 	}
-	return g.Gateway.Cancel(ctx, paymentID)
+	return g.Gateway.Cancel(ctx, p)
 }
 
 func newCancelEnv(t *testing.T) (*enginetest.Env, *cancelGateway) {
@@ -72,7 +72,7 @@ func TestCancelSettlesThePaymentInFlight(t *testing.T) {
 	if gw.cancels != 1 {
 		t.Fatalf("gateway Cancel called %d times, want 1", gw.cancels)
 	}
-	if gp, _ := e.Gateway.Query(ctx, p.ID); gp.Status != orderly.GatewayFailed {
+	if gp, _ := e.Gateway.Query(ctx, p); gp.Status != orderly.GatewayFailed {
 		t.Fatalf("gateway says %s of the attempt, want failed (cancelled)", gp.Status)
 	}
 	trail := e.StateTrail(t, o.ID)

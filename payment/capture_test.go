@@ -31,26 +31,26 @@ func newCountingGateway(g orderly.Gateway) *countingGateway {
 	return &countingGateway{Gateway: g, refunds: map[string]int{}, cancels: map[string]int{}, refundErr: map[string]error{}}
 }
 
-func (g *countingGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+func (g *countingGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
 	g.mu.Lock()
 	g.refunds[r.PaymentID]++
 	err := g.refundErr[r.PaymentID]
 	g.mu.Unlock()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return g.Gateway.Refund(ctx, r)
 }
 
-func (g *countingGateway) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (g *countingGateway) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
 	g.mu.Lock()
-	g.cancels[paymentID]++
+	g.cancels[p.ID]++
 	err := g.cancelErr
 	g.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	return g.Gateway.Cancel(ctx, paymentID)
+	return g.Gateway.Cancel(ctx, p)
 }
 
 func (g *countingGateway) refundsOf(paymentID string) int {

@@ -98,31 +98,42 @@ func (g *guardedGateway) call(ctx context.Context, op, paymentID string, fn func
 }
 
 // Create implements orderly.Gateway.
-func (g *guardedGateway) Create(ctx context.Context, p *orderly.Payment) error {
-	_, err := g.call(ctx, "create", p.ID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
-		return nil, g.gw.Create(ctx, p)
+func (g *guardedGateway) Create(ctx context.Context, p *orderly.Payment) (a *orderly.GatewayAttempt, err error) {
+	_, err = g.call(ctx, "create", p.ID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		a, err = g.gw.Create(ctx, p)
+		return nil, err
 	})
-	return err
+	return a, err
 }
 
 // Query implements orderly.Gateway.
-func (g *guardedGateway) Query(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
-	return g.call(ctx, "query", paymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
-		return g.gw.Query(ctx, paymentID)
+func (g *guardedGateway) Query(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	return g.call(ctx, "query", p.ID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		return g.gw.Query(ctx, p)
 	})
 }
 
 // Cancel implements orderly.Gateway.
-func (g *guardedGateway) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
-	return g.call(ctx, "cancel", paymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
-		return g.gw.Cancel(ctx, paymentID)
+func (g *guardedGateway) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	return g.call(ctx, "cancel", p.ID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		return g.gw.Cancel(ctx, p)
 	})
 }
 
 // Refund implements orderly.Gateway.
-func (g *guardedGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
-	_, err := g.call(ctx, "refund", r.PaymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
-		return nil, g.gw.Refund(ctx, r)
+func (g *guardedGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) (res *orderly.GatewayRefundResult, err error) {
+	_, err = g.call(ctx, "refund", r.PaymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		res, err = g.gw.Refund(ctx, r)
+		return nil, err
 	})
-	return err
+	return res, err
+}
+
+// QueryRefund implements orderly.Gateway.
+func (g *guardedGateway) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (res *orderly.GatewayRefundResult, err error) {
+	_, err = g.call(ctx, "refund_query", r.PaymentID, func(ctx context.Context) (*orderly.GatewayPayment, error) {
+		res, err = g.gw.QueryRefund(ctx, r)
+		return nil, err
+	})
+	return res, err
 }

@@ -31,20 +31,26 @@ func (f *flakyAdapter) answer(ctx context.Context) (*orderly.GatewayPayment, err
 	}
 	return nil, f.err
 }
-func (f *flakyAdapter) Create(ctx context.Context, _ *orderly.Payment) error {
+func (f *flakyAdapter) Create(ctx context.Context, _ *orderly.Payment) (*orderly.GatewayAttempt, error) {
 	_, err := f.answer(ctx)
-	return err
+	return nil, err
 }
-func (f *flakyAdapter) Query(ctx context.Context, _ string) (*orderly.GatewayPayment, error) {
+func (f *flakyAdapter) Query(ctx context.Context, _ *orderly.Payment) (*orderly.GatewayPayment, error) {
 	return f.answer(ctx)
 }
-func (f *flakyAdapter) Cancel(ctx context.Context, _ string) (*orderly.GatewayPayment, error) {
+func (f *flakyAdapter) Cancel(ctx context.Context, _ *orderly.Payment) (*orderly.GatewayPayment, error) {
 	return f.answer(ctx)
 }
-func (f *flakyAdapter) Refund(ctx context.Context, _ *orderly.GatewayRefund) error {
+func (f *flakyAdapter) Refund(ctx context.Context, _ *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
 	_, err := f.answer(ctx)
-	return err
+	return nil, err
 }
+func (f *flakyAdapter) QueryRefund(ctx context.Context, _ *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	_, err := f.answer(ctx)
+	return nil, err
+}
+var testPayment = &orderly.Payment{ID: "p"}
+
 func (f *flakyAdapter) Name() string { return "flaky" }
 func (f *flakyAdapter) Verify(http.Header, []byte, time.Time) (*channel.Notification, error) {
 	return nil, errors.New("not used")
@@ -63,12 +69,12 @@ func TestBreaker(t *testing.T) {
 	g := newGuardedGateway(f, time.Second, BreakerConfig{Open: 200 * time.Millisecond}, m, log)
 	ctx := t.Context()
 	for i := range DefaultBreakerFailures {
-		if _, err := g.Cancel(ctx, "p"); err == nil || errors.Is(err, ErrChannelUnavailable) {
+		if _, err := g.Cancel(ctx, testPayment); err == nil || errors.Is(err, ErrChannelUnavailable) {
 			t.Fatalf("call %d: %v, want the provider's error", i+1, err)
 		}
 	}
 	for range 3 {
-		if _, err := g.Query(ctx, "p"); !errors.Is(err, ErrChannelUnavailable) {
+		if _, err := g.Query(ctx, testPayment); !errors.Is(err, ErrChannelUnavailable) {
 			t.Fatalf("call with the breaker open: %v, want ErrChannelUnavailable", err)
 		}
 	}
@@ -83,7 +89,7 @@ func TestBreaker(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no trial call after the open period")
 		}
-		_, _ = g.Query(ctx, "p")
+		_, _ = g.Query(ctx, testPayment)
 		time.Sleep(20 * time.Millisecond)
 	}
 	if got := f.calls.Load(); got != DefaultBreakerFailures+1 {
@@ -93,7 +99,7 @@ func TestBreaker(t *testing.T) {
 	refusing := &flakyAdapter{err: orderly.Errorf(orderly.EINVALID, "refused")}
 	g = newGuardedGateway(refusing, time.Second, BreakerConfig{}, m, log)
 	for range 2 * DefaultBreakerFailures {
-		if err := g.Refund(ctx, &orderly.GatewayRefund{PaymentID: "p"}); orderly.ErrorCode(err) != orderly.EINVALID {
+		if _, err := g.Refund(ctx, &orderly.GatewayRefund{PaymentID: "p"}); orderly.ErrorCode(err) != orderly.EINVALID {
 			t.Fatalf("refund: %v, want the refusal", err)
 		}
 	}
@@ -108,7 +114,7 @@ func TestCallTimeout(t *testing.T) {
 	f := &flakyAdapter{hang: true}
 	g := newGuardedGateway(f, 50*time.Millisecond, BreakerConfig{}, telemetry.NewMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	start := time.Now()
-	_, err := g.Cancel(t.Context(), "p")
+	_, err := g.Cancel(t.Context(), testPayment)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Cancel: %v, want a deadline exceeded", err)
 	}

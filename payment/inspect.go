@@ -26,13 +26,13 @@ func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string)
 	if err != nil {
 		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: %w", paymentID, err)
 	}
-	gp, err := gw.Query(ctx, paymentID)
+	gp, err := gw.Query(ctx, p)
 	if err != nil {
 		s.cfg.Metrics.PaymentInspections.WithLabelValues("error").Inc()
 		return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: query: %w", paymentID, err)
 	}
 	if gp.Status == orderly.GatewayPending {
-		if gp, err = gw.Cancel(ctx, paymentID); err != nil {
+		if gp, err = gw.Cancel(ctx, p); err != nil {
 			s.cfg.Metrics.PaymentInspections.WithLabelValues("error").Inc()
 			return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: cancel: %w", paymentID, err)
 		}
@@ -81,7 +81,7 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 	if err != nil {
 		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: %w", paymentID, err)
 	}
-	gp, err := gw.Cancel(ctx, paymentID)
+	gp, err := gw.Cancel(ctx, p)
 	if err != nil {
 		return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: %w", paymentID, err)
 	}
@@ -103,6 +103,21 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 		return orderly.GatewayFailed, nil
 	}
 	return orderly.GatewayUnknown, nil
+}
+
+// askRefund asks gw for refund r: the refund itself, or, when it was asked before (a
+// message delivered again, a refund accepted but not final), what became of it, and the
+// refund itself only when the provider has none under r's key (ENOTFOUND). A provider's
+// idempotency replays its first answer, so asking again could never see a pending refund
+// end. Errors: the gateway's (*orderly.Error: refused).
+func askRefund(ctx context.Context, gw orderly.Gateway, r *orderly.GatewayRefund, askedBefore bool) (*orderly.GatewayRefundResult, error) {
+	if askedBefore {
+		res, err := gw.QueryRefund(ctx, r)
+		if orderly.ErrorCode(err) != orderly.ENOTFOUND {
+			return res, err
+		}
+	}
+	return gw.Refund(ctx, r)
 }
 
 // PaymentRefundKey is the gateway idempotency key of the automatic refund of a whole
@@ -167,9 +182,11 @@ func (s *Service) CancelHandler() outbox.Handler {
 
 // RefundHandler returns the outbox handler of payment.refund, the refund of a whole payment
 // the order does not keep (I2): Call asks the gateway to refund (idempotent per payment id,
-// see PaymentRefundKey), Apply marks the payment refunded (guarded refund_pending →
-// refunded), completes a merchant refund made before refunds had their own table, and
-// writes the payment.refunded event.
+// see PaymentRefundKey) and returns nil only once the provider confirms it (askRefund: a
+// refund accepted but not final is asked about again with backoff); a refusal is logged
+// and retried, for the money must go back. Apply marks the payment refunded (guarded
+// refund_pending → refunded), completes a merchant refund made before refunds had their own
+// table, and writes the payment.refunded event.
 func (s *Service) RefundHandler() outbox.Handler {
 	return outbox.Handler{
 		Call: func(ctx context.Context, m *orderly.Message) error {
@@ -177,13 +194,29 @@ func (s *Service) RefundHandler() outbox.Handler {
 			if err := outbox.Decode(m, &ref); err != nil {
 				return err
 			}
-			gw, err := s.gatewayOfPayment(ctx, ref.PaymentID)
+			p, err := s.Payment(ctx, ref.PaymentID)
+			if err != nil {
+				return fmt.Errorf("refund payment %s: %w", ref.PaymentID, err)
+			}
+			gw, err := s.gatewayFor(p.Route())
 			if err != nil {
 				return err
 			}
-			return gw.Refund(ctx, &orderly.GatewayRefund{
-				IdempotencyKey: PaymentRefundKey(ref.PaymentID), PaymentID: ref.PaymentID, Amount: ref.Amount,
-			})
+			r := &orderly.GatewayRefund{IdempotencyKey: PaymentRefundKey(ref.PaymentID), PaymentID: ref.PaymentID,
+				Amount: ref.Amount, Currency: p.Currency, Payment: p}
+			res, err := askRefund(ctx, gw, r, m.Attempts > 1)
+			if err != nil {
+				return err
+			}
+			switch res.Status {
+			case orderly.GatewaySucceeded:
+				return nil
+			case orderly.GatewayFailed:
+				// The money must go back: the provider failing it is retried, then dead-lettered
+				// for an operator.
+				return fmt.Errorf("refund of payment %s failed at %s (%s); asked again", ref.PaymentID, p.Channel, res.Detail)
+			}
+			return fmt.Errorf("refund of payment %s is %s at %s, not final yet; asked again", ref.PaymentID, res.Detail, p.Channel)
 		},
 		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			for _, m := range msgs {

@@ -1,6 +1,7 @@
 package payment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,7 +54,7 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 					"order_id", ref.OrderID, "state", f.State)
 				return nil
 			}
-			wallet, answer, err := s.executeRefund(ctx, &ref)
+			wallet, res, answer, err := s.executeRefund(ctx, &ref, f, m.Attempts > 1 || f.ProviderStatus != "")
 			if err != nil {
 				return err // the refund was not asked: retried
 			}
@@ -62,8 +63,27 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 				s.cfg.Logger.Warn("gateway refused a refund", "refund_id", ref.RefundID, "order_id", ref.OrderID,
 					"payment_id", ref.PaymentID, "amount", ref.Amount, "error", answer)
 				return s.failRefund(ctx, &ref, refused.Message)
+			} else if answer != nil || res == nil {
+				return answer
 			}
-			return answer
+			switch res.Status {
+			case orderly.GatewayFailed:
+				s.cfg.Logger.Warn("the provider failed a refund", "refund_id", ref.RefundID, "order_id", ref.OrderID,
+					"payment_id", ref.PaymentID, "amount", ref.Amount, "provider_status", res.Detail)
+				return s.failRefund(ctx, &ref, "failed at the provider: "+res.Detail)
+			case orderly.GatewaySucceeded:
+				if res.ProviderRef != "" && res.ProviderRef != f.ProviderRef {
+					return s.setRefundProvider(ctx, f.ID, res.ProviderRef, "")
+				}
+				return nil
+			}
+			// Accepted, not final: it stays requested, neither counted as succeeded, restocked
+			// nor announced, and is asked about again with backoff (or confirmed by the
+			// provider's notification meanwhile).
+			if err := s.setRefundProvider(ctx, f.ID, cmp.Or(res.ProviderRef, f.ProviderRef), cmp.Or(res.Detail, "pending")); err != nil {
+				return err
+			}
+			return fmt.Errorf("refund %s is %s at the provider, not final yet; asked again", ref.RefundID, cmp.Or(res.Detail, "pending"))
 		},
 		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			refs := make([]*orderly.RefundRef, len(msgs))
@@ -78,38 +98,45 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 	}
 }
 
-// executeRefund asks for refund ref where its payment was taken: a wallet payment
-// (channel WalletChannel, with UseWallets) is refunded to the buyer's wallet, a wallet
-// refund of the payment's debit transfer under the key "refund:<refund id>", so that a
-// message delivered again credits once; any other through its channel's gateway, keyed by
-// the refund id. answer is the wallet's or the gateway's answer to the refund (wallet says
-// which); err is a failure before the refund was asked (the payment could not be read, no
-// gateway serves its channel), which says nothing of the refund: the caller retries.
-func (s *Service) executeRefund(ctx context.Context, ref *orderly.RefundRef) (wallet bool, answer, err error) {
-	gw := s.cfg.Gateway
-	if s.wallets != nil || len(s.gateways) > 0 {
-		p, err := s.Payment(ctx, ref.PaymentID)
-		if err != nil {
-			return false, nil, fmt.Errorf("the channel of payment %s: %w", ref.PaymentID, err)
-		}
-		if p.Channel == WalletChannel && s.wallets != nil {
-			transfer, ok := strings.CutPrefix(p.ChannelTxnID, WalletChannel+":")
-			if !ok || transfer == "" {
-				return true, orderly.Errorf(orderly.EILLEGAL, "wallet payment %s names no debit transfer (%q)", p.ID, p.ChannelTxnID), nil
-			}
-			_, answer = s.wallets.Refund(ctx, &orderly.WalletRefundParams{TransferID: transfer, Amount: ref.Amount,
-				IdempotencyKey: "refund:" + ref.RefundID})
-			return true, answer, nil
-		}
-		if len(s.gateways) > 0 {
-			if gw, err = s.gatewayFor(p.Route()); err != nil {
-				return false, nil, err
-			}
-		}
+// executeRefund asks for refund ref (f as stored) where its payment was taken: a wallet
+// payment (channel WalletChannel, with UseWallets) is refunded to the buyer's wallet, a
+// wallet refund of the payment's debit transfer under the key "refund:<refund id>", so
+// that a message delivered again credits once (res nil: a wallet refund is final when
+// answered); any other through its channel's gateway, keyed by the refund id (askRefund,
+// askedBefore saying it may have been asked already). answer is the wallet's or the
+// gateway's error (wallet says which); err is a failure before the refund was asked (the
+// payment could not be read, no gateway serves its channel), which says nothing of the
+// refund: the caller retries.
+func (s *Service) executeRefund(ctx context.Context, ref *orderly.RefundRef, f *orderly.Refund, askedBefore bool) (wallet bool, res *orderly.GatewayRefundResult, answer, err error) {
+	p, err := s.Payment(ctx, ref.PaymentID)
+	if err != nil {
+		return false, nil, nil, fmt.Errorf("the channel of payment %s: %w", ref.PaymentID, err)
 	}
-	return false, gw.Refund(ctx, &orderly.GatewayRefund{
-		IdempotencyKey: ref.RefundID, PaymentID: ref.PaymentID, Amount: ref.Amount, Currency: ref.Currency,
-	}), nil
+	if p.Channel == WalletChannel && s.wallets != nil {
+		transfer, ok := strings.CutPrefix(p.ChannelTxnID, WalletChannel+":")
+		if !ok || transfer == "" {
+			return true, nil, orderly.Errorf(orderly.EILLEGAL, "wallet payment %s names no debit transfer (%q)", p.ID, p.ChannelTxnID), nil
+		}
+		_, answer = s.wallets.Refund(ctx, &orderly.WalletRefundParams{TransferID: transfer, Amount: ref.Amount,
+			IdempotencyKey: "refund:" + ref.RefundID})
+		return true, &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, answer, nil
+	}
+	gw, err := s.gatewayFor(p.Route())
+	if err != nil {
+		return false, nil, nil, err
+	}
+	res, answer = askRefund(ctx, gw, &orderly.GatewayRefund{IdempotencyKey: ref.RefundID, PaymentID: ref.PaymentID,
+		Amount: ref.Amount, Currency: ref.Currency, Payment: p, ProviderRefundRef: f.ProviderRef}, askedBefore)
+	return false, res, answer, nil
+}
+
+// setRefundProvider records the provider's refund id and non-final state on a requested
+// refund, in its own transaction.
+func (s *Service) setRefundProvider(ctx context.Context, id, providerRef, status string) error {
+	return s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		_, err := tx.RefundSetProvider(ctx, id, providerRef, status)
+		return err
+	})
 }
 
 // retryableWalletError reports whether a wallet error leaves a refund's outcome to a retry

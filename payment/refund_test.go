@@ -410,8 +410,8 @@ func TestConcurrentRefunds(t *testing.T) {
 // refusingGateway is the simulated gateway, except that it refuses every refund.
 type refusingGateway struct{ *payment.SimGateway }
 
-func (refusingGateway) Refund(context.Context, *orderly.GatewayRefund) error {
-	return orderly.Errorf(orderly.EINVALID, "refund window closed")
+func (refusingGateway) Refund(context.Context, *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return nil, orderly.Errorf(orderly.EINVALID, "refund window closed")
 }
 
 // TestRefundRefusedByGateway: a refund the gateway refuses ends failed, and its amount and

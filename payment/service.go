@@ -168,6 +168,9 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if params.Channel != "" && !order.ValidID(params.Channel) {
 		return nil, orderly.Errorf(orderly.EINVALID, "channel must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
 	}
+	if params.PayerID != "" && (len(params.PayerID) > 128 || !order.ValidID(params.PayerID)) {
+		return nil, orderly.Errorf(orderly.EINVALID, "payer_id must be 1–128 bytes of UTF-8 without control characters")
+	}
 	if err := s.checkChannel(params.Channel); err != nil {
 		return nil, err
 	}
@@ -207,7 +210,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		ch, variant := orderly.SplitRoute(cmp.Or(name, s.cfg.Channel))
 		p = &orderly.Payment{
 			ID: id, OrderID: o.ID, Channel: ch, Variant: variant, Amount: o.Amount,
-			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now,
+			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now, PayerID: params.PayerID,
 		}
 		if err := tx.PaymentInsert(ctx, p); orderly.ErrorCode(err) == orderly.ECONFLICT {
 			// (order_id, attempt) is unique: another attempt of the order took this number
@@ -246,8 +249,15 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		return nil, err
 	}
 	gw, gerr := s.gatewayFor(p.Route())
+	var attempt *orderly.GatewayAttempt
 	if gerr == nil {
-		gerr = gw.Create(ctx, p)
+		attempt, gerr = gw.Create(ctx, p)
+	}
+	if gerr == nil && attempt != nil && (attempt.ProviderRef != "" || attempt.NextAction != nil) {
+		p.ProviderRef, p.NextAction = attempt.ProviderRef, attempt.NextAction
+		gerr = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+			return tx.PaymentSetHandoff(ctx, p.ID, p.ProviderRef, p.NextAction)
+		})
 	}
 	if gerr != nil {
 		s.outcome(p, false)
@@ -290,7 +300,7 @@ func (s *Service) supersede(ctx context.Context, orderID string) error {
 	if err != nil || prev == nil {
 		return err
 	}
-	gp, err := s.gateways[prev.Route()].Cancel(ctx, prev.ID)
+	gp, err := s.gateways[prev.Route()].Cancel(ctx, prev)
 	if err != nil {
 		s.cfg.Logger.Warn("closing the previous attempt at its provider failed", "payment_id", prev.ID, "order_id", orderID, "channel", prev.Channel, "error", err)
 		return orderly.Errorf(orderly.EUNAVAILABLE, "payment %s of order %s is in flight and %s could not close it; retry", prev.ID, orderID, prev.Channel)

@@ -88,19 +88,21 @@ func (g *SimGateway) record(c GatewayCall) {
 }
 
 // Create implements orderly.Gateway.
-func (g *SimGateway) Create(_ context.Context, p *orderly.Payment) error {
+// The simulated gateway needs no handoff: its client step is the signed callback.
+func (g *SimGateway) Create(_ context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.record(GatewayCall{Op: GatewayCreate, PaymentID: p.ID, Amount: p.Amount})
 	if _, ok := g.payments[p.ID]; !ok {
 		g.payments[p.ID] = &simPayment{status: orderly.GatewayPending, amount: p.Amount}
 	}
-	return nil
+	return &orderly.GatewayAttempt{}, nil
 }
 
 // Query implements orderly.Gateway; an attempt it never saw (created before a restart)
 // is pending, so that inspection cancels it instead of holding its order open.
-func (g *SimGateway) Query(_ context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (g *SimGateway) Query(_ context.Context, pay *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := pay.ID
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.record(GatewayCall{Op: GatewayQuery, PaymentID: paymentID})
@@ -113,7 +115,8 @@ func (g *SimGateway) Query(_ context.Context, paymentID string) (*orderly.Gatewa
 // Cancel implements orderly.Gateway. An attempt the simulated gateway never saw (its
 // memory starts empty at every restart) is recorded as cancelled: nobody can pay it
 // through this gateway any more, and money arriving by callback later is refunded.
-func (g *SimGateway) Cancel(_ context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (g *SimGateway) Cancel(_ context.Context, pay *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := pay.ID
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.record(GatewayCall{Op: GatewayCancel, PaymentID: paymentID})
@@ -129,9 +132,22 @@ func (g *SimGateway) Cancel(_ context.Context, paymentID string) (*orderly.Gatew
 }
 
 // Refund implements orderly.Gateway: RefundWithKey with the refund's idempotency key, so
-// the outbox calling it again after a crash refunds once.
-func (g *SimGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
-	return g.RefundWithKey(ctx, r.PaymentID, r.IdempotencyKey, r.Amount)
+// the outbox calling it again after a crash refunds once. The simulated gateway confirms a
+// refund at once.
+func (g *SimGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	if err := g.RefundWithKey(ctx, r.PaymentID, r.IdempotencyKey, r.Amount); err != nil {
+		return nil, err
+	}
+	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+}
+
+// QueryRefund implements orderly.Gateway: a refund made under r's key is succeeded; one
+// never asked is ENOTFOUND.
+func (g *SimGateway) QueryRefund(_ context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	if _, ok := g.RefundedFor(r.IdempotencyKey); ok {
+		return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+	}
+	return nil, orderly.Errorf(orderly.ENOTFOUND, "no refund under key %s", r.IdempotencyKey)
 }
 
 // RefundedFor returns the amount refunded under one idempotency key (a refund id), in

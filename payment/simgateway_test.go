@@ -15,17 +15,17 @@ func TestSimGatewayLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	g := payment.NewSimGateway()
-	if err := g.Create(ctx, &orderly.Payment{ID: "p1", Amount: 900}); err != nil {
+	if _, err := g.Create(ctx, &orderly.Payment{ID: "p1", Amount: 900}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Query(ctx, "p1"); err != nil {
+	if _, err := g.Query(ctx, &orderly.Payment{ID: "p1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Cancel(ctx, "p2"); err != nil {
+	if _, err := g.Cancel(ctx, &orderly.Payment{ID: "p2"}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // the outbox delivers at least once
-		if err := g.Refund(ctx, &orderly.GatewayRefund{IdempotencyKey: "p1", PaymentID: "p1", Amount: 900}); err != nil {
+		if _, err := g.Refund(ctx, &orderly.GatewayRefund{IdempotencyKey: "p1", PaymentID: "p1", Amount: 900}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,17 +21,22 @@ import (
 type undecidedAdapter struct{ created atomic.Int64 }
 
 func (a *undecidedAdapter) Name() string { return "undecided" }
-func (a *undecidedAdapter) Create(context.Context, *orderly.Payment) error {
+func (a *undecidedAdapter) Create(context.Context, *orderly.Payment) (*orderly.GatewayAttempt, error) {
 	a.created.Add(1)
-	return nil
+	return &orderly.GatewayAttempt{}, nil
 }
-func (a *undecidedAdapter) Query(context.Context, string) (*orderly.GatewayPayment, error) {
+func (a *undecidedAdapter) Query(context.Context, *orderly.Payment) (*orderly.GatewayPayment, error) {
 	return &orderly.GatewayPayment{Status: orderly.GatewayPending}, nil
 }
-func (a *undecidedAdapter) Cancel(context.Context, string) (*orderly.GatewayPayment, error) {
+func (a *undecidedAdapter) Cancel(context.Context, *orderly.Payment) (*orderly.GatewayPayment, error) {
 	return &orderly.GatewayPayment{Status: orderly.GatewayPending}, nil
 }
-func (a *undecidedAdapter) Refund(context.Context, *orderly.GatewayRefund) error { return nil }
+func (a *undecidedAdapter) Refund(context.Context, *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return &orderly.GatewayRefundResult{Status: orderly.GatewayPending, Detail: "pending"}, nil
+}
+func (a *undecidedAdapter) QueryRefund(context.Context, *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return &orderly.GatewayRefundResult{Status: orderly.GatewayPending, Detail: "pending"}, nil
+}
 func (a *undecidedAdapter) Verify(http.Header, []byte, time.Time) (*channel.Notification, error) {
 	return nil, orderly.Errorf(orderly.EUNAUTHORIZED, "not used")
 }

@@ -245,9 +245,10 @@ type refundTwice struct {
 	broken *atomic.Bool
 }
 
-func (g *refundTwice) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
-	if err := g.SimGateway.Refund(ctx, r); err != nil || !g.broken.Load() {
-		return err
+func (g *refundTwice) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	res, err := g.SimGateway.Refund(ctx, r)
+	if err != nil || !g.broken.Load() {
+		return res, err
 	}
-	return g.RefundWithKey(ctx, r.PaymentID, r.IdempotencyKey+"/again", r.Amount)
+	return res, g.RefundWithKey(ctx, r.PaymentID, r.IdempotencyKey+"/again", r.Amount)
 }

@@ -171,6 +171,9 @@ type Tx interface {
 	PaymentList(ctx context.Context, orderID string) ([]*orderly.Payment, error)
 	// PaymentSetState is the guarded state change of a payment.
 	PaymentSetState(ctx context.Context, params *PaymentSetStateParams) (bool, error)
+	// PaymentSetHandoff records the provider's object id of a payment and the handoff for
+	// the buyer's client (nil: none), as the provider answered the create.
+	PaymentSetHandoff(ctx context.Context, id, providerRef string, next *orderly.NextAction) error
 
 	// CallbackRefusalInsert records a refused payment callback (r.ID is not set). Strings
 	// longer than their column are truncated, on a UTF-8 boundary (the body to 64 KiB).

@@ -59,23 +59,31 @@ func (g *instrumentedGateway) observe(ctx context.Context, op, paymentID string,
 }
 
 // Create implements orderly.Gateway.
-func (g *instrumentedGateway) Create(ctx context.Context, p *orderly.Payment) error {
-	return g.observe(ctx, "create", p.ID, func(ctx context.Context) error { return g.next.Create(ctx, p) })
+func (g *instrumentedGateway) Create(ctx context.Context, p *orderly.Payment) (a *orderly.GatewayAttempt, err error) {
+	err = g.observe(ctx, "create", p.ID, func(ctx context.Context) error { a, err = g.next.Create(ctx, p); return err })
+	return a, err
 }
 
 // Query implements orderly.Gateway.
-func (g *instrumentedGateway) Query(ctx context.Context, paymentID string) (gp *orderly.GatewayPayment, err error) {
-	err = g.observe(ctx, "query", paymentID, func(ctx context.Context) error { gp, err = g.next.Query(ctx, paymentID); return err })
+func (g *instrumentedGateway) Query(ctx context.Context, p *orderly.Payment) (gp *orderly.GatewayPayment, err error) {
+	err = g.observe(ctx, "query", p.ID, func(ctx context.Context) error { gp, err = g.next.Query(ctx, p); return err })
 	return gp, err
 }
 
 // Cancel implements orderly.Gateway.
-func (g *instrumentedGateway) Cancel(ctx context.Context, paymentID string) (gp *orderly.GatewayPayment, err error) {
-	err = g.observe(ctx, "cancel", paymentID, func(ctx context.Context) error { gp, err = g.next.Cancel(ctx, paymentID); return err })
+func (g *instrumentedGateway) Cancel(ctx context.Context, p *orderly.Payment) (gp *orderly.GatewayPayment, err error) {
+	err = g.observe(ctx, "cancel", p.ID, func(ctx context.Context) error { gp, err = g.next.Cancel(ctx, p); return err })
 	return gp, err
 }
 
 // Refund implements orderly.Gateway.
-func (g *instrumentedGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
-	return g.observe(ctx, "refund", r.PaymentID, func(ctx context.Context) error { return g.next.Refund(ctx, r) })
+func (g *instrumentedGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) (res *orderly.GatewayRefundResult, err error) {
+	err = g.observe(ctx, "refund", r.PaymentID, func(ctx context.Context) error { res, err = g.next.Refund(ctx, r); return err })
+	return res, err
+}
+
+// QueryRefund implements orderly.Gateway.
+func (g *instrumentedGateway) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (res *orderly.GatewayRefundResult, err error) {
+	err = g.observe(ctx, "refund_query", r.PaymentID, func(ctx context.Context) error { res, err = g.next.QueryRefund(ctx, r); return err })
+	return res, err
 }

@@ -250,11 +250,11 @@ type queryFailGateway struct {
 	down *atomic.Bool
 }
 
-func (g *queryFailGateway) Query(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (g *queryFailGateway) Query(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
 	if g.down.Load() {
 		return nil, errors.New("gateway unreachable")
 	}
-	return g.Gateway.Query(ctx, paymentID)
+	return g.Gateway.Query(ctx, p)
 }
 
 type inspectorFunc func(ctx context.Context, orderID, paymentID string) (orderly.GatewayStatus, error)

@@ -105,8 +105,8 @@ type switchAdapter struct {
 }
 
 func (a *switchAdapter) Name() string { return "switch" }
-func (a *switchAdapter) Create(context.Context, *orderly.Payment) error {
-	return nil
+func (a *switchAdapter) Create(context.Context, *orderly.Payment) (*orderly.GatewayAttempt, error) {
+	return &orderly.GatewayAttempt{}, nil
 }
 func (a *switchAdapter) answer(id string) (*orderly.GatewayPayment, error) {
 	a.calls.Add(1)
@@ -123,10 +123,11 @@ func (a *switchAdapter) answer(id string) (*orderly.GatewayPayment, error) {
 	}
 	return &orderly.GatewayPayment{Status: orderly.GatewayPending}, nil
 }
-func (a *switchAdapter) Query(_ context.Context, id string) (*orderly.GatewayPayment, error) {
-	return a.answer(id)
+func (a *switchAdapter) Query(_ context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	return a.answer(p.ID)
 }
-func (a *switchAdapter) Cancel(_ context.Context, id string) (*orderly.GatewayPayment, error) {
+func (a *switchAdapter) Cancel(_ context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	id := p.ID
 	gp, err := a.answer(id)
 	if err == nil && gp.Status == orderly.GatewayPending {
 		a.mu.Lock()
@@ -136,7 +137,12 @@ func (a *switchAdapter) Cancel(_ context.Context, id string) (*orderly.GatewayPa
 	}
 	return gp, err
 }
-func (a *switchAdapter) Refund(context.Context, *orderly.GatewayRefund) error { return nil }
+func (a *switchAdapter) Refund(context.Context, *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+}
+func (a *switchAdapter) QueryRefund(context.Context, *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+}
 func (a *switchAdapter) Verify(http.Header, []byte, time.Time) (*channel.Notification, error) {
 	return nil, orderly.Errorf(orderly.EUNAUTHORIZED, "not used")
 }

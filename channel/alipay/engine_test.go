@@ -226,7 +226,7 @@ func TestWebhookParallel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const id = "019a7f3c-5e2b-7c11-9d3e-000000000001"
-	if err := b.a.Create(t.Context(), &orderly.Payment{ID: id, Amount: 100, Currency: "CNY"}); err != nil {
+	if _, err := b.a.Create(t.Context(), &orderly.Payment{ID: id, Amount: 100, Currency: "CNY"}); err != nil {
 		t.Fatal(err)
 	}
 	bodies := make([][]byte, 5)

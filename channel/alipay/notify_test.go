@@ -56,7 +56,7 @@ func setup(t testing.TB, mutate ...func(*alipay.Config)) *bundle {
 func (b *bundle) paid(t *testing.T, amount int64) alipaytest.Trade {
 	t.Helper()
 	p := &orderly.Payment{ID: paymentID, OrderID: "order-1", Amount: amount, Currency: "CNY"}
-	if err := b.a.Create(t.Context(), p); err != nil {
+	if _, err := b.a.Create(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
 	tr, err := b.srv.Pay(paymentID, amount)
@@ -287,7 +287,7 @@ func TestVerifyFinishedAfterSuccessAndRefund(t *testing.T) {
 	tr := b.paid(t, 1000)
 	success := mustVerify(t, b, must(b.srv.PaymentNotification(paymentID)))
 
-	if err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "refund-1", PaymentID: paymentID, Amount: 300, Currency: "CNY"}); err != nil {
+	if _, err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "refund-1", PaymentID: paymentID, Amount: 300, Currency: "CNY"}); err != nil {
 		t.Fatal(err)
 	}
 	refund := mustVerify(t, b, must(b.srv.RefundNotification(paymentID, "refund-1")))
@@ -328,7 +328,7 @@ func TestVerifyFinishedAfterSuccessAndRefund(t *testing.T) {
 	// a failed payment.
 	b2 := setup(t)
 	b2.paid(t, 500)
-	if err := b2.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "payment:" + paymentID, PaymentID: paymentID, Amount: 500, Currency: "CNY"}); err != nil {
+	if _, err := b2.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "payment:" + paymentID, PaymentID: paymentID, Amount: 500, Currency: "CNY"}); err != nil {
 		t.Fatal(err)
 	}
 	full := mustVerify(t, b2, must(b2.srv.RefundNotification(paymentID, "payment:"+paymentID)))
@@ -340,10 +340,10 @@ func TestVerifyFinishedAfterSuccessAndRefund(t *testing.T) {
 func TestVerifyClosedUnpaid(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, OrderID: "o", Amount: 250, Currency: "CNY"}); err != nil {
+	if _, err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, OrderID: "o", Amount: 250, Currency: "CNY"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.a.Cancel(t.Context(), paymentID); err != nil {
+	if _, err := b.a.Cancel(t.Context(), &orderly.Payment{ID: paymentID}); err != nil {
 		t.Fatal(err)
 	}
 	n := mustVerify(t, b, must(b.srv.PaymentNotification(paymentID)))

@@ -204,7 +204,11 @@ func (a *Adapter) Precreate(ctx context.Context, p *orderly.Payment) (qrCode str
 
 // Create implements orderly.Gateway with Precreate (the QR code is not kept: a shop that
 // shows it calls Precreate itself, which answers the same code again).
-func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) error {
+func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
+	return &orderly.GatewayAttempt{}, a.create(ctx, p)
+}
+
+func (a *Adapter) create(ctx context.Context, p *orderly.Payment) error {
 	_, err := a.Precreate(ctx, p)
 	return err
 }
@@ -214,7 +218,8 @@ func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) error {
 // GatewayPending; TRADE_SUCCESS and TRADE_FINISHED → GatewaySucceeded with trade_no and
 // total_amount in minor units; TRADE_CLOSED → GatewayFailed (closed unpaid; a fully refunded
 // trade reads closed too, and was applied already). Errors are transient.
-func (a *Adapter) Query(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (a *Adapter) Query(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := p.ID
 	var out struct {
 		TradeNo     string `json:"trade_no"`
 		TradeStatus string `json:"trade_status"`
@@ -249,14 +254,15 @@ func (a *Adapter) Query(ctx context.Context, paymentID string) (*orderly.Gateway
 // closing). ACQ.TRADE_NOT_EXIST (a precreated QR code nobody scanned) → GatewayFailed: there
 // is no trade to close; the code itself stays scannable until it expires at Alipay (2 h by
 // default), and money taken after the order closed is refunded (I2). Errors are transient.
-func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (a *Adapter) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := p.ID
 	err := a.call(ctx, "alipay.trade.close", map[string]string{"out_trade_no": channel.OutTradeNo(paymentID)}, nil, nil)
 	switch subCode(err) {
 	case "":
 	case SubTradeNotExist:
 		return &orderly.GatewayPayment{Status: orderly.GatewayFailed}, nil
 	case SubTradeStatusError:
-		return a.Query(ctx, paymentID)
+		return a.Query(ctx, p)
 	}
 	if err != nil {
 		return nil, err
@@ -270,7 +276,19 @@ func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.Gatewa
 // "N" and moves no money. Errors: *orderly.Error EINVALID for another currency than
 // Config.Currency or a business refusal (amount beyond what is refundable, trade not
 // refundable: retrying will not help); ACQ.SYSTEM_ERROR and transport errors are transient.
-func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	if err := a.refund(ctx, r); err != nil {
+		return nil, err
+	}
+	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+}
+
+// QueryRefund implements orderly.Gateway.
+func (a *Adapter) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return nil, orderly.Errorf(orderly.ENOTFOUND, "refund %s: not queried", r.IdempotencyKey)
+}
+
+func (a *Adapter) refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	currency := cmp.Or(r.Currency, a.cfg.Currency) // the engine's refunds may leave it to the channel
 	if currency != a.cfg.Currency {
 		return orderly.Errorf(orderly.EINVALID, "alipay: refund in %s, channel takes %s", r.Currency, a.cfg.Currency)

@@ -36,7 +36,7 @@ func TestCreateIdempotent(t *testing.T) {
 	}
 	usd := *p
 	usd.Currency = "USD"
-	if err := b.a.Create(t.Context(), &usd); orderly.ErrorCode(err) != orderly.EINVALID {
+	if _, err := b.a.Create(t.Context(), &usd); orderly.ErrorCode(err) != orderly.EINVALID {
 		t.Fatalf("create in USD: %v", err)
 	}
 }
@@ -44,18 +44,18 @@ func TestCreateIdempotent(t *testing.T) {
 func TestQuery(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	got, err := b.a.Query(t.Context(), paymentID)
+	got, err := b.a.Query(t.Context(), &orderly.Payment{ID: paymentID})
 	if err != nil || got.Status != orderly.GatewayPending {
 		t.Fatalf("query before precreate: %+v, %v; want pending", got, err)
 	}
 	tr := b.paid(t, 1999)
-	got, err = b.a.Query(t.Context(), paymentID)
+	got, err = b.a.Query(t.Context(), &orderly.Payment{ID: paymentID})
 	want := &orderly.GatewayPayment{Status: orderly.GatewaySucceeded, ChannelTxnID: tr.TradeNo, Amount: 1999}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("query after pay: %+v, %v; want %+v", got, err, want)
 	}
 	b.srv.FailNext("alipay.trade.query", 1)
-	if got, err := b.a.Query(t.Context(), paymentID); err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
+	if got, err := b.a.Query(t.Context(), &orderly.Payment{ID: paymentID}); err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
 		t.Fatalf("query answered 20000: %+v, %v; want a transient error", got, err)
 	}
 }
@@ -65,10 +65,10 @@ func TestCancel(t *testing.T) {
 	t.Run("waiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		if err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, Amount: 100, Currency: "CNY"}); err != nil {
+		if _, err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, Amount: 100, Currency: "CNY"}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := b.a.Cancel(t.Context(), paymentID)
+		got, err := b.a.Cancel(t.Context(), &orderly.Payment{ID: paymentID})
 		if err != nil || got.Status != orderly.GatewayFailed {
 			t.Fatalf("cancel: %+v, %v; want failed", got, err)
 		}
@@ -83,7 +83,7 @@ func TestCancel(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		tr := b.paid(t, 100)
-		got, err := b.a.Cancel(t.Context(), paymentID)
+		got, err := b.a.Cancel(t.Context(), &orderly.Payment{ID: paymentID})
 		want := &orderly.GatewayPayment{Status: orderly.GatewaySucceeded, ChannelTxnID: tr.TradeNo, Amount: 100}
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("cancel of a paid trade: %+v, %v; want %+v", got, err, want)
@@ -99,7 +99,7 @@ func TestCancel(t *testing.T) {
 	t.Run("never scanned", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		got, err := b.a.Cancel(t.Context(), paymentID)
+		got, err := b.a.Cancel(t.Context(), &orderly.Payment{ID: paymentID})
 		if err != nil || got.Status != orderly.GatewayFailed {
 			t.Fatalf("cancel: %+v, %v; want failed", got, err)
 		}
@@ -109,7 +109,7 @@ func TestCancel(t *testing.T) {
 		b := setup(t)
 		b.paid(t, 100)
 		b.srv.FailNext("alipay.trade.close", 1)
-		got, err := b.a.Cancel(t.Context(), paymentID)
+		got, err := b.a.Cancel(t.Context(), &orderly.Payment{ID: paymentID})
 		var ae *alipay.APIError
 		if !errors.As(err, &ae) || ae.Code != "20000" || orderly.ErrorCode(err) != orderly.EINTERNAL {
 			t.Fatalf("cancel answered 20000: %+v, %v; want a transient *APIError", got, err)
@@ -122,7 +122,8 @@ func TestRefund(t *testing.T) {
 	b := setup(t)
 	b.paid(t, 1000)
 	refund := func(key string, amount int64) error {
-		return b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: key, PaymentID: paymentID, Amount: amount, Currency: "CNY"})
+		_, err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: key, PaymentID: paymentID, Amount: amount, Currency: "CNY"})
+		return err
 	}
 	steps := []struct {
 		key      string
@@ -150,13 +151,13 @@ func TestRefund(t *testing.T) {
 	if tr, _ := b.srv.Trade(paymentID); len(tr.Refunds) != 2 || tr.Refunds["r1"].Amount != 300 || tr.Refunds["r2"].Amount != 700 {
 		t.Fatalf("refunds: %+v", tr.Refunds)
 	}
-	if err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r9", PaymentID: paymentID, Amount: 1, Currency: "JPY"}); orderly.ErrorCode(err) != orderly.EINVALID {
+	if _, err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r9", PaymentID: paymentID, Amount: 1, Currency: "JPY"}); orderly.ErrorCode(err) != orderly.EINVALID {
 		t.Fatalf("refund in JPY: %v", err)
 	}
 	// A refund that names no currency is in the channel's.
 	b2 := setup(t)
 	b2.paid(t, 100)
-	if err := b2.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r1", PaymentID: paymentID, Amount: 40}); err != nil {
+	if _, err := b2.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: "r1", PaymentID: paymentID, Amount: 40}); err != nil {
 		t.Fatalf("refund without currency: %v", err)
 	}
 	if tr, _ := b2.srv.Trade(paymentID); tr.Refunded != 40 {
@@ -172,13 +173,13 @@ func TestResponseSignature(t *testing.T) {
 	if _, err := b.srv.Pay(paymentID, 100); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.a.Query(t.Context(), paymentID)
+	got, err := b.a.Query(t.Context(), &orderly.Payment{ID: paymentID})
 	if err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
 		t.Fatalf("query with a forged answer: %+v, %v; want a transient error", got, err)
 	}
 	// A request signed with another key is refused by the imitation (isv.invalid-signature).
 	b2 := setup(t, func(c *alipay.Config) { c.PrivateKey = alipaytest.AlipayKey() })
-	if _, err := b2.a.Query(t.Context(), paymentID); err == nil {
+	if _, err := b2.a.Query(t.Context(), &orderly.Payment{ID: paymentID}); err == nil {
 		t.Fatal("a request signed with another key was answered")
 	}
 }
@@ -195,14 +196,14 @@ func TestImitationPlays(t *testing.T) {
 	if n.Kind != channel.PaymentFailed || n.Amount != 500 {
 		t.Fatalf("closed by Alipay: %+v", n)
 	}
-	if got, err := b.a.Query(t.Context(), paymentID); err != nil || got.Status != orderly.GatewayFailed {
+	if got, err := b.a.Query(t.Context(), &orderly.Payment{ID: paymentID}); err != nil || got.Status != orderly.GatewayFailed {
 		t.Fatalf("query of a closed trade: %+v, %v", got, err)
 	}
 	tr, err := b.srv.PayLate(paymentID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := b.a.Query(t.Context(), paymentID); err != nil || got.Status != orderly.GatewaySucceeded || got.ChannelTxnID != tr.TradeNo || got.Amount != 500 {
+	if got, err := b.a.Query(t.Context(), &orderly.Payment{ID: paymentID}); err != nil || got.Status != orderly.GatewaySucceeded || got.ChannelTxnID != tr.TradeNo || got.Amount != 500 {
 		t.Fatalf("query after a late payment: %+v, %v", got, err)
 	}
 	if _, err := b.srv.PayLate(paymentID, 0); err == nil {

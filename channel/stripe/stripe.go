@@ -195,7 +195,11 @@ func refusal(op string, err error) error {
 
 // Create implements orderly.Gateway: a payment intent for p's amount with metadata
 // payment_id and order_id, Idempotency-Key "orderly-create-<payment id>".
-func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) error {
+func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
+	return &orderly.GatewayAttempt{}, a.create(ctx, p)
+}
+
+func (a *Adapter) create(ctx context.Context, p *orderly.Payment) error {
 	amount, cur, err := FromMinor(p.Amount, p.Currency)
 	if err != nil {
 		return orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
@@ -252,7 +256,8 @@ func view(pi *paymentIntent) (*orderly.GatewayPayment, error) {
 }
 
 // Query implements orderly.Gateway: the payment intent, retrieved.
-func (a *Adapter) Query(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (a *Adapter) Query(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := p.ID
 	id, err := a.intentOf(ctx, paymentID)
 	if err != nil {
 		return nil, err
@@ -269,7 +274,8 @@ func (a *Adapter) Query(ctx context.Context, paymentID string) (*orderly.Gateway
 // (payment_intent_unexpected_state) carries the intent: succeeded → GatewaySucceeded (the
 // payment is applied instead of the close), canceled → GatewayFailed, processing →
 // GatewayUnknown.
-func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (a *Adapter) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := p.ID
 	id, err := a.intentOf(ctx, paymentID)
 	if err != nil {
 		return nil, err
@@ -289,7 +295,19 @@ func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.Gatewa
 // metadata refund_id and payment_id, Idempotency-Key "orderly-refund-<r.IdempotencyKey>",
 // so a redelivered outbox message never refunds twice. A 4xx answer (already refunded,
 // amount too large) is an *orderly.Error: the refund failed.
-func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	if err := a.refund(ctx, r); err != nil {
+		return nil, err
+	}
+	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+}
+
+// QueryRefund implements orderly.Gateway.
+func (a *Adapter) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return nil, orderly.Errorf(orderly.ENOTFOUND, "refund %s: not queried", r.IdempotencyKey)
+}
+
+func (a *Adapter) refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	id, err := a.intentOf(ctx, r.PaymentID)
 	if err != nil {
 		return err

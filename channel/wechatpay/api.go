@@ -167,7 +167,11 @@ func (a *Adapter) NativeOrder(ctx context.Context, p *orderly.Payment) (codeURL 
 
 // Create implements orderly.Gateway with NativeOrder (the code_url is not kept: a shop
 // that shows it calls NativeOrder itself, which answers the same order again).
-func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) error {
+func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
+	return &orderly.GatewayAttempt{}, a.create(ctx, p)
+}
+
+func (a *Adapter) create(ctx context.Context, p *orderly.Payment) error {
 	_, err := a.NativeOrder(ctx, p)
 	return err
 }
@@ -191,7 +195,8 @@ func (a *Adapter) query(ctx context.Context, paymentID string) (*transaction, er
 // amount.total; NOTPAY and USERPAYING → GatewayPending, as is an order WeChat Pay does not
 // know (ORDER_NOT_EXIST); CLOSED, REVOKED and PAYERROR → GatewayFailed; anything else →
 // GatewayUnknown. Errors are transient.
-func (a *Adapter) Query(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (a *Adapter) Query(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := p.ID
 	t, err := a.query(ctx, paymentID)
 	if err != nil {
 		return nil, err
@@ -218,12 +223,13 @@ func (a *Adapter) Query(ctx context.Context, paymentID string) (*orderly.Gateway
 // (关闭订单): closed (204) → GatewayFailed; an order WeChat Pay does not know → GatewayFailed
 // (nobody can pay it); ORDERPAID → Query, which answers GatewaySucceeded with the payment
 // (it is applied instead of closing). Errors are transient.
-func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.GatewayPayment, error) {
+func (a *Adapter) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
+	paymentID := p.ID
 	path := "/v3/pay/transactions/out-trade-no/" + url.PathEscape(channel.OutTradeNo(paymentID)) + "/close"
 	err := a.do(ctx, http.MethodPost, path, map[string]string{"mchid": a.cfg.MchID}, nil)
 	switch apiCode(err) {
 	case CodeOrderPaid:
-		return a.Query(ctx, paymentID)
+		return a.Query(ctx, p)
 	case CodeOrderNotExist, CodeOrderClosed:
 		return &orderly.GatewayPayment{Status: orderly.GatewayFailed}, nil
 	}
@@ -240,7 +246,19 @@ func (a *Adapter) Cancel(ctx context.Context, paymentID string) (*orderly.Gatewa
 // moves no money. The refund's outcome arrives later as REFUND.* notifications. Errors:
 // *orderly.Error EINVALID for another currency than Config.Currency, an order that is not
 // paid, or a 4xx refusal (NOT_ENOUGH, amount beyond the rest, …); others are transient.
-func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) error {
+func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	if err := a.refund(ctx, r); err != nil {
+		return nil, err
+	}
+	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+}
+
+// QueryRefund implements orderly.Gateway.
+func (a *Adapter) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	return nil, orderly.Errorf(orderly.ENOTFOUND, "refund %s: not queried", r.IdempotencyKey)
+}
+
+func (a *Adapter) refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	currency := cmp.Or(r.Currency, a.cfg.Currency) // the engine's refunds may leave it to the channel
 	if currency != a.cfg.Currency {
 		return orderly.Errorf(orderly.EINVALID, "wechatpay: refund in %s, channel takes %s", r.Currency, a.cfg.Currency)

@@ -167,7 +167,7 @@ func TestEngineWebhookPlays(t *testing.T) {
 	if _, _, _, err := b.srv.Webhook(failedP.ID, orderly.CallbackFailed); !errors.Is(err, wechatpaytest.ErrNotNotified) {
 		t.Fatalf("failed outcome: %v; want ErrNotNotified", err)
 	}
-	if got, err := b.a.Query(ctx, failedP.ID); err != nil || got.Status != orderly.GatewayFailed {
+	if got, err := b.a.Query(ctx, failedP); err != nil || got.Status != orderly.GatewayFailed {
 		t.Fatalf("query after a failed payment: %+v, %v", got, err)
 	}
 }

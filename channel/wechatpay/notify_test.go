@@ -53,7 +53,7 @@ func setup(t testing.TB, mutate ...func(*wechatpaytest.Server, *wechatpay.Config
 // payerTotal of it.
 func (b *bundle) paid(t testing.TB, total, payerTotal int64) wechatpaytest.Order {
 	t.Helper()
-	if err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, OrderID: "order-1", Amount: total, Currency: "CNY"}); err != nil {
+	if _, err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, OrderID: "order-1", Amount: total, Currency: "CNY"}); err != nil {
 		t.Fatal(err)
 	}
 	o, err := b.srv.Pay(paymentID, payerTotal)
@@ -313,7 +313,7 @@ func TestVerifyRefund(t *testing.T) {
 	b := setup(t)
 	o := b.paid(t, 1000, 0)
 	key := "payment:" + paymentID
-	if err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: key, PaymentID: paymentID, Amount: 1000, Currency: "CNY"}); err != nil {
+	if _, err := b.a.Refund(t.Context(), &orderly.GatewayRefund{IdempotencyKey: key, PaymentID: paymentID, Amount: 1000, Currency: "CNY"}); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := b.srv.Order(paymentID)

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 
 	"github.com/orderlyhq/orderly"
@@ -10,21 +11,21 @@ import (
 )
 
 const paymentColumns = `id, order_id, attempt, channel, channel_txn_id, amount, currency, state, fail_reason,
-	created_at, succeeded_at, refunded_at, duplicate_of, variant`
+	created_at, succeeded_at, refunded_at, duplicate_of, variant, provider_ref, payer_id, next_action`
 
 var (
 	qPaymentNextAttempt = sqlText(`SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?`)
-	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	// qPaymentInsertNext numbers the attempt in the insert and returns it (dialects with
 	// RETURNING; MySQL refuses a subquery on the table an INSERT writes).
 	// Every registered statement is prepared at Open, so MySQL 8, which has neither, gets
 	// the plain insert (never run there).
 	qPaymentInsertNext = newQuery(func(d *dialect) string {
 		if !d.returning {
-			return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+			return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 		}
 		return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?,
-			(SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING attempt`
+			(SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING attempt`
 	})
 	qPaymentGet        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
 	qPaymentGetByTxnID = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
@@ -32,6 +33,7 @@ var (
 	qPaymentSetState   = sqlText(`UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
 			fail_reason = COALESCE(?, fail_reason), succeeded_at = COALESCE(?, succeeded_at), refunded_at = COALESCE(?, refunded_at)
 			WHERE id = ? AND state IN (` + stateIn + `)`)
+	qPaymentSetHandoff = sqlText(`UPDATE payments SET provider_ref = ?, next_action = ? WHERE id = ?`)
 )
 
 func scanPayment(r rowScanner) (*orderly.Payment, error) {
@@ -40,10 +42,18 @@ func scanPayment(r rowScanner) (*orderly.Payment, error) {
 		txnID, duplicateOf      sql.NullString
 		createdAt               int64
 		succeededAt, refundedAt sql.NullInt64
+		nextAction              sql.NullString
 	)
 	if err := r.Scan(&p.ID, &p.OrderID, &p.Attempt, &p.Channel, &txnID, &p.Amount, &p.Currency, &p.State,
-		&p.FailReason, &createdAt, &succeededAt, &refundedAt, &duplicateOf, &p.Variant); err != nil {
+		&p.FailReason, &createdAt, &succeededAt, &refundedAt, &duplicateOf, &p.Variant, &p.ProviderRef, &p.PayerID,
+		&nextAction); err != nil {
 		return nil, err
+	}
+	if nextAction.Valid && nextAction.String != "" {
+		p.NextAction = new(orderly.NextAction)
+		if err := json.Unmarshal([]byte(nextAction.String), p.NextAction); err != nil {
+			return nil, fmt.Errorf("payment %s next_action: %w", p.ID, err)
+		}
 	}
 	p.ChannelTxnID, p.DuplicateOf, p.CreatedAt = txnID.String, duplicateOf.String, fromMS(createdAt)
 	p.SucceededAt, p.RefundedAt = timePtr(succeededAt), timePtr(refundedAt)
@@ -55,7 +65,8 @@ func scanPayment(r rowScanner) (*orderly.Payment, error) {
 func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 	if t.db.d.returning {
 		err := t.queryRow(ctx, qPaymentInsertNext, p.ID, p.OrderID, p.OrderID, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency,
-			p.State, p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant).Scan(&p.Attempt)
+			p.State, p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant,
+			p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction)).Scan(&p.Attempt)
 		return t.translate(t.check(err), "payment "+p.ID)
 	}
 	if err := t.queryRow(ctx, qPaymentNextAttempt, p.OrderID).Scan(&p.Attempt); err != nil {
@@ -63,7 +74,23 @@ func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 	}
 	_, err := t.exec(ctx, "payment "+p.ID, qPaymentInsert,
 		p.ID, p.OrderID, p.Attempt, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency, p.State,
-		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant)
+		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant,
+		p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction))
+	return err
+}
+
+// nextActionJSON is the next_action column of a: its JSON, NULL for none.
+func nextActionJSON(a *orderly.NextAction) sql.NullString {
+	if a == nil {
+		return sql.NullString{}
+	}
+	b, _ := json.Marshal(a) // strings only: cannot fail
+	return sql.NullString{String: string(b), Valid: true}
+}
+
+// PaymentSetHandoff implements store.Tx.
+func (t *tx) PaymentSetHandoff(ctx context.Context, id, providerRef string, next *orderly.NextAction) error {
+	_, err := t.exec(ctx, "payment "+id, qPaymentSetHandoff, providerRef, nextActionJSON(next), id)
 	return err
 }
 

@@ -11,15 +11,17 @@ import (
 )
 
 const refundColumns = `id, order_id, payment_id, amount, currency, items, restock, reason, state, fail_reason,
-	created_at, completed_at`
+	created_at, completed_at, provider_ref, provider_status`
 
 var (
 	qRefundInsert = sqlText(`INSERT INTO refunds (` + refundColumns + `, idempotency_key, request_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qRefundGet      = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id = ?`)
 	qRefundByKey    = sqlText(`SELECT id, request_hash FROM refunds WHERE order_id = ? AND idempotency_key = ?`)
 	qRefundList     = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE ? = '' OR order_id = ? ORDER BY order_id, created_at, id`)
-	qRefundSetState = sqlText(`UPDATE refunds SET state = ?, fail_reason = ?, completed_at = ? WHERE id = ? AND state = ?`)
+	qRefundSetState = sqlText(`UPDATE refunds SET state = ?, fail_reason = ?, completed_at = ?, provider_status = ''
+		WHERE id = ? AND state = ?`)
+	qRefundSetProvider = sqlText(`UPDATE refunds SET provider_ref = ?, provider_status = ? WHERE id = ? AND state = 'requested'`)
 	// qOrderAddRefunded is the guard that keeps an order's refunds within its amount. It is
 	// one guarded UPDATE (no read-then-write), so a concurrent refund that committed first
 	// is seen when the row lock is granted: PostgreSQL re-evaluates the WHERE clause on the
@@ -44,7 +46,7 @@ func scanRefund(r rowScanner) (*orderly.Refund, error) {
 		completedAt sql.NullInt64
 	)
 	if err := r.Scan(&f.ID, &f.OrderID, &f.PaymentID, &f.Amount, &f.Currency, &items, &f.Restock, &f.Reason,
-		&f.State, &f.FailReason, &createdAt, &completedAt); err != nil {
+		&f.State, &f.FailReason, &createdAt, &completedAt, &f.ProviderRef, &f.ProviderStatus); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(items), &f.Items); err != nil {
@@ -69,9 +71,15 @@ func (t *tx) RefundInsert(ctx context.Context, p *store.RefundInsertParams) erro
 		return fmt.Errorf("insert refund %s: %w", f.ID, err)
 	}
 	_, err = t.exec(ctx, "refund "+f.ID, qRefundInsert, f.ID, f.OrderID, f.PaymentID, f.Amount, f.Currency, string(b),
-		f.Restock, f.Reason, f.State, f.FailReason, ms(f.CreatedAt), nullMS(f.CompletedAt),
+		f.Restock, f.Reason, f.State, f.FailReason, ms(f.CreatedAt), nullMS(f.CompletedAt), f.ProviderRef, f.ProviderStatus,
 		nullString(p.IdempotencyKey), nullString(p.RequestHash))
 	return err
+}
+
+// RefundSetProvider implements store.Tx.
+func (t *tx) RefundSetProvider(ctx context.Context, id, providerRef, providerStatus string) (bool, error) {
+	n, err := t.exec(ctx, "refund "+id, qRefundSetProvider, providerRef, providerStatus, id)
+	return n == 1, err
 }
 
 // RefundGet implements store.Tx.
