@@ -88,7 +88,7 @@ type WeChatJSAPI struct {
 	AppID     string `json:"appId"`
 	TimeStamp string `json:"timeStamp"` // unix seconds, as a string
 	NonceStr  string `json:"nonceStr"`
-	Package   string `json:"package"` // "prepay_id=…"
+	Package   string `json:"package"`  // "prepay_id=…"
 	SignType  string `json:"signType"` // "RSA"
 	PaySign   string `json:"paySign"`  // base64 SHA256withRSA of appId\ntimeStamp\nnonceStr\npackage\n
 }

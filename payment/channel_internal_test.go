@@ -49,6 +49,7 @@ func (f *flakyAdapter) QueryRefund(ctx context.Context, _ *orderly.GatewayRefund
 	_, err := f.answer(ctx)
 	return nil, err
 }
+
 var testPayment = &orderly.Payment{ID: "p"}
 
 func (f *flakyAdapter) Name() string { return "flaky" }
