@@ -590,3 +590,124 @@ func (s *failingRead) Read(ctx context.Context, fn func(tx store.Tx) error) erro
 	}
 	return s.Store.Read(ctx, fn)
 }
+
+// pendingRefundGateway is the simulated gateway for payments, but answers every refund as a
+// provider that accepts it without confirming it (Stripe "pending", WeChat Pay PROCESSING):
+// the outcome is only learnt by asking again (QueryRefund) once settle has decided it.
+type pendingRefundGateway struct {
+	*payment.SimGateway
+	mu       sync.Mutex
+	asked    map[string]int64                         // refunds asked, by idempotency key: amount
+	settled  map[string]*orderly.GatewayRefundResult // the outcome once decided
+	refunds  atomic.Int64                             // Refund calls
+	queries  atomic.Int64                             // QueryRefund calls
+	moneyOut atomic.Int64                             // minor units returned to payers
+}
+
+func newPendingRefundGateway(sim *payment.SimGateway) *pendingRefundGateway {
+	return &pendingRefundGateway{SimGateway: sim, asked: map[string]int64{}, settled: map[string]*orderly.GatewayRefundResult{}}
+}
+
+func (g *pendingRefundGateway) Refund(_ context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	g.refunds.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.asked[r.IdempotencyKey] = r.Amount
+	return &orderly.GatewayRefundResult{Status: orderly.GatewayPending, ProviderRef: "re_" + r.IdempotencyKey, Detail: "pending"}, nil
+}
+
+func (g *pendingRefundGateway) QueryRefund(_ context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	g.queries.Add(1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.asked[r.IdempotencyKey]; !ok {
+		return nil, orderly.Errorf(orderly.ENOTFOUND, "no refund %s", r.IdempotencyKey)
+	}
+	if res := g.settled[r.IdempotencyKey]; res != nil {
+		return res, nil
+	}
+	return &orderly.GatewayRefundResult{Status: orderly.GatewayPending, ProviderRef: "re_" + r.IdempotencyKey, Detail: "pending"}, nil
+}
+
+// settle decides refund key's outcome at the provider.
+func (g *pendingRefundGateway) settle(key string, status orderly.GatewayStatus) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if status == orderly.GatewaySucceeded {
+		g.moneyOut.Add(g.asked[key])
+	}
+	g.settled[key] = &orderly.GatewayRefundResult{Status: status, ProviderRef: "re_" + key, Detail: string(status)}
+}
+
+// TestRefundPendingAtProvider: a refund the provider accepted without confirming stays
+// requested — not counted as refunded, not restocked, not announced — with the provider's
+// state and refund id on it, and is asked about again (QueryRefund, never a second Refund)
+// until the provider confirms it (then succeeded, the order partially refunded, the unit
+// restocked) or fails it (then failed, its amount refundable again, stock untouched).
+func TestRefundPendingAtProvider(t *testing.T) {
+	t.Parallel()
+	for _, final := range []orderly.GatewayStatus{orderly.GatewaySucceeded, orderly.GatewayFailed} {
+		t.Run(string(final), func(t *testing.T) {
+			t.Parallel()
+			var inner outbox.Handler
+			h := outbox.Handler{
+				Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
+				Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+					return inner.Apply(ctx, tx, msgs)
+				},
+			}
+			e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
+			gw := newPendingRefundGateway(e.Gateway)
+			svc, err := payment.NewService(payment.Config{Store: e.Store, Gateway: gw})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner = svc.RefundExecuteHandler()
+			o, _ := paidOrder(t, e, orderly.Item{SKU: "SKU-P", Quantity: 2, UnitPrice: 500})
+			f := refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 500, Restock: true,
+				Items: []orderly.RefundItem{{SKU: "SKU-P", Quantity: 1}}})
+			wantStock := func(available, sold int64) {
+				t.Helper()
+				if s := e.StockOf(t, "SKU-P"); s.Available != available || s.Sold != sold || s.Held != 0 {
+					t.Fatalf("stock %+v, want available %d sold %d held 0", s, available, sold)
+				}
+			}
+			wantRefund := func(state orderly.RefundState, providerStatus string) {
+				t.Helper()
+				fs := refundsOf(t, e, o.ID)
+				if len(fs) != 1 || fs[0].ID != f.ID || fs[0].State != state || fs[0].ProviderStatus != providerStatus ||
+					fs[0].ProviderRef != "re_"+f.ID {
+					t.Fatalf("refunds %+v, want %s %s with provider_status %q and provider_ref re_%s", fs, f.ID, state, providerStatus, f.ID)
+				}
+			}
+			// Three deliveries while the provider says pending: the refund stays requested.
+			for i := range 3 {
+				e.Drain(t)
+				wantRefund(orderly.RefundRequested, "pending")
+				wantOrder(t, e, o.ID, orderly.StatePaid, orderly.PayPaid, 500)
+				wantStock(8, 2)
+				e.Clock.Advance(time.Duration(10<<i) * time.Second) // past the relay's backoff
+			}
+			if gw.refunds.Load() != 1 || gw.queries.Load() != 2 {
+				t.Fatalf("provider asked %d refunds and %d queries, want 1 and 2", gw.refunds.Load(), gw.queries.Load())
+			}
+			gw.settle(f.ID, final)
+			e.Drain(t)
+			if final == orderly.GatewaySucceeded {
+				wantRefund(orderly.RefundSucceeded, "")
+				wantOrder(t, e, o.ID, orderly.StatePaid, orderly.PayPartiallyRefunded, 500)
+				wantStock(9, 1)
+				if gw.moneyOut.Load() != 500 {
+					t.Fatalf("provider returned %d, want 500", gw.moneyOut.Load())
+				}
+			} else {
+				wantRefund(orderly.RefundFailed, "")
+				wantOrder(t, e, o.ID, orderly.StatePaid, orderly.PayPaid, 0)
+				wantStock(8, 2)
+			}
+			if gw.refunds.Load() != 1 {
+				t.Fatalf("provider asked %d refunds, want 1 (later deliveries query)", gw.refunds.Load())
+			}
+		})
+	}
+}
