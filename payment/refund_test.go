@@ -597,11 +597,11 @@ func (s *failingRead) Read(ctx context.Context, fn func(tx store.Tx) error) erro
 type pendingRefundGateway struct {
 	*payment.SimGateway
 	mu       sync.Mutex
-	asked    map[string]int64                         // refunds asked, by idempotency key: amount
+	asked    map[string]int64                        // refunds asked, by idempotency key: amount
 	settled  map[string]*orderly.GatewayRefundResult // the outcome once decided
-	refunds  atomic.Int64                             // Refund calls
-	queries  atomic.Int64                             // QueryRefund calls
-	moneyOut atomic.Int64                             // minor units returned to payers
+	refunds  atomic.Int64                            // Refund calls
+	queries  atomic.Int64                            // QueryRefund calls
+	moneyOut atomic.Int64                            // minor units returned to payers
 }
 
 func newPendingRefundGateway(sim *payment.SimGateway) *pendingRefundGateway {
