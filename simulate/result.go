@@ -24,6 +24,10 @@ import (
 //
 // The fields tagged json:"-" are details for Summary and for callers in Go.
 type Result struct {
+	// Gateway is the payment provider the run paid through: "sim" (signed orderly callbacks),
+	// or "stripe", "alipay", "wechat" (an imitation of that provider, driven through the
+	// buyer's handoff and the provider's signed notifications); "" against a --target.
+	Gateway string `json:"gateway,omitempty"`
 	// Orders is the number of orders the server created (201). Rejected ones are not
 	// counted; at rest Paid + Closed + Cancelled = Orders.
 	Orders int `json:"orders"`
@@ -171,6 +175,9 @@ func (r *Result) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "orderly simulate: %d order requests sent in %.1f s: %d created (%.1f created/s over the send window), %d rejected, %d errors; run took %.1f s\n",
 		r.Sent, r.SendS, r.Created, r.OrdersPerS, sum(r.Rejected), r.Errors, r.DurationS)
+	if r.Gateway != "" {
+		fmt.Fprintf(&b, "  gateway     %s\n", r.Gateway)
+	}
 	fmt.Fprintf(&b, "  outcome     paid %d, closed %d (payment timeout), cancelled %d, refunded payments %d\n",
 		r.Paid, r.Closed, r.Cancelled, r.Refunded)
 	fmt.Fprintf(&b, "  rejected    %d out of stock, %d coupon unavailable (expected: scarce stock, contended coupons)\n",

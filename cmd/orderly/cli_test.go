@@ -320,6 +320,7 @@ func TestSimulateChinaChannels(t *testing.T) {
 			t.Parallel()
 			code, stdout, stderr := runCLI(t, "simulate", "--gateway", gateway, "--orders", "60", "--rate", "100", "--payment-timeout", "1s", "--json")
 			var res struct {
+				Gateway    string   `json:"gateway"`
 				Created    int      `json:"created"`
 				Paid       int      `json:"paid"`
 				Violations []string `json:"violations"`
@@ -327,8 +328,8 @@ func TestSimulateChinaChannels(t *testing.T) {
 			if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil {
 				t.Fatalf("simulate --gateway %s: exit %d\n%s%s", gateway, code, stdout, stderr)
 			}
-			if res.Created == 0 || res.Paid == 0 || res.Violations == nil || len(res.Violations) != 0 {
-				t.Errorf("created %d, paid %d, violations %v; want orders created and paid, violations []", res.Created, res.Paid, res.Violations)
+			if res.Gateway != gateway || res.Created == 0 || res.Paid == 0 || res.Violations == nil || len(res.Violations) != 0 {
+				t.Errorf("gateway %q, created %d, paid %d, violations %v; want %s, orders created and paid, violations []", res.Gateway, res.Created, res.Paid, res.Violations, gateway)
 			}
 		})
 	}
@@ -341,6 +342,7 @@ func TestSimulateStripe(t *testing.T) {
 	t.Parallel()
 	code, stdout, stderr := runCLI(t, "simulate", "--gateway", "stripe", "--orders", "60", "--rate", "100", "--payment-timeout", "1s", "--json")
 	var res struct {
+		Gateway    string   `json:"gateway"`
 		Created    int      `json:"created"`
 		Paid       int      `json:"paid"`
 		Violations []string `json:"violations"`
@@ -348,7 +350,7 @@ func TestSimulateStripe(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil {
 		t.Fatalf("simulate --gateway stripe: exit %d\n%s%s", code, stdout, stderr)
 	}
-	if res.Created == 0 || res.Paid == 0 || res.Violations == nil || len(res.Violations) != 0 {
-		t.Errorf("created %d, paid %d, violations %v; want orders created and paid, violations []", res.Created, res.Paid, res.Violations)
+	if res.Gateway != "stripe" || res.Created == 0 || res.Paid == 0 || res.Violations == nil || len(res.Violations) != 0 {
+		t.Errorf("gateway %q, created %d, paid %d, violations %v; want stripe, orders created and paid, violations []", res.Gateway, res.Created, res.Paid, res.Violations)
 	}
 }

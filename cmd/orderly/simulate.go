@@ -238,6 +238,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	if err != nil {
 		return err
 	}
+	res.Gateway = cmd.String("gateway")
 	return report(cmd, res, nil)
 }
 
@@ -425,6 +426,7 @@ func simulateCluster(ctx context.Context, cmd *cli.Command, cfg simulate.Config)
 		return err
 	}
 	run.kills = cl.Kills()
+	res.Gateway = "sim"
 	for _, c := range cl.Crashes() {
 		res.Violations = append(res.Violations, "crash: "+c)
 	}
