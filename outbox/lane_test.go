@@ -75,8 +75,11 @@ func TestLaneRunsApart(t *testing.T) {
 			}
 		}
 	}
+	// The hanging call may start after the others were delivered on a loaded machine: wait
+	// for both.
 	wait("the others while one call hangs", func(s string) bool {
-		return strings.Contains(s, "test.fast f") && strings.Contains(s, "test.slow other-1") && strings.Contains(s, "test.slow other-2")
+		return strings.Contains(s, "test.fast f") && strings.Contains(s, "test.slow other-1") &&
+			strings.Contains(s, "test.slow other-2") && hanging.Load() >= 1
 	})
 	if hanging.Load() != 1 || strings.Contains(got(), "hang") {
 		t.Fatalf("hanging calls %d, delivered %q: want the first of key hang in flight, the second waiting", hanging.Load(), got())
