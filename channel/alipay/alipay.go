@@ -1,8 +1,11 @@
 // Package alipay is the Alipay channel: the async notification of the Alipay OpenAPI
 // (RSA2, form-urlencoded), verified byte-exactly the way Alipay signs it, and the outbound
-// OpenAPI gateway calls alipay.trade.precreate, alipay.trade.query, alipay.trade.close and
-// alipay.trade.refund, signed with the merchant's app private key and answered by Alipay
-// with responses verified with the Alipay public key.
+// OpenAPI gateway calls alipay.trade.precreate, alipay.trade.query, alipay.trade.close,
+// alipay.trade.refund and alipay.trade.fastpay.refund.query, signed with the merchant's app
+// private key and answered by Alipay with responses verified with the Alipay public key.
+// With Config.PayMode "page" or "wap" the attempt is instead a signed alipay.trade.page.pay
+// or alipay.trade.wap.pay URL for the buyer's browser. The state mapping is in
+// docs/payments/alipay.md.
 //
 // Identifiers: out_trade_no is orderly's payment id without its dashes
 // (channel.OutTradeNo), trade_no is the notification's ChannelTxnID, notify_id its EventID,
@@ -54,6 +57,15 @@ type Config struct {
 	// notifications, orderly's https://<host>/v1/channels/alipay/webhook. Empty: the app's
 	// default notify URL set in the console is used.
 	NotifyURL string
+	// PayMode chooses the buyer's handoff: PayModeQR ("" or "qr", the default:
+	// alipay.trade.precreate, 当面付, a QR code to scan with the Alipay app), PayModePage
+	// ("page": alipay.trade.page.pay, 电脑网站支付, a URL for a desktop browser) or PayModeWAP
+	// ("wap": alipay.trade.wap.pay, 手机网站支付, a URL for a mobile browser).
+	PayMode string
+	// ReturnURL is sent as return_url with page and wap pay: where Alipay sends the buyer's
+	// browser back after paying (the shop's page; it proves nothing, the notification does).
+	// Empty: none.
+	ReturnURL string
 	// Currency is the currency of every amount Alipay sends and receives; default "CNY"
 	// (domestic trades are in yuan).
 	Currency string
@@ -70,8 +82,15 @@ type Adapter struct {
 
 var _ channel.Adapter = (*Adapter)(nil)
 
-// New returns the Alipay adapter. Errors: a required field of cfg is missing, or Currency
-// is not an ISO 4217 currency.
+// Pay modes (Config.PayMode).
+const (
+	PayModeQR   = "qr"   // alipay.trade.precreate: next_action display_qr_code
+	PayModePage = "page" // alipay.trade.page.pay: next_action redirect_to_url
+	PayModeWAP  = "wap"  // alipay.trade.wap.pay: next_action redirect_to_url
+)
+
+// New returns the Alipay adapter. Errors: a required field of cfg is missing, PayMode is
+// not one of the PayMode* constants, or Currency is not an ISO 4217 currency.
 func New(cfg Config) (*Adapter, error) {
 	switch {
 	case cfg.AppID == "":
@@ -83,6 +102,12 @@ func New(cfg Config) (*Adapter, error) {
 	case cfg.AlipayPublicKey == nil:
 		return nil, errors.New("alipay: AlipayPublicKey is required")
 	}
+	switch cfg.PayMode {
+	case "", PayModeQR, PayModePage, PayModeWAP:
+	default:
+		return nil, errors.New("alipay: PayMode " + cfg.PayMode + " is not qr, page or wap")
+	}
+	cfg.PayMode = cmp.Or(cfg.PayMode, PayModeQR)
 	cfg.BaseURL = cmp.Or(cfg.BaseURL, DefaultBaseURL)
 	cfg.Currency = cmp.Or(cfg.Currency, "CNY")
 	if !orderly.ValidCurrency(cfg.Currency) {

@@ -31,7 +31,7 @@ const (
 // Errors (*orderly.Error): EUNAUTHORIZED for a body that is not a form, a parameter given
 // twice, a missing, malformed or wrong signature, or a sign_type other than RSA2; EINVALID
 // for an authentic notification of another app_id or seller_id, without notify_id or
-// out_trade_no, with an amount that is not exact decimal yuan (more than two decimals is
+// out_trade_no, a payment without trade_no, with an amount that is not exact decimal yuan (more than two decimals is
 // refused, not rounded), an unknown trade_status or an unreadable time.
 //
 // Mapping (Kind, Amount in minor units of Config.Currency):
@@ -41,10 +41,13 @@ const (
 //     a duplicate of a payment already applied (or refunded) and neither fulfils nor
 //     refunds again. TRADE_FINISHED is never read as a refund, whatever fields it carries.
 //   - TRADE_SUCCESS (partial refund) or TRADE_CLOSED (full refund) with refund fields
-//     (refund_fee, gmt_refund or out_biz_no): RefundSucceeded, RefundID = out_biz_no (the
-//     refund's out_request_no), Amount = refund_fee, which Alipay reports as the total
-//     refunded on the trade so far (equal to the refund for a trade's first refund),
-//     OccurredAt = gmt_refund.
+//     (refund_fee other than 0, gmt_refund or out_biz_no) is a refund, never a payment
+//     nor a failed payment. With refund_fee and gmt_refund (money went back):
+//     RefundSucceeded, RefundID = out_biz_no (the refund's out_request_no; "" for a refund
+//     made in Alipay's console, which the payment service records and ignores), Amount =
+//     refund_fee, which Alipay reports as the total refunded on the trade so far (equal
+//     to the refund for a trade's first refund), OccurredAt = gmt_refund. Without either:
+//     Ignored (acknowledged; alipay.trade.fastpay.refund.query confirms the refund).
 //   - TRADE_CLOSED without refund fields: PaymentFailed (closed unpaid), OccurredAt =
 //     gmt_close.
 //   - WAIT_BUYER_PAY: PaymentPending.
@@ -97,7 +100,14 @@ func (a *Adapter) decode(p map[string]string) (*channel.Notification, error) {
 		Currency:     a.cfg.Currency,
 	}
 	status := p["trade_status"]
-	refund := p["refund_fee"] != "" || p["gmt_refund"] != "" || p["out_biz_no"] != ""
+	// A refund notification carries refund_fee (the trade's total refunded so far),
+	// gmt_refund and out_biz_no (the refund's out_request_no); a payment notification may
+	// carry refund_fee "0.00", which is no refund.
+	refundFee := p["refund_fee"]
+	if fee, err := channel.ParseDecimal(refundFee, a.cfg.Currency); err == nil && fee == 0 {
+		refundFee = ""
+	}
+	refund := refundFee != "" || p["gmt_refund"] != "" || p["out_biz_no"] != ""
 	var amountField, timeField string
 	switch {
 	case status == TradeFinished || (status == TradeSuccess && !refund):
@@ -105,12 +115,13 @@ func (a *Adapter) decode(p map[string]string) (*channel.Notification, error) {
 		if n.ChannelTxnID == "" {
 			return nil, orderly.Errorf(orderly.EINVALID, "alipay notification: %s without trade_no", status)
 		}
+	case refund && (status == TradeSuccess || status == TradeClosed) && (refundFee == "" || p["gmt_refund"] == ""):
+		// About a refund without saying that money went back (no amount or no time): not a
+		// payment, not a confirmation; the refund query decides.
+		n.Kind, amountField, timeField = channel.Ignored, "total_amount", "notify_time"
 	case refund && (status == TradeSuccess || status == TradeClosed):
 		n.Kind, amountField, timeField = channel.RefundSucceeded, "refund_fee", "gmt_refund"
-		n.RefundID = p["out_biz_no"]
-		if n.RefundID == "" {
-			return nil, orderly.Errorf(orderly.EINVALID, "alipay notification: refund without out_biz_no")
-		}
+		n.RefundID = p["out_biz_no"] // "" for a refund orderly did not ask (made in Alipay's console)
 	case status == TradeClosed:
 		n.Kind, amountField, timeField = channel.PaymentFailed, "total_amount", "gmt_close"
 	case status == TradeWaitBuyerPay:

@@ -187,7 +187,7 @@ func TestVerifyRefused(t *testing.T) {
 		{"no trade_no", b.srv.SignNotification(with(valid(), "trade_no", "")), orderly.EINVALID},
 		{"unknown status", b.srv.SignNotification(with(valid(), "trade_status", "TRADE_PENDING")), orderly.EINVALID},
 		{"bad time", b.srv.SignNotification(with(valid(), "gmt_payment", "2026-12-01T04:00:00Z")), orderly.EINVALID},
-		{"refund without out_biz_no", b.srv.SignNotification(with(valid(), "refund_fee", "0.01")), orderly.EINVALID},
+		{"refund with a bad refund_fee", b.srv.SignNotification(with(with(valid(), "refund_fee", "0.001"), "gmt_refund", "2026-12-01 04:00:00")), orderly.EINVALID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -334,6 +334,49 @@ func TestVerifyFinishedAfterSuccessAndRefund(t *testing.T) {
 	full := mustVerify(t, b2, must(b2.srv.RefundNotification(paymentID, "payment:"+paymentID)))
 	if full.Kind != channel.RefundSucceeded || full.Amount != 500 || full.RefundID != "payment:"+paymentID {
 		t.Fatalf("full refund: %+v", full)
+	}
+}
+
+// Notifications that speak of a refund are never payments, and confirm a refund only when
+// they say money went back (refund_fee and gmt_refund); refund_fee "0.00" is no refund.
+func TestVerifyRefundShapes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tr := b.paid(t, 1000)
+	base := map[string]string{
+		"notify_id": "n-1", "notify_time": "2026-12-01 04:00:00", "app_id": alipaytest.AppID,
+		"seller_id": alipaytest.SellerID, "out_trade_no": tr.OutTradeNo, "trade_no": tr.TradeNo,
+		"trade_status": "TRADE_SUCCESS", "total_amount": "10.00", "gmt_payment": "2026-12-01 04:00:00",
+	}
+	tests := []struct {
+		name   string
+		fields map[string]string
+		kind   channel.Kind
+		refund string
+		amount int64
+	}{
+		{"payment with refund_fee 0.00", map[string]string{"refund_fee": "0.00"}, channel.PaymentSucceeded, "", 1000},
+		{"refund_fee alone", map[string]string{"refund_fee": "3.00"}, channel.Ignored, "", 1000},
+		{"out_biz_no alone", map[string]string{"out_biz_no": "r-1"}, channel.Ignored, "", 1000},
+		{"closed with out_biz_no alone", map[string]string{"trade_status": "TRADE_CLOSED", "out_biz_no": "r-1"}, channel.Ignored, "", 1000},
+		{"partial refund", map[string]string{"refund_fee": "3.00", "gmt_refund": "2026-12-01 04:00:00.000", "out_biz_no": "r-1"},
+			channel.RefundSucceeded, "r-1", 300},
+		{"full refund", map[string]string{"trade_status": "TRADE_CLOSED", "refund_fee": "10.00", "gmt_refund": "2026-12-01 04:00:00", "out_biz_no": "r-2"},
+			channel.RefundSucceeded, "r-2", 1000},
+		{"refund made in the console", map[string]string{"refund_fee": "1.00", "gmt_refund": "2026-12-01 04:00:00"}, channel.RefundSucceeded, "", 100},
+	}
+	for _, tt := range tests {
+		params := map[string]string{}
+		for k, v := range base {
+			params[k] = v
+		}
+		for k, v := range tt.fields {
+			params[k] = v
+		}
+		n := mustVerify(t, b, b.srv.SignNotification(params))
+		if n.Kind != tt.kind || n.RefundID != tt.refund || n.Amount != tt.amount {
+			t.Errorf("%s: %s refund %q amount %d; want %s %q %d", tt.name, n.Kind, n.RefundID, n.Amount, tt.kind, tt.refund, tt.amount)
+		}
 	}
 }
 

@@ -1,8 +1,14 @@
 package alipay_test
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/orderlyhq/orderly"
@@ -208,5 +214,164 @@ func TestImitationPlays(t *testing.T) {
 	}
 	if _, err := b.srv.PayLate(paymentID, 0); err == nil {
 		t.Fatal("a paid trade was paid again")
+	}
+}
+
+// Create answers the trade's out_trade_no and the handoff: the precreated QR code, or,
+// in page and wap mode, a signed pay URL that the imitation's cashier opens; a buyer
+// paying there gets the trade paid and the signed notification sent to notify_url.
+func TestCreateHandoff(t *testing.T) {
+	t.Parallel()
+	p := &orderly.Payment{ID: paymentID, OrderID: "order-1", Amount: 1234, Currency: "CNY"}
+	b := setup(t)
+	got, err := b.a.Create(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := b.srv.Trade(paymentID)
+	want := &orderly.GatewayAttempt{ProviderRef: tr.OutTradeNo, NextAction: &orderly.NextAction{Type: orderly.NextActionDisplayQRCode, QRCode: tr.QRCode}}
+	if !reflect.DeepEqual(got, want) || tr.QRCode != b.srv.BaseURL()+"/qr/"+tr.Token {
+		t.Fatalf("Create = %+v %+v, want %+v %+v", got, got.NextAction, want, want.NextAction)
+	}
+	if _, err := b.srv.Pay(paymentID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.a.Create(t.Context(), p); err != nil || got.ProviderRef != tr.OutTradeNo || got.NextAction != nil {
+		t.Fatalf("Create of a paid trade: %+v, %v; want the ref and no handoff", got, err)
+	}
+
+	for _, mode := range []string{alipay.PayModePage, alipay.PayModeWAP} {
+		notified := make(chan []byte, 1)
+		hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			notified <- body
+			_, _ = io.WriteString(w, "success")
+		}))
+		b := setup(t, func(c *alipay.Config) {
+			c.PayMode, c.ReturnURL, c.NotifyURL = mode, "https://shop.example/paid", hook.URL
+		})
+		got, err := b.a.Create(t.Context(), p)
+		if err != nil || got.ProviderRef != "019a7f3c5e2b7c119d3e4f5a6b7c8d9e" || got.NextAction == nil ||
+			got.NextAction.Type != orderly.NextActionRedirectToURL || !strings.HasPrefix(got.NextAction.URL, b.srv.URL+"?") {
+			t.Fatalf("%s: Create = %+v, %v", mode, got, err)
+		}
+		u, _ := url.Parse(got.NextAction.URL)
+		method := map[string]string{"page": "alipay.trade.page.pay", "wap": "alipay.trade.wap.pay"}[mode]
+		if q := u.Query(); q.Get("method") != method || q.Get("sign") == "" || q.Get("notify_url") != hook.URL ||
+			q.Get("return_url") != "https://shop.example/paid" || strings.Contains(got.NextAction.URL, "PRIVATE") {
+			t.Fatalf("%s: pay URL %s", mode, got.NextAction.URL)
+		}
+		if _, ok := b.srv.Trade(paymentID); ok {
+			t.Fatalf("%s: a trade exists before the buyer opened the URL", mode)
+		}
+		if q, err := b.a.Query(t.Context(), p); err != nil || q.Status != orderly.GatewayPending {
+			t.Fatalf("%s: query before the buyer opened the URL: %+v, %v", mode, q, err)
+		}
+		resp, err := http.Get(got.NextAction.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tr, ok := b.srv.Trade(paymentID)
+		if resp.StatusCode != 200 || !ok || tr.Total != 1234 || tr.Status != alipay.TradeWaitBuyerPay ||
+			!strings.Contains(string(page), `action="/qr/`+tr.Token+`"`) {
+			t.Fatalf("%s: cashier %d %+v\n%s", mode, resp.StatusCode, tr, page)
+		}
+		// The page's form: the buyer pays.
+		resp, err = http.Post(b.srv.BaseURL()+"/qr/"+tr.Token, "application/x-www-form-urlencoded", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var scan alipaytest.ScanResult
+		_ = json.NewDecoder(resp.Body).Decode(&scan)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || scan.NotifyAck != "success" || !strings.HasPrefix(scan.ReturnURL, "https://shop.example/paid?") {
+			t.Fatalf("%s: pay: %d %+v", mode, resp.StatusCode, scan)
+		}
+		n := mustVerify(t, b, <-notified)
+		if n.Kind != channel.PaymentSucceeded || n.Amount != 1234 || n.ChannelTxnID != scan.TradeNo {
+			t.Fatalf("%s: notification %+v", mode, n)
+		}
+		// Paid already: the buyer cannot pay twice.
+		resp, err = http.Post(b.srv.BaseURL()+"/qr/"+tr.Token, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusConflict {
+			t.Fatalf("%s: second payment answered %d", mode, resp.StatusCode)
+		}
+		hook.Close()
+	}
+	if _, err := alipay.New(func() alipay.Config { c := b.srv.Config(); c.PayMode = "app"; return c }()); err == nil {
+		t.Fatal("PayMode app was accepted")
+	}
+}
+
+// Refund maps fund_change, QueryRefund maps the refund query: Y and REFUND_SUCCESS are
+// the only successes; N and a refund named without refund_status are pending; a refund the
+// query does not find is ENOTFOUND, and asked again after a failure it is refused.
+func TestRefundStates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.paid(t, 1000)
+	ref := func(key string, amount int64) *orderly.GatewayRefund {
+		return &orderly.GatewayRefund{IdempotencyKey: key, PaymentID: paymentID, Amount: amount,
+			Payment: &orderly.Payment{ID: paymentID, ProviderRef: "019a7f3c5e2b7c119d3e4f5a6b7c8d9e", Amount: 1000}}
+	}
+	check := func(step string, got *orderly.GatewayRefundResult, err error, status orderly.GatewayStatus, detail, code string) {
+		t.Helper()
+		if orderly.ErrorCode(err) != code && !(code == "" && err == nil) {
+			t.Fatalf("%s: %+v, %v; want code %q", step, got, err, code)
+		}
+		if code == "" && (got.Status != status || got.Detail != detail) {
+			t.Fatalf("%s: %+v; want %s %q", step, got, status, detail)
+		}
+	}
+	res, err := b.a.QueryRefund(t.Context(), ref("r1", 100))
+	check("query before any refund", res, err, "", "", orderly.ENOTFOUND)
+	res, err = b.a.Refund(t.Context(), ref("r1", 100))
+	check("refund at once", res, err, orderly.GatewaySucceeded, "", "")
+	res, err = b.a.Refund(t.Context(), ref("r1", 100))
+	check("refund replayed", res, err, orderly.GatewayPending, "fund_change=N", "")
+	res, err = b.a.QueryRefund(t.Context(), ref("r1", 100))
+	check("query of a refund done", res, err, orderly.GatewaySucceeded, "", "")
+
+	if err := b.srv.SetRefundMode(alipaytest.RefundDeferred); err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.a.Refund(t.Context(), ref("r2", 200))
+	check("refund deferred", res, err, orderly.GatewayPending, "fund_change=N", "")
+	res, err = b.a.QueryRefund(t.Context(), ref("r2", 200))
+	check("query while processing", res, err, orderly.GatewayPending, "refund_status absent", "")
+	res, err = b.a.Refund(t.Context(), ref("r3", 701))
+	check("refund beyond the rest while r2 is processing", res, err, "", "", orderly.EINVALID)
+	if err := b.srv.SettleRefund(paymentID, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.a.QueryRefund(t.Context(), ref("r2", 200))
+	check("query after settle", res, err, orderly.GatewaySucceeded, "", "")
+
+	res, err = b.a.Refund(t.Context(), ref("r3", 300))
+	check("refund to fail", res, err, orderly.GatewayPending, "fund_change=N", "")
+	if err := b.srv.FailRefund(paymentID, "r3", "ACQ.SELLER_BALANCE_NOT_ENOUGH"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.a.QueryRefund(t.Context(), ref("r3", 300))
+	check("query after the failure", res, err, "", "", orderly.ENOTFOUND)
+	res, err = b.a.Refund(t.Context(), ref("r3", 300))
+	check("refund asked again after the failure", res, err, "", "", orderly.EINVALID)
+	if tr, _ := b.srv.Trade(paymentID); tr.Refunded != 300 || tr.Status != alipay.TradeSuccess {
+		t.Fatalf("trade: refunded %d %s; want 300 TRADE_SUCCESS", tr.Refunded, tr.Status)
+	}
+	other := ref("r1", 100)
+	other.PaymentID, other.Payment = "019a7f3c-5e2b-7c11-9d3e-000000000000", nil
+	res, err = b.a.QueryRefund(t.Context(), other)
+	check("query on a trade that does not exist", res, err, "", "", orderly.ENOTFOUND)
+	b.srv.FailNext("alipay.trade.fastpay.refund.query", 1)
+	res, err = b.a.QueryRefund(t.Context(), ref("r1", 100))
+	if err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
+		t.Fatalf("query answered 20000: %+v, %v; want a transient error", res, err)
 	}
 }

@@ -1,7 +1,12 @@
 // Package alipaytest is an imitation of Alipay for tests and simulations: a local HTTP
-// server that answers the OpenAPI gateway (alipay.trade.precreate, query, close, refund)
-// signed like Alipay, keeps the state of each trade, and mints signed async notifications
-// to deliver to a notify URL (again, re-encoded, tampered with). No network is used.
+// server that answers the OpenAPI gateway (alipay.trade.precreate, query, close, refund,
+// fastpay.refund.query) signed like Alipay, opens signed page and wap pay URLs, keeps the
+// state of each trade and refund, plays the buyer paying at a QR code or cashier (POST
+// /qr/<token>, which sends the signed async notification to the trade's notify_url), and
+// mints signed async notifications to deliver to a notify URL (again, re-encoded,
+// tampered with). Refunds are carried out at once (fund_change Y) or, in RefundDeferred
+// mode, accepted with fund_change N and settled or failed later. No network beyond the
+// local host is used.
 //
 // Its keys are test-only RSA-2048 keys committed under testdata (see testdata/README):
 // anything they sign is worthless outside tests. Its signing code is written apart from

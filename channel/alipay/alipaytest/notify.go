@@ -80,7 +80,7 @@ func (s *Server) PaymentNotification(paymentID string) ([]byte, error) {
 }
 
 // RefundNotification returns a new signed notification of the refund made with
-// out_request_no outRequestNo: the trade's status (TRADE_SUCCESS after a partial refund,
+// out_request_no outRequestNo, once its money went back: the trade's status (TRADE_SUCCESS after a partial refund,
 // TRADE_CLOSED after a full one), refund_fee (the total refunded so far), gmt_refund and
 // out_biz_no. Errors: no such trade or refund.
 func (s *Server) RefundNotification(paymentID, outRequestNo string) ([]byte, error) {
@@ -91,8 +91,8 @@ func (s *Server) RefundNotification(paymentID, outRequestNo string) ([]byte, err
 		return nil, fmt.Errorf("alipaytest: no trade for payment %s", paymentID)
 	}
 	r, ok := t.Refunds[outRequestNo]
-	if !ok {
-		return nil, fmt.Errorf("alipaytest: no refund %s on payment %s", outRequestNo, paymentID)
+	if !ok || r.Status != RefundDone {
+		return nil, fmt.Errorf("alipaytest: no refund %s done on payment %s", outRequestNo, paymentID)
 	}
 	p := s.notifyBase(t)
 	p["refund_fee"] = yuan(t.Refunded)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -25,20 +26,43 @@ type Trade struct {
 	Total      int64
 	Refunded   int64
 	NotifyURL  string
-	QRCode     string
-	CreatedAt  time.Time
-	PaidAt     time.Time
-	ClosedAt   time.Time
+	ReturnURL  string // page and wap pay: where the cashier sends the buyer back
+	// Product is how the trade was created: "qr" (precreate), "page" or "wap".
+	Product   string
+	QRCode    string // the precreated code, an URL of this imitation (/qr/<token>)
+	Token     string // the trade's cashier token: /qr/<token>
+	CreatedAt time.Time
+	PaidAt    time.Time
+	ClosedAt  time.Time
 	// Refunds maps an out_request_no to the refund it made.
 	Refunds map[string]Refund
 }
 
-// Refund is one refund the imitation made.
+// Refund is one refund the imitation accepted.
 type Refund struct {
 	OutRequestNo string
 	Amount       int64
-	At           time.Time
+	At           time.Time // when it was accepted, then when money went back
+	Status       string    // RefundProcessing, RefundDone or RefundFailed
+	// FailCode is the sub_code of a failed refund, answered when the refund is asked again.
+	FailCode string
 }
+
+// Refund statuses (Refund.Status).
+const (
+	RefundProcessing = "processing" // accepted, no money moved yet: fund_change N, no refund_status
+	RefundDone       = "done"       // money went back: refund_status REFUND_SUCCESS
+	RefundFailed     = "failed"     // Alipay gave up: the refund query finds none
+)
+
+// Refund modes (Server.SetRefundMode).
+const (
+	// RefundAtOnce: an accepted refund moves money in the call (fund_change Y).
+	RefundAtOnce = "at_once"
+	// RefundDeferred: an accepted refund answers fund_change N and stays processing until
+	// SettleRefund or FailRefund.
+	RefundDeferred = "deferred"
+)
 
 // Call is one OpenAPI call the imitation received.
 type Call struct {
@@ -63,23 +87,70 @@ type Server struct {
 	unavailable map[string]int    // method → answers of 20000 still to give
 	webhookMu   sync.Mutex        // held by Webhook while it plays an outcome
 	webhooks    map[string][]byte // "<payment id>/<status>" → the notification (Webhook)
+	tokens      map[string]string // cashier token → out_trade_no
+	refundMode  string
+	// DefaultNotifyURL is where notifications of trades created without notify_url go (the
+	// app's notify URL set in Alipay's console); "" sends none.
+	DefaultNotifyURL string
+	// NotifyClient delivers the async notifications; default a client with a 10 s timeout.
+	NotifyClient *http.Client
 	// Now is the imitation's clock (notification times, trade times); default time.Now.
 	Now func() time.Time
 }
 
 // NewServer starts an imitation Alipay on a local port. Close it when done.
 func NewServer() *Server {
-	s := &Server{
-		alipayKey:   AlipayKey(),
-		merchant:    &MerchantKey().PublicKey,
-		trades:      map[string]*Trade{},
-		unavailable: map[string]int{},
-		Now:         time.Now,
+	s, err := NewServerAt("127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("alipaytest: %v", err))
 	}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
-	s.URL = s.srv.URL + "/gateway.do"
 	return s
 }
+
+// NewServerAt starts an imitation Alipay listening on addr ("127.0.0.1:9010"; port 0
+// picks one). It serves:
+//   - POST /gateway.do: the OpenAPI (precreate, query, close, refund, fastpay.refund.query);
+//   - GET /gateway.do?method=alipay.trade.page.pay|wap.pay&…&sign=…: the cashier page of
+//     a signed page or wap pay URL (it creates the trade);
+//   - GET /qr/<token>: what the Alipay app shows for a QR code or the cashier; POST
+//     /qr/<token>: the buyer pays (see Scan);
+//   - POST /imitation/refund-mode?mode=at_once|deferred and POST
+//     /imitation/refunds/settle|fail?out_trade_no=…&out_request_no=…[&sub_code=…]: plays
+//     for refunds (SetRefundMode, SettleRefund, FailRefund).
+//
+// Errors: addr cannot be listened on. Close it when done.
+func NewServerAt(addr string) (*Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("alipaytest: listen on %s: %w", addr, err)
+	}
+	s := &Server{
+		alipayKey:    AlipayKey(),
+		merchant:     &MerchantKey().PublicKey,
+		trades:       map[string]*Trade{},
+		unavailable:  map[string]int{},
+		tokens:       map[string]string{},
+		refundMode:   RefundAtOnce,
+		NotifyClient: &http.Client{Timeout: 10 * time.Second},
+		Now:          time.Now,
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /gateway.do", s.serveHTTP)
+	mux.HandleFunc("GET /gateway.do", s.servePagePay)
+	mux.HandleFunc("GET /qr/{token}", s.serveCashier)
+	mux.HandleFunc("POST /qr/{token}", s.serveScan)
+	mux.HandleFunc("POST /imitation/refund-mode", s.serveRefundMode)
+	mux.HandleFunc("POST /imitation/refunds/{outcome}", s.serveRefundOutcome)
+	s.srv = httptest.NewUnstartedServer(mux)
+	_ = s.srv.Listener.Close()
+	s.srv.Listener = l
+	s.srv.Start()
+	s.URL = s.srv.URL + "/gateway.do"
+	return s, nil
+}
+
+// BaseURL is the imitation's root, "http://127.0.0.1:PORT".
+func (s *Server) BaseURL() string { return s.srv.URL }
 
 // Close stops the server.
 func (s *Server) Close() { s.srv.Close() }
@@ -234,7 +305,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var biz map[string]string
-	if err := json.Unmarshal([]byte(params["biz_content"]), &biz); err != nil {
+	if err := unmarshalBiz(params["biz_content"], &biz); err != nil {
 		fail("40002", "Invalid Arguments", "isv.invalid-parameter", "biz_content is not JSON")
 		return
 	}
@@ -256,11 +327,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if t == nil {
-			s.seq++
-			t = &Trade{OutTradeNo: biz["out_trade_no"], Status: alipay.TradeWaitBuyerPay, Total: total,
-				NotifyURL: params["notify_url"], QRCode: fmt.Sprintf("https://qr.alipay.com/bax%08d", s.seq),
-				CreatedAt: s.Now(), Refunds: map[string]Refund{}}
-			s.trades[t.OutTradeNo] = t
+			t = s.newTrade(biz["out_trade_no"], total, "qr", params["notify_url"], "")
 		}
 		switch {
 		case t.Status == alipay.TradeSuccess || t.Status == alipay.TradeFinished:
@@ -293,42 +360,128 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "alipay.trade.refund":
 		amount, err := channel.ParseDecimal(biz["refund_amount"], "CNY")
+		key := biz["out_request_no"]
 		switch {
-		case err != nil || biz["out_request_no"] == "" || amount <= 0:
+		case err != nil || key == "" || amount <= 0:
 			fail("40004", "Business Failed", "ACQ.INVALID_PARAMETER", "参数无效")
 			return
 		case t == nil:
 			fail("40004", "Business Failed", alipay.SubTradeNotExist, "交易不存在")
 			return
 		}
-		if prev, ok := t.Refunds[biz["out_request_no"]]; ok {
-			call.Replay = true
-			if prev.Amount != amount {
-				fail("40004", "Business Failed", "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限")
-				return
+		refunded := func(fundChange string) {
+			fields := map[string]any{"code": "10000", "msg": "Success", "out_trade_no": t.OutTradeNo, "trade_no": t.TradeNo,
+				"buyer_user_id": "2088102122524333", "fund_change": fundChange, "refund_fee": yuan(t.Refunded)}
+			if fundChange == "Y" {
+				fields["gmt_refund_pay"] = t.Refunds[key].At.In(beijing).Format(timeLayout)
 			}
-			answer(map[string]any{"code": "10000", "msg": "Success", "out_trade_no": t.OutTradeNo, "trade_no": t.TradeNo,
-				"fund_change": "N", "refund_fee": yuan(t.Refunded)})
+			answer(fields)
+		}
+		if prev, ok := t.Refunds[key]; ok {
+			switch {
+			case prev.Amount != amount:
+				fail("40004", "Business Failed", "ACQ.DISCORDANT_REPEAT_REQUEST", "请求信息不一致")
+			case prev.Status == RefundFailed:
+				// Asked again after it failed: tried again, and it fails for the same cause.
+				fail("40004", "Business Failed", prev.FailCode, "退款失败")
+			default:
+				call.Replay = true // done or still processing: no money moves in this call
+				refunded("N")
+			}
 			return
 		}
 		switch {
 		case t.Status != alipay.TradeSuccess:
 			fail("40004", "Business Failed", alipay.SubTradeStatusError, "交易状态不合法")
 			return
-		case t.Refunded+amount > t.Total:
+		case t.Refunded+t.refunding()+amount > t.Total:
 			fail("40004", "Business Failed", "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL", "退款金额超限")
 			return
 		}
-		t.Refunded += amount
-		t.Refunds[biz["out_request_no"]] = Refund{OutRequestNo: biz["out_request_no"], Amount: amount, At: s.Now()}
-		if t.Refunded == t.Total {
-			t.Status, t.ClosedAt = alipay.TradeClosed, s.Now()
+		t.Refunds[key] = Refund{OutRequestNo: key, Amount: amount, At: s.Now(), Status: RefundProcessing}
+		if s.refundMode == RefundDeferred {
+			refunded("N")
+			return
 		}
-		answer(map[string]any{"code": "10000", "msg": "Success", "out_trade_no": t.OutTradeNo, "trade_no": t.TradeNo,
-			"fund_change": "Y", "refund_fee": yuan(t.Refunded)})
+		s.settle(t, key)
+		refunded("Y")
+	case "alipay.trade.fastpay.refund.query":
+		if t == nil {
+			fail("40004", "Business Failed", alipay.SubTradeNotExist, "交易不存在")
+			return
+		}
+		r, ok := t.Refunds[biz["out_request_no"]]
+		if !ok || r.Status == RefundFailed {
+			// Not received, or failed: the docs' "没有查询到", no refund in the answer.
+			answer(map[string]any{"code": "10000", "msg": "Success"})
+			return
+		}
+		fields := map[string]any{"code": "10000", "msg": "Success", "out_trade_no": t.OutTradeNo, "trade_no": t.TradeNo,
+			"out_request_no": r.OutRequestNo, "total_amount": yuan(t.Total), "refund_amount": yuan(r.Amount)}
+		if r.Status == RefundDone {
+			fields["refund_status"] = alipay.RefundSuccess
+			fields["gmt_refund_pay"] = r.At.In(beijing).Format(timeLayout)
+		}
+		answer(fields)
 	default:
 		fail("40004", "Business Failed", "isv.invalid-method", "不存在的方法名")
 	}
+}
+
+// newTrade records a trade waiting for payment, with its cashier token; s.mu is held.
+func (s *Server) newTrade(outTradeNo string, total int64, product, notifyURL, returnURL string) *Trade {
+	s.seq++
+	token := fmt.Sprintf("bax%08d", s.seq)
+	t := &Trade{OutTradeNo: outTradeNo, Status: alipay.TradeWaitBuyerPay, Total: total, Product: product,
+		NotifyURL: notifyURL, ReturnURL: returnURL, Token: token, CreatedAt: s.Now(), Refunds: map[string]Refund{}}
+	if product == "qr" {
+		t.QRCode = s.srv.URL + "/qr/" + token // stands for https://qr.alipay.com/<token>
+	}
+	s.trades[outTradeNo] = t
+	s.tokens[token] = outTradeNo
+	return t
+}
+
+// refunding is the sum of the trade's refunds still processing: not refundable again.
+func (t *Trade) refunding() int64 {
+	var n int64
+	for _, r := range t.Refunds {
+		if r.Status == RefundProcessing {
+			n += r.Amount
+		}
+	}
+	return n
+}
+
+// settle moves money for a processing refund; s.mu is held. A trade refunded in full
+// closes.
+func (s *Server) settle(t *Trade, key string) {
+	r := t.Refunds[key]
+	r.Status, r.At = RefundDone, s.Now()
+	t.Refunds[key] = r
+	t.Refunded += r.Amount
+	if t.Refunded == t.Total {
+		t.Status, t.ClosedAt = alipay.TradeClosed, s.Now()
+	}
+}
+
+// unmarshalBiz decodes biz_content, whose values may be strings or other JSON (the
+// query_options array): those are kept as their JSON text.
+func unmarshalBiz(text string, biz *map[string]string) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(text), &raw); err != nil {
+		return err
+	}
+	*biz = make(map[string]string, len(raw))
+	for k, v := range raw {
+		var str string
+		if json.Unmarshal(v, &str) == nil {
+			(*biz)[k] = str
+		} else {
+			(*biz)[k] = string(v)
+		}
+	}
+	return nil
 }
 
 // yuan formats fen as Alipay's decimal yuan.
