@@ -4,6 +4,7 @@ import (
 	"crypto/rsa"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v3"
@@ -24,6 +25,8 @@ func cnChannelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "alipay-private-key", Usage: "app private key (RSA2) that signs requests: PEM, base64 DER, or @file", Sources: env("alipay-private-key")},
 		&cli.StringFlag{Name: "alipay-public-key", Usage: "the Alipay public key (支付宝公钥, not the app's) that verifies notifications: PEM, base64 DER, or @file", Sources: env("alipay-public-key")},
 		&cli.StringFlag{Name: "alipay-api-url", Usage: "Alipay OpenAPI gateway (default " + alipay.DefaultBaseURL + "; the sandbox or an imitation in tests)", Sources: env("alipay-api-url")},
+		&cli.StringFlag{Name: "alipay-pay-mode", Value: alipay.PayModeQR, Usage: "the buyer's handoff: qr (alipay.trade.precreate, a QR code to scan), page (alipay.trade.page.pay, a URL for a desktop browser) or wap (alipay.trade.wap.pay, a mobile browser)", Sources: env("alipay-pay-mode")},
+		&cli.StringFlag{Name: "alipay-return-url", Usage: "return_url of page and wap pay: where Alipay sends the buyer's browser after paying", Sources: env("alipay-return-url")},
 		&cli.StringFlag{Name: "alipay-notify-url", Usage: "notify_url sent with each trade: https://<host>/v1/channels/alipay/webhook (empty: the app's default set in the console)", Sources: env("alipay-notify-url")},
 		&cli.StringFlag{Name: "wechat-mch-id", Usage: "WeChat Pay merchant id (mchid); with the other --wechat-* flags turns the wechat channel on (notify: POST /v1/channels/wechat/webhook)", Sources: env("wechat-mch-id")},
 		&cli.StringFlag{Name: "wechat-app-id", Usage: "app id (appid) the payments are made under", Sources: env("wechat-app-id")},
@@ -46,6 +49,9 @@ func cnChannels(cmd *cli.Command) ([]channel.Adapter, error) {
 		if err := required(cmd, "alipay-app-id", "alipay-seller-id", "alipay-private-key", "alipay-public-key"); err != nil {
 			return nil, err
 		}
+		if mode := cmd.String("alipay-pay-mode"); !slices.Contains([]string{alipay.PayModeQR, alipay.PayModePage, alipay.PayModeWAP}, mode) {
+			return nil, fmt.Errorf("--alipay-pay-mode must be qr, page or wap, not %q", mode)
+		}
 		priv, err := keyFlag(cmd, "alipay-private-key", channel.ParseRSAPrivateKey)
 		if err != nil {
 			return nil, err
@@ -55,7 +61,8 @@ func cnChannels(cmd *cli.Command) ([]channel.Adapter, error) {
 			return nil, err
 		}
 		a, err := alipay.New(alipay.Config{AppID: cmd.String("alipay-app-id"), SellerID: cmd.String("alipay-seller-id"),
-			PrivateKey: priv, AlipayPublicKey: pub, BaseURL: cmd.String("alipay-api-url"), NotifyURL: cmd.String("alipay-notify-url")})
+			PrivateKey: priv, AlipayPublicKey: pub, BaseURL: cmd.String("alipay-api-url"), NotifyURL: cmd.String("alipay-notify-url"),
+			PayMode: cmd.String("alipay-pay-mode"), ReturnURL: cmd.String("alipay-return-url")})
 		if err != nil {
 			return nil, err
 		}

@@ -136,6 +136,8 @@ func TestServeChannelFlagErrors(t *testing.T) {
 		{[]string{"--alipay-api-url", "https://openapi-sandbox.dl.alipaydev.com/gateway.do"}, "the alipay channel is half configured: some of its flags are set, so --alipay-app-id, --alipay-seller-id, --alipay-private-key, --alipay-public-key are required too"},
 		{[]string{"--alipay-app-id", "2021", "--alipay-seller-id", "2088", "--alipay-private-key", secret, "--alipay-public-key", secret},
 			"--alipay-private-key: private key: neither PEM nor base64 DER"},
+		{[]string{"--alipay-app-id", "2021", "--alipay-seller-id", "2088", "--alipay-private-key", secret, "--alipay-public-key", secret,
+			"--alipay-pay-mode", "bank"}, `--alipay-pay-mode must be qr, page or wap, not "bank"`},
 		{[]string{"--wechat-mch-id", "1900", "--wechat-app-id", "wx", "--wechat-merchant-key", secret, "--wechat-merchant-serial", "37",
 			"--wechat-apiv3-key", "short", "--wechat-platform-key", "x.pem"}, "the wechat channel is half configured: --wechat-mch-id, --wechat-app-id, --wechat-merchant-key, --wechat-merchant-serial, --wechat-apiv3-key, --wechat-platform-key are set, so --wechat-notify-url is required too"},
 		{[]string{"--wechat-mch-id", "1900", "--wechat-app-id", "wx", "--wechat-merchant-key", secret, "--wechat-merchant-serial", "37",
