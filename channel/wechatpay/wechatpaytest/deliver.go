@@ -62,6 +62,14 @@ func (s *Server) Notify(client *http.Client) {
 	s.notifier.mu.Unlock()
 }
 
+// NotifyOff stops sending notifications (those under way go on), as when the merchant's
+// notify URL cannot be reached: the merchant learns the outcome by query only.
+func (s *Server) NotifyOff() {
+	s.notifier.mu.Lock()
+	s.notifier.on = false
+	s.notifier.mu.Unlock()
+}
+
 // Deliveries returns copies of the records of the notifications sent so far (Notify).
 func (s *Server) Deliveries() []Delivery {
 	s.notifier.mu.Lock()
