@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -86,7 +87,21 @@ type Server struct {
 }
 
 // NewServer starts an imitation WeChat Pay on a local port. Close it when done.
-func NewServer() *Server {
+func NewServer() *Server { return newServer(nil) }
+
+// Listen starts an imitation WeChat Pay on addr ("127.0.0.1:9001"; port 0 picks one, URL
+// says which), for a server in another process to call (`--wechat-api-url`). Close it
+// when done. Errors: the address cannot be listened on.
+func Listen(addr string) (*Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("wechatpaytest: %w", err)
+	}
+	return newServer(l), nil
+}
+
+// newServer starts the imitation on l, or on a local port when l is nil.
+func newServer(l net.Listener) *Server {
 	if certSerial() != PlatformSerial {
 		panic("wechatpaytest: committed certificate does not have serial " + PlatformSerial)
 	}
@@ -103,7 +118,12 @@ func NewServer() *Server {
 	mux.HandleFunc("GET /v3/refund/domestic/refunds/{no}", s.auth("refund-query", s.refundQuery))
 	mux.HandleFunc("POST "+PayPath, s.payHandler)
 	s.notifier.init()
-	s.srv = httptest.NewServer(mux)
+	s.srv = httptest.NewUnstartedServer(mux)
+	if l != nil {
+		_ = s.srv.Listener.Close()
+		s.srv.Listener = l
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL
 	return s
 }
