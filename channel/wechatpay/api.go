@@ -39,6 +39,9 @@ const (
 	CodeOrderPaid     = "ORDERPAID"       // close or create of an order already paid
 	CodeOrderNotExist = "ORDER_NOT_EXIST" // no order with this out_trade_no
 	CodeOrderClosed   = "ORDERCLOSED"     // create of an order closed already
+	// CodeResourceNotExists answers a query of a refund (or a refund of an order) WeChat Pay
+	// does not know.
+	CodeResourceNotExists = "RESOURCE_NOT_EXISTS"
 )
 
 func apiCode(err error) string {
@@ -165,15 +168,93 @@ func (a *Adapter) NativeOrder(ctx context.Context, p *orderly.Payment) (codeURL 
 	return out.CodeURL, nil
 }
 
-// Create implements orderly.Gateway with NativeOrder (the code_url is not kept: a shop
-// that shows it calls NativeOrder itself, which answers the same order again).
-func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
-	return &orderly.GatewayAttempt{}, a.create(ctx, p)
+// JSAPIOrder creates a JSAPI (official account or mini-program) payment for the payer with
+// openid p.PayerID with POST /v3/pay/transactions/jsapi and returns its prepay_id: the body
+// of NativeOrder plus payer {openid}. An order already paid answers ORDERPAID, returned as
+// ("", nil). Errors: as NativeOrder.
+func (a *Adapter) JSAPIOrder(ctx context.Context, p *orderly.Payment) (prepayID string, err error) {
+	switch {
+	case a.cfg.AppID == "" || a.cfg.NotifyURL == "":
+		return "", orderly.Errorf(orderly.EINVALID, "wechatpay: AppID and NotifyURL are required to create payments")
+	case p.Currency != a.cfg.Currency:
+		return "", orderly.Errorf(orderly.EINVALID, "wechatpay: payment in %s, channel takes %s", p.Currency, a.cfg.Currency)
+	case p.PayerID == "":
+		return "", orderly.Errorf(orderly.EINVALID, "wechatpay: a JSAPI payment needs the payer's openid")
+	}
+	in := map[string]any{
+		"appid": a.cfg.AppID, "mchid": a.cfg.MchID, "description": "orderly order " + p.OrderID,
+		"out_trade_no": channel.OutTradeNo(p.ID), "notify_url": a.cfg.NotifyURL,
+		"amount": map[string]any{"total": p.Amount, "currency": p.Currency},
+		"payer":  map[string]string{"openid": p.PayerID},
+	}
+	var out struct {
+		PrepayID string `json:"prepay_id"`
+	}
+	err = a.do(ctx, http.MethodPost, "/v3/pay/transactions/jsapi", in, &out)
+	if apiCode(err) == CodeOrderPaid {
+		return "", nil
+	}
+	if err != nil {
+		return "", refused(err)
+	}
+	if out.PrepayID == "" {
+		return "", errors.New("wechatpay jsapi: answer without prepay_id")
+	}
+	return out.PrepayID, nil
 }
 
-func (a *Adapter) create(ctx context.Context, p *orderly.Payment) error {
-	_, err := a.NativeOrder(ctx, p)
-	return err
+// RequestPayment returns the parameters the buyer's page passes to WeixinJSBridge
+// getBrandWCPayRequest (or a mini program to wx.requestPayment) for prepayID: appId
+// Config.AppID, timeStamp the unix seconds of Config.Now, nonceStr 32 random hex digits,
+// package "prepay_id=<prepayID>", signType "RSA" and paySign, the base64 SHA256withRSA
+// signature with the merchant key of "appId\ntimeStamp\nnonceStr\npackage\n" (WeChat Pay
+// "JSAPI调起支付", the wechatpay-go SDK's PrepayWithRequestPayment). Nothing secret is in
+// it: the buyer's WeChat client checks paySign with the merchant's public key.
+func (a *Adapter) RequestPayment(prepayID string) (*orderly.WeChatJSAPI, error) {
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	j := &orderly.WeChatJSAPI{AppID: a.cfg.AppID, TimeStamp: strconv.FormatInt(a.cfg.Now().Unix(), 10),
+		NonceStr: hex.EncodeToString(nonce), Package: "prepay_id=" + prepayID, SignType: "RSA"}
+	digest := sha256.Sum256([]byte(j.AppID + "\n" + j.TimeStamp + "\n" + j.NonceStr + "\n" + j.Package + "\n"))
+	sig, err := rsa.SignPKCS1v15(rand.Reader, a.cfg.MerchantKey, crypto.SHA256, digest[:])
+	if err != nil {
+		return nil, fmt.Errorf("wechatpay: sign the JSAPI request: %w", err)
+	}
+	j.PaySign = base64.StdEncoding.EncodeToString(sig)
+	return j, nil
+}
+
+// Create implements orderly.Gateway. Without p.PayerID it is a Native payment
+// (NativeOrder): ProviderRef is the out_trade_no (a Native order has no other id) and the
+// handoff display_qr_code with the code_url. With p.PayerID (an openid of Config.AppID) it
+// is a JSAPI payment (JSAPIOrder): ProviderRef is the prepay_id and the handoff
+// wechat_jsapi with RequestPayment's parameters. An order WeChat Pay reports paid already
+// gets no handoff: its notification or the inspection applies it. Errors: those of
+// NativeOrder and JSAPIOrder.
+func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
+	if p.PayerID == "" {
+		codeURL, err := a.NativeOrder(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		att := &orderly.GatewayAttempt{ProviderRef: channel.OutTradeNo(p.ID)}
+		if codeURL != "" {
+			att.NextAction = &orderly.NextAction{Type: orderly.NextActionDisplayQRCode, QRCode: codeURL}
+		}
+		return att, nil
+	}
+	prepayID, err := a.JSAPIOrder(ctx, p)
+	if err != nil || prepayID == "" {
+		return &orderly.GatewayAttempt{}, err
+	}
+	j, err := a.RequestPayment(prepayID)
+	if err != nil {
+		return nil, err
+	}
+	return &orderly.GatewayAttempt{ProviderRef: prepayID,
+		NextAction: &orderly.NextAction{Type: orderly.NextActionWeChatJSAPI, WeChatJSAPI: j}}, nil
 }
 
 // query reads an order by out_trade_no; nil, nil when WeChat Pay has none.
@@ -239,36 +320,26 @@ func (a *Adapter) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.Gate
 	return &orderly.GatewayPayment{Status: orderly.GatewayFailed}, nil
 }
 
-// Refund implements orderly.Gateway (r.Currency empty means Config.Currency) with POST /v3/refund/domestic/refunds: out_trade_no of
-// r.PaymentID, out_refund_no OutRefundNo(r.IdempotencyKey), amount {refund: r.Amount,
-// total, currency}. The order's total, which the API requires, is read first with a query.
-// WeChat Pay refunds once per out_refund_no: asked again it answers the same refund and
-// moves no money. The refund's outcome arrives later as REFUND.* notifications. Errors:
+// Refund implements orderly.Gateway (r.Currency empty means Config.Currency) with POST
+// /v3/refund/domestic/refunds: out_trade_no of r.PaymentID, out_refund_no
+// OutRefundNo(r.IdempotencyKey), amount {refund: r.Amount, total, currency}, notify_url
+// Config.NotifyURL when set. The order's total, which the API requires, is read first with
+// a query. WeChat Pay refunds once per out_refund_no: asked again it answers the same
+// refund and moves no money. The answer's status maps as refundResult says; the final
+// outcome arrives later as a REFUND.* notification or by QueryRefund. Errors:
 // *orderly.Error EINVALID for another currency than Config.Currency, an order that is not
 // paid, or a 4xx refusal (NOT_ENOUGH, amount beyond the rest, …); others are transient.
 func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
-	if err := a.refund(ctx, r); err != nil {
-		return nil, err
-	}
-	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
-}
-
-// QueryRefund implements orderly.Gateway.
-func (a *Adapter) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
-	return nil, orderly.Errorf(orderly.ENOTFOUND, "refund %s: not queried", r.IdempotencyKey)
-}
-
-func (a *Adapter) refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	currency := cmp.Or(r.Currency, a.cfg.Currency) // the engine's refunds may leave it to the channel
 	if currency != a.cfg.Currency {
-		return orderly.Errorf(orderly.EINVALID, "wechatpay: refund in %s, channel takes %s", r.Currency, a.cfg.Currency)
+		return nil, orderly.Errorf(orderly.EINVALID, "wechatpay: refund in %s, channel takes %s", r.Currency, a.cfg.Currency)
 	}
 	t, err := a.query(ctx, r.PaymentID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if t == nil || t.Amount.Total == nil || (t.TradeState != "SUCCESS" && t.TradeState != "REFUND") {
-		return orderly.Errorf(orderly.EINVALID, "wechatpay: payment %s is not paid at WeChat Pay", r.PaymentID)
+		return nil, orderly.Errorf(orderly.EINVALID, "wechatpay: payment %s is not paid at WeChat Pay", r.PaymentID)
 	}
 	in := map[string]any{
 		"out_trade_no":  channel.OutTradeNo(r.PaymentID),
@@ -278,14 +349,57 @@ func (a *Adapter) refund(ctx context.Context, r *orderly.GatewayRefund) error {
 	if a.cfg.NotifyURL != "" {
 		in["notify_url"] = a.cfg.NotifyURL
 	}
-	var out struct {
-		Status string `json:"status"`
-	}
+	var out refundAnswer
 	if err := a.do(ctx, http.MethodPost, "/v3/refund/domestic/refunds", in, &out); err != nil {
-		return refused(err)
+		return nil, refused(err)
 	}
-	if out.Status == "CLOSED" {
-		return orderly.Errorf(orderly.EINVALID, "wechatpay: refund %s is closed", OutRefundNo(r.IdempotencyKey))
+	return out.result(), nil
+}
+
+// QueryRefund implements orderly.Gateway with GET /v3/refund/domestic/refunds/{out_refund_no}
+// (查询单笔退款), out_refund_no OutRefundNo(r.IdempotencyKey); the status maps as
+// refundResult says. Errors: *orderly.Error ENOTFOUND when WeChat Pay has no refund under
+// it (404 RESOURCE_NOT_EXISTS: the caller then asks for the refund); any other error is
+// transient, never a refusal, since the refund may stand at WeChat Pay.
+func (a *Adapter) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	no := OutRefundNo(r.IdempotencyKey)
+	var out refundAnswer
+	err := a.do(ctx, http.MethodGet, "/v3/refund/domestic/refunds/"+url.PathEscape(no), nil, &out)
+	if apiCode(err) == CodeResourceNotExists {
+		return nil, orderly.Errorf(orderly.ENOTFOUND, "wechatpay: no refund %s", no)
 	}
-	return nil
+	if err != nil {
+		return nil, err
+	}
+	return out.result(), nil
+}
+
+// refundAnswer is the answer of a refund and of its query (the fields orderly reads).
+type refundAnswer struct {
+	RefundID string `json:"refund_id"`
+	Status   string `json:"status"`
+}
+
+// Refund statuses (status, refund_status) of the API v3.
+const (
+	RefundSuccess    = "SUCCESS"    // final: the money is back with the buyer
+	RefundClosed     = "CLOSED"     // final: closed, no money moved
+	RefundProcessing = "PROCESSING" // accepted, not final
+	RefundAbnormal   = "ABNORMAL"   // not final: the buyer's account refused it; the merchant resolves it
+)
+
+// result maps a refund's status: SUCCESS → GatewaySucceeded; CLOSED → GatewayFailed;
+// PROCESSING, ABNORMAL and any status unknown to the adapter → GatewayPending, never a
+// success. ABNORMAL (the buyer's card cancelled or frozen) needs the merchant to act in the
+// merchant platform or with the abnormal-refund API, after which it ends SUCCESS or CLOSED.
+// Detail is the status as WeChat Pay names it, ProviderRef the refund_id.
+func (r *refundAnswer) result() *orderly.GatewayRefundResult {
+	res := &orderly.GatewayRefundResult{Status: orderly.GatewayPending, ProviderRef: r.RefundID, Detail: r.Status}
+	switch r.Status {
+	case RefundSuccess:
+		res.Status = orderly.GatewaySucceeded
+	case RefundClosed:
+		res.Status = orderly.GatewayFailed
+	}
+	return res
 }

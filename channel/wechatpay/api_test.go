@@ -1,9 +1,14 @@
 package wechatpay_test
 
 import (
+	"crypto"
 	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,5 +215,116 @@ func TestImitationPayLate(t *testing.T) {
 	got, err := b.a.Query(t.Context(), &orderly.Payment{ID: paymentID})
 	if err != nil || got.Status != orderly.GatewaySucceeded || got.ChannelTxnID != o.TransactionID || got.Amount != 300 {
 		t.Fatalf("query after a late payment: %+v, %v", got, err)
+	}
+}
+
+// Create without a payer is a Native order (its code_url to show, out_trade_no as the
+// reference); with an openid a JSAPI order whose parameters are signed with the merchant
+// key over "appId\ntimeStamp\nnonceStr\npackage\n".
+func TestCreateHandoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	native, err := b.a.Create(t.Context(), &orderly.Payment{ID: paymentID, OrderID: "order-1", Amount: 500, Currency: "CNY"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := b.srv.Order(paymentID)
+	if native.ProviderRef != "019a7f3c5e2b7c119d3e4f5a6b7c8d9e" || native.NextAction == nil ||
+		native.NextAction.Type != orderly.NextActionDisplayQRCode || native.NextAction.QRCode != o.CodeURL ||
+		!strings.HasPrefix(o.CodeURL, "weixin://wxpay/bizpayurl?pr=") || o.TradeType != "NATIVE" {
+		t.Fatalf("native attempt %+v %+v, order %+v", native, native.NextAction, o)
+	}
+	const jsapiID, openid = "019a7f3c-5e2b-7c11-9d3e-000000000001", "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"
+	att, err := b.a.Create(t.Context(), &orderly.Payment{ID: jsapiID, OrderID: "order-2", Amount: 700, Currency: "CNY", PayerID: openid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jo, _ := b.srv.Order(jsapiID)
+	if jo.TradeType != "JSAPI" || jo.OpenID != openid || att.ProviderRef != jo.PrepayID || att.NextAction == nil ||
+		att.NextAction.Type != orderly.NextActionWeChatJSAPI || att.NextAction.WeChatJSAPI == nil {
+		t.Fatalf("jsapi attempt %+v, order %+v", att, jo)
+	}
+	j := att.NextAction.WeChatJSAPI
+	if j.AppID != wechatpaytest.AppID || j.TimeStamp != strconv.FormatInt(clock.Unix(), 10) || len(j.NonceStr) != 32 ||
+		j.Package != "prepay_id="+jo.PrepayID || j.SignType != "RSA" {
+		t.Fatalf("JSAPI parameters %+v", j)
+	}
+	sig, err := base64.StdEncoding.DecodeString(j.PaySign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256([]byte(j.AppID + "\n" + j.TimeStamp + "\n" + j.NonceStr + "\n" + j.Package + "\n"))
+	if err := rsa.VerifyPKCS1v15(&wechatpaytest.MerchantKey().PublicKey, crypto.SHA256, h[:], sig); err != nil {
+		t.Fatalf("paySign does not verify with the merchant's public key: %v", err)
+	}
+	again, err := b.a.Create(t.Context(), &orderly.Payment{ID: jsapiID, OrderID: "order-2", Amount: 700, Currency: "CNY", PayerID: openid})
+	if err != nil || again.ProviderRef != att.ProviderRef {
+		t.Fatalf("jsapi again: %+v, %v; want the same prepay_id %s", again, err, att.ProviderRef)
+	}
+}
+
+// A refund's status maps to final or not: PROCESSING and ABNORMAL are pending (never
+// success), SUCCESS succeeded, CLOSED failed; the query by out_refund_no reads the same,
+// and a refund WeChat Pay does not know is ENOTFOUND.
+func TestRefundStates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.paid(t, 1000, 0)
+	b.srv.HoldRefunds(true)
+	ask := func(key string, amount int64) *orderly.GatewayRefund {
+		return &orderly.GatewayRefund{IdempotencyKey: key, PaymentID: paymentID, Amount: amount, Currency: "CNY"}
+	}
+	if _, err := b.a.QueryRefund(t.Context(), ask("r1", 100)); orderly.ErrorCode(err) != orderly.ENOTFOUND {
+		t.Fatalf("query of a refund never asked: %v; want ENOTFOUND", err)
+	}
+	got, err := b.a.Refund(t.Context(), ask("r1", 100))
+	if err != nil || got.Status != orderly.GatewayPending || got.Detail != "PROCESSING" || got.ProviderRef == "" {
+		t.Fatalf("refund answered PROCESSING: %+v, %v; want pending", got, err)
+	}
+	ref := got.ProviderRef
+	steps := []struct {
+		settle string
+		want   orderly.GatewayStatus
+	}{
+		{"", orderly.GatewayPending},
+		{"ABNORMAL", orderly.GatewayPending},
+		{"SUCCESS", orderly.GatewaySucceeded},
+	}
+	for _, s := range steps {
+		if s.settle != "" {
+			if _, err := b.srv.SettleRefund("r1", s.settle); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := &orderly.GatewayRefundResult{Status: s.want, ProviderRef: ref, Detail: map[string]string{"": "PROCESSING"}[s.settle]}
+		if s.settle != "" {
+			want.Detail = s.settle
+		}
+		got, err := b.a.QueryRefund(t.Context(), ask("r1", 100))
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("query after %q: %+v, %v; want %+v", s.settle, got, err, want)
+		}
+		if got, err := b.a.Refund(t.Context(), ask("r1", 100)); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("refund replayed after %q: %+v, %v; want %+v", s.settle, got, err, want)
+		}
+	}
+	if _, err := b.a.Refund(t.Context(), ask("r2", 900)); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := b.srv.Order(paymentID); o.Refunded != 1000 {
+		t.Fatalf("refunded %d, want 1000", o.Refunded)
+	}
+	if _, err := b.srv.SettleRefund("r2", "CLOSED"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.a.QueryRefund(t.Context(), ask("r2", 900)); err != nil || got.Status != orderly.GatewayFailed || got.Detail != "CLOSED" {
+		t.Fatalf("query of a closed refund: %+v, %v; want failed", got, err)
+	}
+	if o, _ := b.srv.Order(paymentID); o.Refunded != 100 {
+		t.Fatalf("refunded %d after a refund closed, want 100", o.Refunded)
+	}
+	b.srv.FailNext("refund-query", 1)
+	if _, err := b.a.QueryRefund(t.Context(), ask("r1", 100)); err == nil || orderly.ErrorCode(err) != orderly.EINTERNAL {
+		t.Fatalf("query answered 500: %v; want a transient error", err)
 	}
 }

@@ -2,7 +2,8 @@
 // WeChat Pay signs them (SHA256withRSA over "timestamp\nnonce\nbody\n" with the platform
 // certificate or the WeChat Pay public key named by Wechatpay-Serial, a 5-minute window,
 // probe requests refused) and their resource decrypted with AEAD_AES_256_GCM; and the
-// outbound API v3 calls (Native order, query and close by out_trade_no, domestic refund),
+// outbound API v3 calls (Native and JSAPI orders, query and close by out_trade_no, domestic
+// refund and its query by out_refund_no),
 // signed with the merchant's API key (Authorization WECHATPAY2-SHA256-RSA2048) and answered
 // with responses verified like notifications.
 //

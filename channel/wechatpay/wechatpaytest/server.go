@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -24,30 +25,37 @@ import (
 type Order struct {
 	OutTradeNo    string
 	TransactionID string // set when paid
-	// State is NOTPAY, SUCCESS, REFUND (paid, then refunded) or CLOSED.
+	// TradeType is NATIVE (a code_url to scan) or JSAPI (a prepay_id for the payer's client).
+	TradeType string
+	// State is NOTPAY, SUCCESS, REFUND (paid, then refunded), CLOSED or PAYERROR.
 	State       string
 	Total       int64
 	PayerTotal  int64 // what the buyer paid: less than Total after a discount WeChat Pay funded
 	Currency    string
 	NotifyURL   string
-	CodeURL     string
+	CodeURL     string // Native orders
+	PrepayID    string // JSAPI orders
+	OpenID      string // JSAPI orders: payer.openid, the only WeChat user who may pay it
 	SuccessTime time.Time
 	Refunded    int64
 	// Refunds maps an out_refund_no to the refund it made.
 	Refunds map[string]Refund
 }
 
-// Refund is one refund the imitation made.
+// Refund is one refund the imitation accepted.
 type Refund struct {
 	OutRefundNo string
 	RefundID    string
 	Amount      int64
-	At          time.Time
+	At          time.Time // accepted; also the success_time of the minted REFUND.SUCCESS
+	// Status is PROCESSING, SUCCESS, CLOSED or ABNORMAL (see HoldRefunds, SettleRefund).
+	Status    string
+	NotifyURL string
 }
 
 // Call is one API call the imitation received and authenticated.
 type Call struct {
-	Method     string // "native", "query", "close" or "refund"
+	Method     string // "native", "jsapi", "query", "close", "refund" or "refund-query"
 	OutTradeNo string
 	// Replay is true for a refund whose out_refund_no an earlier refund used (no money moved).
 	Replay bool
@@ -72,12 +80,28 @@ type Server struct {
 	calls       []Call
 	seq         int64
 	unavailable map[string]int     // call → 500 SYSTEM_ERROR answers still to give
+	holdRefunds bool               // HoldRefunds
+	notifier                       // Notify: deliveries to notify URLs
 	webhookMu   sync.Mutex         // held by Webhook while it plays an outcome
 	webhooks    map[string]webhook // "<payment id>/<status>" → the notification (Webhook)
 }
 
 // NewServer starts an imitation WeChat Pay on a local port. Close it when done.
-func NewServer() *Server {
+func NewServer() *Server { return newServer(nil) }
+
+// Listen starts an imitation WeChat Pay on addr ("127.0.0.1:9001"; port 0 picks one, URL
+// says which), for a server in another process to call (`--wechat-api-url`). Close it
+// when done. Errors: the address cannot be listened on.
+func Listen(addr string) (*Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("wechatpaytest: %w", err)
+	}
+	return newServer(l), nil
+}
+
+// newServer starts the imitation on l, or on a local port when l is nil.
+func newServer(l net.Listener) *Server {
 	if certSerial() != PlatformSerial {
 		panic("wechatpaytest: committed certificate does not have serial " + PlatformSerial)
 	}
@@ -87,16 +111,28 @@ func NewServer() *Server {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v3/pay/transactions/native", s.auth("native", s.native))
+	mux.HandleFunc("POST /v3/pay/transactions/jsapi", s.auth("jsapi", s.jsapi))
 	mux.HandleFunc("GET /v3/pay/transactions/out-trade-no/{no}", s.auth("query", s.query))
 	mux.HandleFunc("POST /v3/pay/transactions/out-trade-no/{no}/close", s.auth("close", s.closeOrder))
 	mux.HandleFunc("POST /v3/refund/domestic/refunds", s.auth("refund", s.refund))
-	s.srv = httptest.NewServer(mux)
+	mux.HandleFunc("GET /v3/refund/domestic/refunds/{no}", s.auth("refund-query", s.refundQuery))
+	mux.HandleFunc("POST "+PayPath, s.payHandler)
+	s.notifier.init()
+	s.srv = httptest.NewUnstartedServer(mux)
+	if l != nil {
+		_ = s.srv.Listener.Close()
+		s.srv.Listener = l
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL
 	return s
 }
 
-// Close stops the server.
-func (s *Server) Close() { s.srv.Close() }
+// Close stops the server and the deliveries of its notifications.
+func (s *Server) Close() {
+	s.notifier.stop()
+	s.srv.Close()
+}
 
 // Config returns an adapter configuration for this imitation: its ids, the test keys,
 // both its platform certificate and its public key, its URL and clock; the caller may set
@@ -133,7 +169,8 @@ func (s *Server) Calls() []Call {
 	return append([]Call(nil), s.calls...)
 }
 
-// FailNext makes the next n calls of kind call ("native", "query", "close", "refund")
+// FailNext makes the next n calls of kind call ("native", "jsapi", "query", "close",
+// "refund", "refund-query")
 // answer 500 SYSTEM_ERROR, signed.
 func (s *Server) FailNext(call string, n int) {
 	s.mu.Lock()
@@ -157,12 +194,22 @@ func (s *Server) Pay(paymentID string, payerTotal int64) (Order, error) {
 	if o.State != "NOTPAY" {
 		return Order{}, fmt.Errorf("wechatpaytest: order %s is %s, not NOTPAY", no, o.State)
 	}
+	s.payLocked(o, payerTotal)
+	return *o, nil
+}
+
+// payLocked moves order o (NOTPAY) to SUCCESS and, when the imitation notifies, sends its
+// TRANSACTION.SUCCESS; s.mu is held.
+func (s *Server) payLocked(o *Order, payerTotal int64) {
 	if payerTotal == 0 {
 		payerTotal = o.Total
 	}
 	s.seq++
 	o.State, o.TransactionID, o.PayerTotal, o.SuccessTime = "SUCCESS", fmt.Sprintf("42000012%012d", s.seq), payerTotal, s.Now()
-	return *o, nil
+	if s.notifying() && o.NotifyURL != "" {
+		res := s.transactionJSON(o)
+		s.sendLater(o.NotifyURL, wechatpay.EventTransactionSuccess, "transaction", res, o.OutTradeNo, "")
+	}
 }
 
 // PayLate plays money that arrives although the order was closed (the buyer paid in the
@@ -276,9 +323,12 @@ func (s *Server) native(_ http.ResponseWriter, _ *http.Request, body []byte) (in
 	o, ok := s.orders[in.OutTradeNo]
 	if !ok {
 		s.seq++
-		o = &Order{OutTradeNo: in.OutTradeNo, State: "NOTPAY", Total: in.Amount.Total, Currency: cmpOr(in.Amount.Currency, "CNY"),
+		o = &Order{OutTradeNo: in.OutTradeNo, TradeType: "NATIVE", State: "NOTPAY", Total: in.Amount.Total, Currency: cmpOr(in.Amount.Currency, "CNY"),
 			NotifyURL: in.NotifyURL, CodeURL: fmt.Sprintf("weixin://wxpay/bizpayurl?pr=test%06d", s.seq), Refunds: map[string]Refund{}}
 		s.orders[o.OutTradeNo] = o
+	}
+	if o.TradeType != "NATIVE" {
+		return 400, apiErr("OUT_TRADE_NO_USED", "商户订单号重复")
 	}
 	switch o.State {
 	case "SUCCESS", "REFUND":
@@ -301,14 +351,14 @@ func cmpOr(a, b string) string {
 func (s *Server) transactionJSON(o *Order) map[string]any {
 	t := map[string]any{
 		"appid": AppID, "mchid": MchID, "out_trade_no": o.OutTradeNo, "trade_state": o.State,
-		"trade_type": "NATIVE", "trade_state_desc": o.State,
+		"trade_type": cmpOr(o.TradeType, "NATIVE"), "trade_state_desc": o.State,
 		"amount": map[string]any{"total": o.Total, "currency": o.Currency},
 	}
 	if o.TransactionID != "" {
 		t["transaction_id"] = o.TransactionID
 		t["success_time"] = o.SuccessTime.Format(time.RFC3339)
 		t["amount"] = map[string]any{"total": o.Total, "payer_total": o.PayerTotal, "currency": o.Currency, "payer_currency": o.Currency}
-		t["payer"] = map[string]string{"openid": "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o"}
+		t["payer"] = map[string]string{"openid": cmpOr(o.OpenID, "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o")}
 		t["bank_type"] = "OTHERS"
 	}
 	return t
@@ -351,6 +401,7 @@ func (s *Server) refund(_ http.ResponseWriter, _ *http.Request, body []byte) (in
 	var in struct {
 		OutTradeNo  string `json:"out_trade_no"`
 		OutRefundNo string `json:"out_refund_no"`
+		NotifyURL   string `json:"notify_url"`
 		Amount      struct {
 			Refund, Total int64
 			Currency      string
@@ -365,19 +416,14 @@ func (s *Server) refund(_ http.ResponseWriter, _ *http.Request, body []byte) (in
 	defer func() { s.record(call) }()
 	o, ok := s.orders[in.OutTradeNo]
 	if !ok {
-		return 404, apiErr("RESOURCE_NOT_EXISTS", "订单不存在")
-	}
-	answer := func(r Refund) map[string]any {
-		return map[string]any{"refund_id": r.RefundID, "out_refund_no": r.OutRefundNo, "transaction_id": o.TransactionID,
-			"out_trade_no": o.OutTradeNo, "status": "PROCESSING", "channel": "ORIGINAL",
-			"amount": map[string]any{"refund": r.Amount, "total": o.Total, "currency": o.Currency}}
+		return 404, apiErr(wechatpay.CodeResourceNotExists, "订单不存在")
 	}
 	if prev, ok := o.Refunds[in.OutRefundNo]; ok {
 		call.Replay = true
 		if prev.Amount != in.Amount.Refund {
 			return 400, apiErr("INVALID_REQUEST", "同一退款单号退款金额不一致")
 		}
-		return 200, answer(prev)
+		return 200, s.refundJSON(o, prev)
 	}
 	switch {
 	case o.State != "SUCCESS" && o.State != "REFUND":
@@ -388,9 +434,54 @@ func (s *Server) refund(_ http.ResponseWriter, _ *http.Request, body []byte) (in
 		return 400, apiErr("NOT_ENOUGH", "退款金额超过可退金额")
 	}
 	s.seq++
-	r := Refund{OutRefundNo: in.OutRefundNo, RefundID: fmt.Sprintf("50000000%012d", s.seq), Amount: in.Amount.Refund, At: s.Now()}
+	r := Refund{OutRefundNo: in.OutRefundNo, RefundID: fmt.Sprintf("50000000%012d", s.seq), Amount: in.Amount.Refund, At: s.Now(),
+		Status: wechatpay.RefundProcessing, NotifyURL: in.NotifyURL}
 	o.Refunds[in.OutRefundNo] = r
 	o.Refunded += r.Amount
 	o.State = "REFUND"
-	return 200, answer(r)
+	answer := s.refundJSON(o, r)
+	if !s.holdRefunds {
+		// A refund to the buyer's balance (零钱) ends within minutes; the imitation ends it
+		// at once, after answering PROCESSING as WeChat Pay does.
+		s.settleLocked(o, r, wechatpay.RefundSuccess)
+	}
+	return 200, answer
+}
+
+// refundJSON is a refund as its create answer, its query and REFUND notifications show it
+// (less the notification's refund_status naming); s.mu is held.
+func (s *Server) refundJSON(o *Order, r Refund) map[string]any {
+	j := map[string]any{"refund_id": r.RefundID, "out_refund_no": r.OutRefundNo, "transaction_id": o.TransactionID,
+		"out_trade_no": o.OutTradeNo, "channel": "ORIGINAL", "user_received_account": "支付用户零钱", "status": r.Status,
+		"create_time": r.At.In(beijing).Format(time.RFC3339),
+		"amount": map[string]any{"refund": r.Amount, "total": o.Total, "payer_total": o.PayerTotal, "payer_refund": r.Amount,
+			"settlement_refund": r.Amount, "settlement_total": o.Total, "discount_refund": 0, "currency": o.Currency}}
+	if r.Status == wechatpay.RefundSuccess {
+		j["success_time"] = r.At.In(beijing).Format(time.RFC3339)
+	}
+	return j
+}
+
+// refundQuery answers GET /v3/refund/domestic/refunds/{out_refund_no} (查询单笔退款).
+func (s *Server) refundQuery(_ http.ResponseWriter, r *http.Request, _ []byte) (int, any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	no := r.PathValue("no")
+	o, f, ok := s.findRefund(no)
+	s.record(Call{Method: "refund-query", OutTradeNo: o.OutTradeNo})
+	if !ok {
+		return 404, apiErr(wechatpay.CodeResourceNotExists, "退款单不存在")
+	}
+	return 200, s.refundJSON(o, f)
+}
+
+// findRefund finds a refund by out_refund_no (unique per merchant); s.mu is held. The
+// order is a zero Order when not found.
+func (s *Server) findRefund(outRefundNo string) (*Order, Refund, bool) {
+	for _, o := range s.orders {
+		if f, ok := o.Refunds[outRefundNo]; ok {
+			return o, f, true
+		}
+	}
+	return &Order{}, Refund{}, false
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
+)
+
+// imitateWeChat serves the WeChat Pay imitation (package wechatpaytest) on addr until ctx
+// is done, for an `orderly serve` at orderlyURL to use as its wechat channel: the
+// imitation sends its notifications itself to the notify URL each order names, which the
+// printed --wechat-notify-url makes orderlyURL + "/v1/channels/wechat/webhook". It first
+// writes the imitation's test-only keys to a new temporary directory (removed on return)
+// and prints to w the `orderly serve` flags that use them, then a curl line per handoff for
+// the buyer's client step (PayPath). Errors: addr cannot be listened on, the key files
+// cannot be written.
+func imitateWeChat(ctx context.Context, w io.Writer, addr, orderlyURL string) error {
+	srv, err := wechatpaytest.Listen(addr)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	srv.Notify(nil)
+	dir, err := os.MkdirTemp("", "orderly-wechat-imitation-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	files, err := writeWeChatKeys(dir)
+	if err != nil {
+		return err
+	}
+	notify := strings.TrimSuffix(orderlyURL, "/") + wechatpaytest.WebhookPath
+	fmt.Fprintf(w, "WeChat Pay imitation at %s (test-only keys in %s; notifications go to %s)\n\n", srv.URL, dir, notify)
+	fmt.Fprintf(w, "orderly serve \\\n  --wechat-mch-id %s \\\n  --wechat-app-id %s \\\n", wechatpaytest.MchID, wechatpaytest.AppID)
+	fmt.Fprintf(w, "  --wechat-merchant-key @%s \\\n  --wechat-merchant-serial %s \\\n", files["merchant"], wechatpaytest.MerchantSerial)
+	fmt.Fprintf(w, "  --wechat-apiv3-key @%s \\\n", files["apiv3"])
+	fmt.Fprintf(w, "  --wechat-platform-key %s=%s \\\n", wechatpaytest.PlatformSerial, files["platform"])
+	fmt.Fprintf(w, "  --wechat-platform-key %s=%s \\\n", wechatpaytest.PublicKeyID, files["pubkey"])
+	fmt.Fprintf(w, "  --wechat-api-url %s \\\n  --wechat-notify-url %s\n\n", srv.URL, notify)
+	fmt.Fprintf(w, "The buyer pays a Native payment (next_action.qr_code):\n")
+	fmt.Fprintf(w, "curl -s -X POST %s%s -H 'Content-Type: application/json' -d '{\"code_url\":\"<next_action.qr_code>\"}'\n", srv.URL, wechatpaytest.PayPath)
+	fmt.Fprintf(w, "or a JSAPI payment (payer_id set; next_action.wechat_jsapi, openid the payer's):\n")
+	fmt.Fprintf(w, "curl -s -X POST %s%s -H 'Content-Type: application/json' -d '<next_action.wechat_jsapi, with \"openid\":\"<payer_id>\">'\n", srv.URL, wechatpaytest.PayPath)
+	<-ctx.Done()
+	return nil
+}
+
+// writeWeChatKeys writes the imitation's test-only keys to dir: the merchant private key
+// (PKCS#8 PEM), the APIv3 key, the platform certificate and the WeChat Pay public key
+// (PKIX PEM); it returns their paths by "merchant", "apiv3", "platform", "pubkey".
+func writeWeChatKeys(dir string) (map[string]string, error) {
+	merchant, err := x509.MarshalPKCS8PrivateKey(wechatpaytest.MerchantKey())
+	if err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&wechatpaytest.PublicKeyKey().PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	contents := map[string][]byte{
+		"merchant": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: merchant}),
+		"apiv3":    []byte(wechatpaytest.APIv3Key),
+		"platform": wechatpaytest.PlatformCertificatePEM(),
+		"pubkey":   pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+	}
+	names := map[string]string{"merchant": "apiclient_key.pem", "apiv3": "apiv3_key", "platform": "platform_cert.pem", "pubkey": "pub_key.pem"}
+	files := map[string]string{}
+	for k, b := range contents {
+		path := filepath.Join(dir, names[k])
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return nil, err
+		}
+		files[k] = path
+	}
+	return files, nil
+}
