@@ -18,6 +18,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/store"
 )
 
 // doJSON makes req and decodes the answer into out (when not nil); it returns the status.
@@ -287,6 +288,19 @@ func TestRestartUsesStoredIntent(t *testing.T) {
 		t.Fatalf("confirm: %d", c)
 	}
 	waitFor(t, "paid", func() bool { return b.get(t, paid.ID).State == orderly.StatePaid })
+	// A message the first engine's relay holds at its close would wait for its lease to end
+	// after the restart, and the order's later messages behind it.
+	waitFor(t, "the outbox drained", func() bool {
+		var n int
+		if err := e.Store().Read(ctx, func(tx store.Tx) error {
+			msgs, err := tx.OutboxList(ctx, orderly.MessagePending, 100)
+			n = len(msgs)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
 	if err := e.Close(context.WithoutCancel(ctx)); err != nil {
 		t.Fatal(err)
 	}
