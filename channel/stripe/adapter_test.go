@@ -223,3 +223,55 @@ func TestVersionMismatch(t *testing.T) {
 		t.Fatalf("event of 2024-06-20: %s %d, %d mismatches, reported %v; want decoded, counted once", n.Kind, n.Amount, a.VersionMismatches(), got)
 	}
 }
+
+// TestNonFinalIntents: processing and requires_action are never a payment. Asked, a
+// processing intent is unknown (it cannot be cancelled) and one requiring an action is
+// pending; the order stays unpaid through their webhooks until Stripe settles them.
+func TestNonFinalIntents(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := t.Context()
+	a := stripe.New(stripe.Config{APIKey: stripetest.APIKey, BaseURL: b.fake.URL})
+	delayed, dp := b.order(t, 1500, "USD", 0)
+	if c, st := confirm(t, b.fake, dp.ProviderRef, dp.NextAction.ClientSecret, stripetest.PaymentMethodDelayed); c != http.StatusOK || st != "processing" {
+		t.Fatalf("confirm with a bank debit: %d %s", c, st)
+	}
+	auth, ap := b.order(t, 900, "USD", 0)
+	if c, st := confirm(t, b.fake, ap.ProviderRef, ap.NextAction.ClientSecret, stripetest.PaymentMethodAuthRequired); c != http.StatusOK || st != "requires_action" {
+		t.Fatalf("confirm with 3D Secure: %d %s", c, st)
+	}
+	waitFor(t, "the processing and requires_action events", func() bool {
+		n := 0
+		for _, d := range b.fake.Deliveries() {
+			if (d.Type == "payment_intent.processing" || d.Type == "payment_intent.requires_action") && d.Status == http.StatusOK {
+				n++
+			}
+		}
+		return n == 2
+	})
+	for _, tc := range []struct {
+		p    *orderly.Payment
+		want orderly.GatewayStatus
+	}{{dp, orderly.GatewayUnknown}, {ap, orderly.GatewayPending}} {
+		if gp, err := a.Query(ctx, tc.p); err != nil || gp.Status != tc.want {
+			t.Errorf("query of %s: %+v, %v; want %s", tc.p.ProviderRef, gp, err, tc.want)
+		}
+	}
+	if gp, err := a.Cancel(ctx, dp); err != nil || gp.Status != orderly.GatewayUnknown {
+		t.Errorf("cancel of a processing intent: %+v, %v; want unknown", gp, err)
+	}
+	for _, id := range []string{delayed.ID, auth.ID} {
+		if got := b.get(t, id); got.State != orderly.StatePendingPayment || got.PayStatus != orderly.PayPaying {
+			t.Fatalf("order %s %s/%s, want pending_payment/paying", id, got.State, got.PayStatus)
+		}
+	}
+	if !b.fake.SettleIntent(dp.ProviderRef, true) || !b.fake.Authenticate(ap.ProviderRef, true) {
+		t.Fatal("settle")
+	}
+	for _, id := range []string{delayed.ID, auth.ID} {
+		waitFor(t, "paid", func() bool { return b.get(t, id).State == orderly.StatePaid })
+	}
+	if got := b.get(t, delayed.ID); got.PayStatus != orderly.PayPaid || b.pays(t, delayed.ID) != 1 {
+		t.Errorf("order %s/%s with %d pay transitions; want paid once", got.State, got.PayStatus, b.pays(t, delayed.ID))
+	}
+}
