@@ -38,6 +38,11 @@ func setup(t *testing.T, edit func(*engine.Config, *stripetest.Server)) *bundle 
 	t.Helper()
 	fake := stripetest.NewServer()
 	t.Cleanup(fake.Close)
+	t.Cleanup(func() {
+		if n := fake.Calls("search"); n != 0 {
+			t.Errorf("the search API was called %d times; money paths must use the stored ids", n)
+		}
+	})
 	adapter := stripe.New(stripe.Config{APIKey: stripetest.APIKey, WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})
 	cfg := engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
@@ -86,6 +91,9 @@ func (b *bundle) order(t *testing.T, price int64, currency string, timeoutSecond
 	in, ok := b.fake.Intent(p.ID)
 	if !ok || in.Amount != price || in.Metadata["payment_id"] != p.ID || in.Metadata["order_id"] != o.ID {
 		t.Fatalf("intent at Stripe for payment %s: %+v (found %v); want amount %d with metadata payment_id and order_id", p.ID, in, ok, price)
+	}
+	if p.ProviderRef != in.ID || p.NextAction == nil || p.NextAction.ClientSecret != in.ClientSecret {
+		t.Fatalf("payment %s: provider_ref %q next_action %+v; want %s and its client_secret", p.ID, p.ProviderRef, p.NextAction, in.ID)
 	}
 	return o, p
 }

@@ -2,9 +2,11 @@
 // the raw body with the Stripe-Signature header (HMAC-SHA256 with the endpoint's signing
 // secret, several secrets during a roll, 5-minute tolerance) and decoded into
 // provider-neutral notifications; and the outbound calls of orderly.Gateway on Stripe's
-// REST API (payment intents and refunds), each with an Idempotency-Key per operation.
-// It uses net/http only; Config.BaseURL points it at the imitation server of package
-// stripetest in tests and simulations.
+// REST API (payment intents and refunds), every call pinned to APIVersion. Query, cancel
+// and refund name the PaymentIntent by the id stored at create (Payment.ProviderRef), never
+// through the search API, which Stripe documents as not read-after-write. It uses net/http
+// only; Config.BaseURL points it at the imitation server of package stripetest in tests
+// and simulations. docs/payments/stripe.md maps every Stripe state to orderly's.
 package stripe
 
 import (
@@ -14,11 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -28,13 +31,30 @@ import (
 // DefaultBaseURL is Stripe's API.
 const DefaultBaseURL = "https://api.stripe.com"
 
+// APIVersion is the Stripe API version every outbound call is pinned to (header
+// Stripe-Version), and the version the webhook endpoint must be created with so that
+// events arrive in the shape decode reads: 2025-03-31.basil, the version stripe-go v82.0.0
+// pins. An event of another version is logged and counted (Config.OnVersionMismatch).
+const APIVersion = "2025-03-31.basil"
+
+// VersionHeader is the header that pins a call's API version.
+const VersionHeader = "Stripe-Version"
+
+// IdempotencyWindow is how long Stripe keeps an Idempotency-Key's first answer (at least
+// 24 hours, docs.stripe.com/api/idempotent_requests). Within it, repeating the create of an
+// attempt answers the PaymentIntent that create made; after it, the same request would make
+// a new one, so the id of an attempt whose create was never answered is recovered only
+// within an hour's margin of it.
+const IdempotencyWindow = 23 * time.Hour
+
 // Config configures an Adapter. Zero values mean the documented defaults.
 type Config struct {
 	// Name is the channel's name as recorded on payments and in the webhook route
 	// (/v1/channels/{name}/webhook); "stripe".
 	Name string
 	// APIKey is the secret API key (sk_live_…, sk_test_… or a restricted rk_… key with
-	// write access to payment intents and refunds). Required for the outbound calls.
+	// write access to payment intents and refunds). Required for the outbound calls. It
+	// is sent to BaseURL only: never logged, never part of a handoff.
 	APIKey string
 	// WebhookSecrets are the signing secrets of the webhook endpoint ("whsec_…"), used as
 	// Stripe shows them. Give two while rolling the secret: a delivery signed with either
@@ -47,15 +67,19 @@ type Config struct {
 	// HTTPClient makes the outbound calls; http.DefaultClient. Its timeout, if any, adds
 	// to the payment service's per-call timeout.
 	HTTPClient *http.Client
+	// Logger logs events whose api_version is not APIVersion; slog.Default().
+	Logger *slog.Logger
+	// OnVersionMismatch, when set, is called with the api_version of every verified event
+	// that is not APIVersion (the webhook endpoint was created with another version), e.g.
+	// to count it in a metric. Adapter.VersionMismatches counts them too.
+	OnVersionMismatch func(version string)
 }
 
-// Adapter is the Stripe channel. It is safe for concurrent use.
+// Adapter is the Stripe channel. It is safe for concurrent use. It keeps no state of its
+// own about payments: every call names Stripe's objects by the ids orderly stored.
 type Adapter struct {
-	cfg Config
-	// intents maps orderly payment ids to Stripe payment intent ids, filled by Create and
-	// by verified events; a miss is resolved with the search API (another instance created
-	// the intent, or this one restarted).
-	intents sync.Map
+	cfg        Config
+	mismatches atomic.Int64
 }
 
 var _ channel.Adapter = (*Adapter)(nil)
@@ -68,26 +92,40 @@ func New(cfg Config) *Adapter {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = http.DefaultClient
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	return &Adapter{cfg: cfg}
 }
 
 // Name implements channel.Adapter.
 func (a *Adapter) Name() string { return a.cfg.Name }
 
+// VersionMismatches returns how many verified events carried an api_version other than
+// APIVersion since the adapter was made.
+func (a *Adapter) VersionMismatches() int64 { return a.mismatches.Load() }
+
 // Verify implements channel.Adapter: the Stripe-Signature header over body as received
-// (a body re-encoded by a proxy fails), then the event decoded (see the package's events
-// in README.md "Payment channels"). Errors: EUNAUTHORIZED (signature, timestamp outside the
+// (a body re-encoded by a proxy fails), then the event decoded (decode). An event whose
+// api_version is not APIVersion is logged and counted, and decoded all the same: the
+// fields orderly reads are the same in every version since 2022-11-15 (docs/payments/
+// stripe.md, "API version"). Errors: EUNAUTHORIZED (signature, timestamp outside the
 // tolerance, no secret configured), EINVALID (not a Stripe event, a malformed amount).
 func (a *Adapter) Verify(header http.Header, body []byte, now time.Time) (*channel.Notification, error) {
 	if err := verifySignature(header.Get(SignatureHeader), body, a.cfg.WebhookSecrets, now, a.cfg.Tolerance); err != nil {
 		return nil, err
 	}
-	n, err := decode(a.cfg.Name, body)
+	n, version, err := decode(a.cfg.Name, body)
 	if err != nil {
 		return nil, err
 	}
-	if n.PaymentID != "" && strings.HasPrefix(n.ChannelTxnID, "pi_") {
-		a.intents.Store(n.PaymentID, n.ChannelTxnID)
+	if version != "" && version != APIVersion {
+		a.mismatches.Add(1)
+		a.cfg.Logger.Warn("a Stripe event of another API version than the one orderly pins; create the webhook endpoint with api_version "+APIVersion,
+			"channel", a.cfg.Name, "event_id", n.EventID, "api_version", version, "want", APIVersion)
+		if a.cfg.OnVersionMismatch != nil {
+			a.cfg.OnVersionMismatch(version)
+		}
 	}
 	return n, nil
 }
@@ -114,11 +152,22 @@ func (a *Adapter) Ack(w http.ResponseWriter, err error) {
 
 // paymentIntent is the part of a payment intent the outbound calls read.
 type paymentIntent struct {
-	ID             string `json:"id"`
-	Status         string `json:"status"`
-	Amount         int64  `json:"amount"`
-	AmountReceived int64  `json:"amount_received"`
-	Currency       string `json:"currency"`
+	ID             string            `json:"id"`
+	Status         string            `json:"status"`
+	Amount         int64             `json:"amount"`
+	AmountReceived int64             `json:"amount_received"`
+	Currency       string            `json:"currency"`
+	ClientSecret   string            `json:"client_secret"`
+	Metadata       map[string]string `json:"metadata"`
+}
+
+// refund is the part of a refund the outbound calls read.
+type refund struct {
+	ID            string            `json:"id"`
+	Status        string            `json:"status"`
+	Amount        int64             `json:"amount"`
+	FailureReason string            `json:"failure_reason"`
+	Metadata      map[string]string `json:"metadata"`
 }
 
 // apiError is Stripe's error body.
@@ -141,9 +190,9 @@ func (e *callError) Error() string {
 	return fmt.Sprintf("stripe: %d %s: %s", e.status, cmp.Or(e.body.Error.Code, e.body.Error.Type), e.body.Error.Message)
 }
 
-// do calls the API: form-encoded params, Idempotency-Key when key is set, out decoded from
-// a 2xx answer. A 4xx other than 409 and 429 is a *callError wrapped in an *orderly.Error
-// (the provider refused: retrying will not help); anything else is transient.
+// do calls the API: form-encoded params, Stripe-Version APIVersion, Idempotency-Key when
+// key is set, out decoded from a 2xx answer. A non-2xx answer is a *callError (refusal
+// turns the final ones into *orderly.Error); a transport error is returned wrapped.
 func (a *Adapter) do(ctx context.Context, method, path string, params url.Values, key string, out any) error {
 	var body io.Reader
 	u := a.cfg.BaseURL + path
@@ -157,6 +206,7 @@ func (a *Adapter) do(ctx context.Context, method, path string, params url.Values
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+a.cfg.APIKey)
+	req.Header.Set(VersionHeader, APIVersion)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
@@ -193,51 +243,78 @@ func refusal(op string, err error) error {
 	return err
 }
 
-// Create implements orderly.Gateway: a payment intent for p's amount with metadata
-// payment_id and order_id, Idempotency-Key "orderly-create-<payment id>".
-func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
-	return &orderly.GatewayAttempt{}, a.create(ctx, p)
-}
+// createKey is the Idempotency-Key of the create of attempt paymentID.
+func createKey(paymentID string) string { return "orderly-create-" + paymentID }
 
-func (a *Adapter) create(ctx context.Context, p *orderly.Payment) error {
+// createParams are the parameters of the create of attempt p: the same for every repeat
+// of it, as Stripe's idempotency requires (a repeat with other parameters is refused).
+func createParams(p *orderly.Payment) (url.Values, error) {
 	amount, cur, err := FromMinor(p.Amount, p.Currency)
 	if err != nil {
-		return orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
+		return nil, err
 	}
-	params := url.Values{
+	return url.Values{
 		"amount": {strconv.FormatInt(amount, 10)}, "currency": {cur},
 		"metadata[" + MetadataPaymentID + "]": {p.ID}, "metadata[order_id]": {p.OrderID},
 		"automatic_payment_methods[enabled]": {"true"},
+	}, nil
+}
+
+// Create implements orderly.Gateway: a PaymentIntent for p's amount with metadata
+// payment_id and order_id, Idempotency-Key "orderly-create-<payment id>". It answers the
+// intent's id (stored as p.ProviderRef) and the handoff NextAction{Type: use_stripe_sdk,
+// ClientSecret: the intent's client_secret}, which the buyer's client confirms with
+// Stripe.js or a mobile SDK and the shop's publishable key. Errors: EINVALID for an amount
+// Stripe cannot express or a 4xx refusal; others are transient.
+func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
+	params, err := createParams(p)
+	if err != nil {
+		return nil, orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
 	}
 	var pi paymentIntent
-	if err := a.do(ctx, http.MethodPost, "/v1/payment_intents", params, "orderly-create-"+p.ID, &pi); err != nil {
-		return refusal("payment intent", err)
+	if err := a.do(ctx, http.MethodPost, "/v1/payment_intents", params, createKey(p.ID), &pi); err != nil {
+		return nil, refusal("payment intent", err)
 	}
-	a.intents.Store(p.ID, pi.ID)
-	return nil
+	if pi.ID == "" || pi.ClientSecret == "" {
+		return nil, fmt.Errorf("stripe: the payment intent of payment %s came back without id or client_secret", p.ID)
+	}
+	return &orderly.GatewayAttempt{ProviderRef: pi.ID,
+		NextAction: &orderly.NextAction{Type: orderly.NextActionStripeSDK, ClientSecret: pi.ClientSecret}}, nil
 }
 
-// intentOf returns the payment intent id of orderly payment paymentID. Errors: none found
-// (transient: the search index may lag a just-created intent).
-func (a *Adapter) intentOf(ctx context.Context, paymentID string) (string, error) {
-	if id, ok := a.intents.Load(paymentID); ok {
-		return id.(string), nil
+// intentOf returns the PaymentIntent id of attempt p: the one stored at create. For an
+// attempt whose create was never answered (ProviderRef ""), it repeats the create with its
+// Idempotency-Key, and Stripe answers the intent that create made (or makes it now, if the
+// first request never arrived: no one holds its client_secret). Every failure of that is
+// transient — a refused or mismatched repeat, an attempt older than IdempotencyWindow —
+// because "no intent" would let the caller conclude the buyer cannot have paid.
+func (a *Adapter) intentOf(ctx context.Context, p *orderly.Payment) (string, error) {
+	if p.ProviderRef != "" {
+		return p.ProviderRef, nil
 	}
-	var res struct {
-		Data []paymentIntent `json:"data"`
+	if !p.CreatedAt.IsZero() && time.Since(p.CreatedAt) > IdempotencyWindow {
+		return "", fmt.Errorf("stripe: payment %s has no stored payment intent and was created %s ago, beyond the idempotency window; its intent cannot be recovered safely",
+			p.ID, time.Since(p.CreatedAt).Round(time.Minute))
 	}
-	q := url.Values{"query": {"metadata['" + MetadataPaymentID + "']:'" + strings.ReplaceAll(paymentID, "'", `\'`) + "'"}}
-	if err := a.do(ctx, http.MethodGet, "/v1/payment_intents/search", q, "", &res); err != nil {
-		return "", err
+	params, err := createParams(p)
+	if err != nil {
+		return "", fmt.Errorf("stripe: recover the payment intent of payment %s: %v", p.ID, err)
 	}
-	if len(res.Data) == 0 {
-		return "", fmt.Errorf("stripe: no payment intent has metadata payment_id %s (yet)", paymentID)
+	var pi paymentIntent
+	if err := a.do(ctx, http.MethodPost, "/v1/payment_intents", params, createKey(p.ID), &pi); err != nil {
+		return "", fmt.Errorf("stripe: recover the payment intent of payment %s by repeating its create: %w", p.ID, err)
 	}
-	a.intents.Store(paymentID, res.Data[0].ID)
-	return res.Data[0].ID, nil
+	if pi.ID == "" || pi.Metadata[MetadataPaymentID] != p.ID {
+		return "", fmt.Errorf("stripe: the repeated create of payment %s answered intent %q of payment %q", p.ID, pi.ID, pi.Metadata[MetadataPaymentID])
+	}
+	return pi.ID, nil
 }
 
-// view maps a payment intent to the gateway's view of the attempt.
+// view maps a payment intent to the gateway's view of the attempt. Only succeeded is a
+// capture; processing (a delayed method on its way) and requires_capture (authorised) may
+// still take the money, so they are unknown; requires_action (the buyer is
+// authenticating), requires_payment_method and requires_confirmation are pending, and may
+// be cancelled.
 func view(pi *paymentIntent) (*orderly.GatewayPayment, error) {
 	switch pi.Status {
 	case "succeeded":
@@ -251,14 +328,13 @@ func view(pi *paymentIntent) (*orderly.GatewayPayment, error) {
 	case "requires_payment_method", "requires_confirmation", "requires_action":
 		return &orderly.GatewayPayment{Status: orderly.GatewayPending}, nil
 	}
-	// processing, requires_capture: money may be on its way.
 	return &orderly.GatewayPayment{Status: orderly.GatewayUnknown}, nil
 }
 
-// Query implements orderly.Gateway: the payment intent, retrieved.
+// Query implements orderly.Gateway: the payment intent p.ProviderRef (intentOf),
+// retrieved.
 func (a *Adapter) Query(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
-	paymentID := p.ID
-	id, err := a.intentOf(ctx, paymentID)
+	id, err := a.intentOf(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -269,19 +345,19 @@ func (a *Adapter) Query(ctx context.Context, p *orderly.Payment) (*orderly.Gatew
 	return view(&pi)
 }
 
-// Cancel implements orderly.Gateway: the payment intent cancelled, Idempotency-Key
-// "orderly-cancel-<payment id>". Stripe's answer that the intent can no longer be cancelled
+// Cancel implements orderly.Gateway: the payment intent p.ProviderRef (intentOf)
+// cancelled. Stripe's answer that the intent can no longer be cancelled
 // (payment_intent_unexpected_state) carries the intent: succeeded → GatewaySucceeded (the
 // payment is applied instead of the close), canceled → GatewayFailed, processing →
-// GatewayUnknown.
+// GatewayUnknown. The call carries no Idempotency-Key: cancelling is idempotent at Stripe,
+// and a replayed first answer ("processing") would hide what the intent became since.
 func (a *Adapter) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.GatewayPayment, error) {
-	paymentID := p.ID
-	id, err := a.intentOf(ctx, paymentID)
+	id, err := a.intentOf(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	var pi paymentIntent
-	err = a.do(ctx, http.MethodPost, "/v1/payment_intents/"+url.PathEscape(id)+"/cancel", nil, "orderly-cancel-"+paymentID, &pi)
+	err = a.do(ctx, http.MethodPost, "/v1/payment_intents/"+url.PathEscape(id)+"/cancel", nil, "", &pi)
 	var ce *callError
 	if errors.As(err, &ce) && ce.body.Error.PaymentIntent != nil {
 		return view(ce.body.Error.PaymentIntent)
@@ -291,45 +367,101 @@ func (a *Adapter) Cancel(ctx context.Context, p *orderly.Payment) (*orderly.Gate
 	return view(&pi)
 }
 
-// Refund implements orderly.Gateway: a refund of r.Amount of the payment's intent with
-// metadata refund_id and payment_id, Idempotency-Key "orderly-refund-<r.IdempotencyKey>",
-// so a redelivered outbox message never refunds twice. A 4xx answer (already refunded,
-// amount too large) is an *orderly.Error: the refund failed.
-func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
-	if err := a.refund(ctx, r); err != nil {
-		return nil, err
+// refundIntent returns the PaymentIntent a refund of r goes to: the one that captured the
+// money (r.Payment.ChannelTxnID, a "pi_…" set at capture: a Checkout Session's own
+// intent, or a second capture's), else the one stored at create (intentOf).
+func (a *Adapter) refundIntent(ctx context.Context, r *orderly.GatewayRefund) (string, error) {
+	if r.Payment == nil {
+		return "", fmt.Errorf("stripe: refund %s: payment %s was not given; its payment intent is unknown", r.IdempotencyKey, r.PaymentID)
 	}
-	return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
+	if strings.HasPrefix(r.Payment.ChannelTxnID, "pi_") {
+		return r.Payment.ChannelTxnID, nil
+	}
+	return a.intentOf(ctx, r.Payment)
 }
 
-// QueryRefund implements orderly.Gateway.
-func (a *Adapter) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
-	return nil, orderly.Errorf(orderly.ENOTFOUND, "refund %s: not queried", r.IdempotencyKey)
+// refundView maps a Stripe refund to the gateway's view: succeeded is the only
+// confirmation; pending and requires_action are accepted, not final (Detail the status);
+// failed and canceled are final failures (Detail the status and failure_reason). A status
+// Stripe may add later is read as not final.
+func refundView(f *refund) *orderly.GatewayRefundResult {
+	res := &orderly.GatewayRefundResult{Status: orderly.GatewayPending, ProviderRef: f.ID, Detail: f.Status}
+	switch f.Status {
+	case "succeeded":
+		res.Status = orderly.GatewaySucceeded
+	case "failed", "canceled":
+		res.Status = orderly.GatewayFailed
+		if f.FailureReason != "" {
+			res.Detail += " (" + f.FailureReason + ")"
+		}
+	}
+	return res
 }
 
-func (a *Adapter) refund(ctx context.Context, r *orderly.GatewayRefund) error {
-	id, err := a.intentOf(ctx, r.PaymentID)
+// Refund implements orderly.Gateway: a refund of r.Amount of the payment's intent
+// (refundIntent) with metadata refund_id and payment_id, Idempotency-Key
+// "orderly-refund-<r.IdempotencyKey>", so a redelivered outbox message never refunds twice
+// within Stripe's idempotency window (and QueryRefund finds the refund by its metadata
+// after it). The answer is refundView of the refund: Stripe answers pending for many
+// methods. A 4xx answer (already refunded, amount too large) is an *orderly.Error: refused.
+func (a *Adapter) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	id, err := a.refundIntent(ctx, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	params := url.Values{"payment_intent": {id},
 		"metadata[" + MetadataRefundID + "]": {r.IdempotencyKey}, "metadata[" + MetadataPaymentID + "]": {r.PaymentID}}
 	if r.Amount > 0 && r.Currency != "" {
 		amount, _, err := FromMinor(r.Amount, r.Currency)
 		if err != nil {
-			return orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
+			return nil, orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
 		}
 		params.Set("amount", strconv.FormatInt(amount, 10))
 	}
-	var out struct {
-		ID     string `json:"id"`
-		Status string `json:"status"`
+	var f refund
+	if err := a.do(ctx, http.MethodPost, "/v1/refunds", params, "orderly-refund-"+r.IdempotencyKey, &f); err != nil {
+		return nil, refusal("refund", err)
 	}
-	if err := a.do(ctx, http.MethodPost, "/v1/refunds", params, "orderly-refund-"+r.IdempotencyKey, &out); err != nil {
-		return refusal("refund", err)
+	return refundView(&f), nil
+}
+
+// QueryRefund implements orderly.Gateway: the refund r.ProviderRefundRef retrieved (GET
+// /v1/refunds/{id}) when Stripe named it, else the refunds of the payment's intent listed
+// (GET /v1/refunds?payment_intent=…, read-after-write, unlike search) and the one whose
+// metadata refund_id is r.IdempotencyKey taken. Answers refundView of it. Errors: ENOTFOUND
+// when the intent has no such refund (the caller then refunds); others are transient.
+func (a *Adapter) QueryRefund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+	if r.ProviderRefundRef != "" {
+		var f refund
+		if err := a.do(ctx, http.MethodGet, "/v1/refunds/"+url.PathEscape(r.ProviderRefundRef), nil, "", &f); err != nil {
+			return nil, err
+		}
+		if got := f.Metadata[MetadataRefundID]; got != r.IdempotencyKey {
+			return nil, fmt.Errorf("stripe: refund %s is orderly's refund %q, not %s", f.ID, got, r.IdempotencyKey)
+		}
+		return refundView(&f), nil
 	}
-	if out.Status == "failed" || out.Status == "canceled" {
-		return orderly.Errorf(orderly.EINVALID, "stripe refund %s is %s", out.ID, out.Status)
+	id, err := a.refundIntent(ctx, r)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	params := url.Values{"payment_intent": {id}, "limit": {"100"}}
+	for {
+		var page struct {
+			Data    []refund `json:"data"`
+			HasMore bool     `json:"has_more"`
+		}
+		if err := a.do(ctx, http.MethodGet, "/v1/refunds", params, "", &page); err != nil {
+			return nil, err
+		}
+		for i := range page.Data {
+			if page.Data[i].Metadata[MetadataRefundID] == r.IdempotencyKey {
+				return refundView(&page.Data[i]), nil
+			}
+		}
+		if !page.HasMore || len(page.Data) == 0 {
+			return nil, orderly.Errorf(orderly.ENOTFOUND, "stripe: payment intent %s has no refund with metadata refund_id %s", id, r.IdempotencyKey)
+		}
+		params.Set("starting_after", page.Data[len(page.Data)-1].ID)
+	}
 }

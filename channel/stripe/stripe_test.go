@@ -142,6 +142,9 @@ func TestDecode(t *testing.T) {
 	session := func(payStatus string) string {
 		return `{"id":"cs_1","object":"checkout.session","amount_total":80,"currency":"jpy","payment_intent":"pi_2","client_reference_id":"pay_2","payment_status":"` + payStatus + `","metadata":{}}`
 	}
+	refund := func(status string) string {
+		return `{"id":"re_1","object":"refund","amount":300,"currency":"usd","status":"` + status + `","payment_intent":"pi_1","metadata":{"refund_id":"rf_1","payment_id":"pay_1"}}`
+	}
 	cases := []struct {
 		name    string
 		body    string
@@ -166,11 +169,24 @@ func TestDecode(t *testing.T) {
 		{"charge refunded, partial", ev("charge.refunded", `{"id":"ch_1","object":"charge","amount":1000,"amount_refunded":400,"currency":"usd","payment_intent":"pi_1","metadata":{"payment_id":"pay_1"},`+
 			`"refunds":{"data":[{"id":"re_2","amount":100,"status":"succeeded","metadata":{"refund_id":"rf_2"}},{"id":"re_1","amount":300,"status":"succeeded","metadata":{"refund_id":"rf_1"}}]}}`),
 			channel.RefundSucceeded, "pay_1", "pi_1", 100, "rf_2"},
+		{"refund pending", ev("refund.created", refund("pending")), channel.PaymentPending, "pay_1", "pi_1", 300, "rf_1"},
+		{"refund requires_action", ev("refund.updated", refund("requires_action")), channel.PaymentPending, "pay_1", "pi_1", 300, "rf_1"},
+		{"charge.refund.updated succeeded", ev("charge.refund.updated", refund("succeeded")), channel.RefundSucceeded, "pay_1", "pi_1", 300, "rf_1"},
+		{"charge.refund.updated pending", ev("charge.refund.updated", refund("pending")), channel.PaymentPending, "pay_1", "pi_1", 300, "rf_1"},
+		{"refund.failed", ev("refund.failed", refund("failed")), channel.RefundFailed, "pay_1", "pi_1", 300, "rf_1"},
+		{"refund canceled", ev("refund.updated", refund("canceled")), channel.RefundFailed, "pay_1", "pi_1", 300, "rf_1"},
+		{"charge refunded, no refunds list (2022-11-15 and later)", ev("charge.refunded", `{"id":"ch_1","object":"charge","amount":1000,"amount_refunded":400,"currency":"usd","payment_intent":"pi_1","metadata":{"payment_id":"pay_1"}}`),
+			channel.Ignored, "", "pi_1", 0, ""},
+		{"charge refunded, newest refund pending", ev("charge.refunded", `{"id":"ch_1","object":"charge","amount":1000,"amount_refunded":400,"currency":"usd","payment_intent":"pi_1","metadata":{"payment_id":"pay_1"},`+
+			`"refunds":{"data":[{"id":"re_2","amount":100,"status":"pending","metadata":{"refund_id":"rf_2"}}]}}`),
+			channel.PaymentPending, "pay_1", "pi_1", 100, "rf_2"},
+		{"payment intent processing", ev("payment_intent.processing", pi("processing")), channel.PaymentPending, "pay_1", "pi_1", 1000, ""},
+		{"payment intent requires_action", ev("payment_intent.requires_action", pi("requires_action")), channel.PaymentPending, "pay_1", "pi_1", 1000, ""},
 		{"another system's payment", ev("payment_intent.succeeded", `{"id":"pi_9","object":"payment_intent","amount_received":5,"currency":"usd","metadata":{}}`), channel.Ignored, "", "pi_9", 0, ""},
 		{"an event orderly does not act on", ev("customer.created", `{"id":"cus_1","object":"customer"}`), channel.Ignored, "", "", 0, ""},
 	}
 	for _, tc := range cases {
-		n, err := decode("stripe", []byte(tc.body))
+		n, _, err := decode("stripe", []byte(tc.body))
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -183,7 +199,7 @@ func TestDecode(t *testing.T) {
 	}
 	for _, bad := range []string{`not json`, `{"type":"payment_intent.succeeded"}`,
 		ev("payment_intent.succeeded", `{"id":"pi_1","amount_received":150,"currency":"isk","metadata":{"payment_id":"p"}}`)} {
-		if _, err := decode("stripe", []byte(bad)); orderly.ErrorCode(err) != orderly.EINVALID {
+		if _, _, err := decode("stripe", []byte(bad)); orderly.ErrorCode(err) != orderly.EINVALID {
 			t.Errorf("decode(%s) = %v, want %s", bad, err, orderly.EINVALID)
 		}
 	}
