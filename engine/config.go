@@ -139,6 +139,10 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// ReconcileDryRun makes the reconciliation job report its findings without repairing.
 	ReconcileDryRun bool
+	// ReconcileRefundStuckAfter is how old a refund the provider accepted and never
+	// confirmed (still requested, refunds.provider_status set) must be to be a
+	// refund_stuck finding; reconcile.DefaultRefundStuckAfter (24 h).
+	ReconcileRefundStuckAfter time.Duration
 
 	OutboxBatchSize    int           // outbox messages claimed per transaction; 1000
 	OutboxMaxAttempts  int64         // delivery attempts before a message is dead; 10
@@ -198,8 +202,8 @@ type Config struct {
 	// DefaultChannel is the channel of attempts that name none (and that ChannelRoutes does
 	// not route): "" or "sim" for the simulated gateway when it is served, else one of
 	// Channels' names. With Channels and without EnableSimChannel it is required and must
-	// name one of Channels (Validate refuses otherwise): a server with a real provider never
-	// falls back to the simulator.
+	// name one of Channels (Validate refuses otherwise), unless ChannelRoutes route every
+	// such attempt: a server with a real provider never falls back to the simulator.
 	DefaultChannel string
 	// ChannelRoutes, when set, split the attempts that name no channel between channels
 	// by weight, sticky per user (channel.Router: hash(user_id) mod 100); a channel whose
@@ -324,6 +328,7 @@ func (c *Config) Validate() error {
 	}{
 		{"PaymentTimeout", c.PaymentTimeout}, {"GracePeriod", c.GracePeriod},
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval}, {"ReconcileInterval", c.ReconcileInterval},
+		{"ReconcileRefundStuckAfter", c.ReconcileRefundStuckAfter},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
 		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention}, {"WebhookTimeout", c.WebhookTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout}, {"ChannelFloorFor", c.ChannelFloorFor},
@@ -372,7 +377,7 @@ func (c *Config) validateChannels(names map[string]bool) error {
 		}}
 	}
 	switch {
-	case c.DefaultChannel == "" && !c.SimServed():
+	case c.DefaultChannel == "" && !c.SimServed() && len(c.ChannelRoutes) == 0:
 		return &ConfigError{Field: "DefaultChannel", text: func(name func(string) string) string {
 			return fmt.Sprintf("%s is required with real payment channels (one of %s): the simulated channel %q is not served without %s",
 				name("DefaultChannel"), strings.Join(configured, ", "), payment.SimChannel, name("EnableSimChannel"))
@@ -381,6 +386,16 @@ func (c *Config) validateChannels(names map[string]bool) error {
 		return configErrorf("DefaultChannel", "%s %q is not a served channel (served: %s)", c.DefaultChannel, strings.Join(configured, ", "))
 	}
 	return nil
+}
+
+// paymentChannel is the payment service's default channel (payment.Config.Channel): where
+// the simulator is not served and ChannelRoutes route every attempt that names none, the
+// first route, which the router also falls back to.
+func (c *Config) paymentChannel() string {
+	if c.DefaultChannel == "" && !c.SimServed() && len(c.ChannelRoutes) > 0 {
+		return c.ChannelRoutes[0].Channel
+	}
+	return c.DefaultChannel
 }
 
 // withDefaults returns c with the documented defaults in place of zero values.

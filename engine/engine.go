@@ -164,7 +164,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	e.router = router
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
-		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout, Router: router,
+		Channels: cfg.Channels, Channel: cfg.paymentChannel(), CallTimeout: cfg.ChannelCallTimeout, Router: router,
 		Breaker: cfg.ChannelBreaker,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
@@ -314,7 +314,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	if e.recon, err = reconcile.New(reconcile.Config{
 		Store: st, Machine: e.machine, Payments: e.payments, WakeRelay: wakeRelay, Registerer: e.metrics.Registry, Logger: log,
-		Checks: wallet.ReconcileChecks(),
+		Checks: wallet.ReconcileChecks(), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
 		CloseDue: func(ctx context.Context) error {
 			_, err := e.closer.CloseDue(ctx, reconcile.OperatorReconcile)
 			return err
