@@ -42,7 +42,7 @@ func reconcileCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("--since: "+err.Error(), exitUsage)
 			}
-			if err := statementFlags(cmd); err != nil {
+			if err := reconcileFlags(cmd); err != nil {
 				return err
 			}
 			logger, err := newLogger(cmd.Root(), cmd.Root().ErrWriter)
@@ -95,10 +95,11 @@ func reconcileCommand() *cli.Command {
 	}
 }
 
-// statementFlags checks --statement and --channel: a statement is one channel's, named
-// (never guessed from the file: a statement carries no channel, and the wrong guess would
-// report every capture of the right one as missing); --channel alone is refused.
-func statementFlags(cmd *cli.Command) error {
+// reconcileFlags checks --statement with --channel, and --refund-stuck-after. A statement
+// is one channel's and the channel is named, never guessed: a statement carries no
+// channel, and a wrong guess would report every capture of the right one as missing.
+// --channel alone is refused too.
+func reconcileFlags(cmd *cli.Command) error {
 	path, ch := cmd.String("statement"), cmd.String("channel")
 	switch {
 	case path != "" && ch == "":
