@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -137,6 +139,10 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// ReconcileDryRun makes the reconciliation job report its findings without repairing.
 	ReconcileDryRun bool
+	// ReconcileRefundStuckAfter is how old a refund the provider accepted and never
+	// confirmed (still requested, refunds.provider_status set) must be to be a
+	// refund_stuck finding; reconcile.DefaultRefundStuckAfter (24 h).
+	ReconcileRefundStuckAfter time.Duration
 
 	OutboxBatchSize    int           // outbox messages claimed per transaction; 1000
 	OutboxMaxAttempts  int64         // delivery attempts before a message is dead; 10
@@ -173,19 +179,31 @@ type Config struct {
 	// checkout): for tests and `orderly simulate` only (serve --test-saga-fail-rate,
 	// --test-saga-slow-rate, --test-saga-timeout-after-apply-rate). Zero: none.
 	SagaFaults saga.Faults
-	// Gateway is the payment gateway the payment service calls (start, inspect, cancel,
-	// refund); nil → the built-in simulated gateway (payment.SimGateway, see
-	// Engine.SimGateway). A *payment.SimGateway given here is given the engine's database
-	// for its card holds (SimGateway.UseStore).
+	// Gateway serves the payment channel "sim" (payment.SimChannel): nil → the built-in
+	// simulated gateway (payment.SimGateway, see Engine.SimGateway), which moves no money.
+	// A *payment.SimGateway given here is given the engine's database for its card holds
+	// (SimGateway.UseStore). "sim" is served only when no real channel is configured
+	// (Channels empty) or EnableSimChannel is set; Start then logs one warning that payments
+	// are simulated. It serves no other channel name: an attempt naming a channel that is
+	// not served ("Stripe", "stripe@v9", "paypal") is refused with EINVALID (422) and
+	// changes nothing. Validate refuses a Gateway given with Channels and without
+	// EnableSimChannel (it would never be called).
 	Gateway orderly.Gateway
+	// EnableSimChannel serves "sim" (Gateway, or the built-in simulator) beside the real
+	// Channels: a staging server's test buyers. Without Channels "sim" is served anyway.
+	EnableSimChannel bool
 	// Channels are the real payment providers (package channel; channel/stripe), each
 	// reachable at POST /v1/channels/{name}/webhook. A payment attempt names its channel
-	// (POST /v1/orders/{id}/payments {"channel":"stripe"}); DefaultChannel names the one of
+	// (POST /v1/orders/{id}/payments {"channel":"stripe"}, exactly as configured: names are
+	// case-sensitive, a variant "stripe@v2" is its own name); DefaultChannel names the one of
 	// attempts that name none. Their calls are bounded by ChannelCallTimeout and go through
 	// a circuit breaker per channel (payment.BreakerConfig defaults).
 	Channels []channel.Adapter
-	// DefaultChannel is the channel of attempts that name none: one of Channels' names, or
-	// "" for the built-in simulated gateway (or Gateway) recorded as "sim".
+	// DefaultChannel is the channel of attempts that name none (and that ChannelRoutes does
+	// not route): "" or "sim" for the simulated gateway when it is served, else one of
+	// Channels' names. With Channels and without EnableSimChannel it is required and must
+	// name one of Channels (Validate refuses otherwise), unless ChannelRoutes route every
+	// such attempt: a server with a real provider never falls back to the simulator.
 	DefaultChannel string
 	// ChannelRoutes, when set, split the attempts that name no channel between channels
 	// by weight, sticky per user (channel.Router: hash(user_id) mod 100); a channel whose
@@ -296,8 +314,8 @@ func (c *Config) Validate() error {
 	if c.ChannelFloor < 0 || c.ChannelFloor > 1 {
 		return configErrorf("ChannelFloor", "%s must be within 0 … 1, got %g", c.ChannelFloor)
 	}
-	if c.DefaultChannel != "" && !names[c.DefaultChannel] {
-		return configErrorf("DefaultChannel", "%s %q is not one of the configured channels", c.DefaultChannel)
+	if err := c.validateChannels(names); err != nil {
+		return err
 	}
 	if c.Events != nil && c.NATSURL != "" {
 		return &ConfigError{Field: "Events", text: func(name func(string) string) string {
@@ -310,6 +328,7 @@ func (c *Config) Validate() error {
 	}{
 		{"PaymentTimeout", c.PaymentTimeout}, {"GracePeriod", c.GracePeriod},
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval}, {"ReconcileInterval", c.ReconcileInterval},
+		{"ReconcileRefundStuckAfter", c.ReconcileRefundStuckAfter},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
 		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention}, {"WebhookTimeout", c.WebhookTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout}, {"ChannelFloorFor", c.ChannelFloorFor},
@@ -336,6 +355,47 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// SimServed reports whether the simulated channel "sim" is served: no real channel is
+// configured, or EnableSimChannel is set.
+func (c *Config) SimServed() bool { return len(c.Channels) == 0 || c.EnableSimChannel }
+
+// validateChannels checks the simulated channel's rule (see Gateway, DefaultChannel):
+// names are the configured real channels.
+func (c *Config) validateChannels(names map[string]bool) error {
+	if names[payment.SimChannel] {
+		return configErrorf("Channels", "%s: %q is the simulated gateway's channel", payment.SimChannel)
+	}
+	configured := slices.Sorted(maps.Keys(names))
+	if c.SimServed() {
+		configured = append([]string{payment.SimChannel}, configured...)
+	} else if c.Gateway != nil {
+		return &ConfigError{Field: "Gateway", text: func(name func(string) string) string {
+			return fmt.Sprintf("%s is the simulated channel %q, not served beside real channels without %s",
+				name("Gateway"), payment.SimChannel, name("EnableSimChannel"))
+		}}
+	}
+	switch {
+	case c.DefaultChannel == "" && !c.SimServed() && len(c.ChannelRoutes) == 0:
+		return &ConfigError{Field: "DefaultChannel", text: func(name func(string) string) string {
+			return fmt.Sprintf("%s is required with real payment channels (one of %s): the simulated channel %q is not served without %s",
+				name("DefaultChannel"), strings.Join(configured, ", "), payment.SimChannel, name("EnableSimChannel"))
+		}}
+	case c.DefaultChannel != "" && !slices.Contains(configured, c.DefaultChannel):
+		return configErrorf("DefaultChannel", "%s %q is not a served channel (served: %s)", c.DefaultChannel, strings.Join(configured, ", "))
+	}
+	return nil
+}
+
+// paymentChannel is the payment service's default channel (payment.Config.Channel): where
+// the simulator is not served and ChannelRoutes route every attempt that names none, the
+// first route, which the router also falls back to.
+func (c *Config) paymentChannel() string {
+	if c.DefaultChannel == "" && !c.SimServed() && len(c.ChannelRoutes) > 0 {
+		return c.ChannelRoutes[0].Channel
+	}
+	return c.DefaultChannel
 }
 
 // withDefaults returns c with the documented defaults in place of zero values.

@@ -121,8 +121,10 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if cfg.Wrap.Store != nil {
 		st = cfg.Wrap.Store(st)
 	}
+	// The simulated channel is served only where Config.SimServed says so (Validate refuses
+	// a Gateway that would not be): a server with a real provider never lands on it.
 	gateway := cfg.Gateway
-	if gateway == nil {
+	if gateway == nil && cfg.SimServed() {
 		e.sim = payment.NewSimGateway()
 		gateway = e.sim
 	}
@@ -145,7 +147,9 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		return nil, fmt.Errorf("engine: flows: %w", err)
 	}
 	e.machine.WithMetrics(e.metrics)
-	gateway = telemetry.InstrumentGateway(gateway, e.metrics)
+	if gateway != nil {
+		gateway = telemetry.InstrumentGateway(gateway, e.metrics)
+	}
 	var router *channel.Router
 	if len(cfg.ChannelRoutes) > 0 {
 		if router, err = channel.NewRouter(channel.RouterConfig{Routes: cfg.ChannelRoutes, Floor: cfg.ChannelFloor,
@@ -160,7 +164,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	e.router = router
 	if e.payments, err = payment.NewService(payment.Config{
 		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
-		Channels: cfg.Channels, Channel: cfg.DefaultChannel, CallTimeout: cfg.ChannelCallTimeout, Router: router,
+		Channels: cfg.Channels, Channel: cfg.paymentChannel(), CallTimeout: cfg.ChannelCallTimeout, Router: router,
 		Breaker: cfg.ChannelBreaker,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
@@ -310,7 +314,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	if e.recon, err = reconcile.New(reconcile.Config{
 		Store: st, Machine: e.machine, Payments: e.payments, WakeRelay: wakeRelay, Registerer: e.metrics.Registry, Logger: log,
-		Checks: wallet.ReconcileChecks(),
+		Checks: wallet.ReconcileChecks(), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
 		CloseDue: func(ctx context.Context) error {
 			_, err := e.closer.CloseDue(ctx, reconcile.OperatorReconcile)
 			return err
@@ -430,7 +434,21 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.served = make(chan error, 1)
 		go func() { e.served <- e.http.Serve(e.listener) }()
 	}
+	e.logSimulated()
 	return nil
+}
+
+// logSimulated logs, once per Start, that the channel "sim" is served: payments on it are
+// simulated and move no money.
+func (e *Engine) logSimulated() {
+	if !e.cfg.SimServed() {
+		return
+	}
+	msg := "payments are SIMULATED (test only): channel sim moves no money; configure a real channel (--stripe-api-key, --alipay-app-id, --wechat-mch-id) for real payments"
+	if len(e.cfg.Channels) > 0 {
+		msg = "channel sim is served beside the real channels (test only): payments on it are SIMULATED and move no money"
+	}
+	e.cfg.Logger.Warn(msg, "channels", e.payments.Served(), "default_channel", cmp.Or(e.cfg.DefaultChannel, payment.SimChannel))
 }
 
 // startWorkers starts the relay, the closer's timer, the jobs and the LISTEN loop on ctx.

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -21,8 +23,10 @@ import (
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
 	Store store.Store
-	// Gateway is called for attempts whose channel is not one of Channels (the built-in
-	// simulated gateway, or an embedder's own). Required unless Channels is set.
+	// Gateway serves the channel SimChannel ("sim", no variant): the built-in simulated
+	// gateway, or an embedder's own test gateway. It serves no other name: a channel a
+	// request names that neither it nor Channels serves is refused (EINVALID). nil: "sim"
+	// is not served. Required unless Channels is set.
 	Gateway orderly.Gateway
 	// Channels are the real payment providers (package channel), by Adapter.Name: an
 	// attempt recorded with that channel is created, inspected, cancelled and refunded
@@ -40,8 +44,9 @@ type Config struct {
 	// Machine applies transitions and their effects; nil → order.DefaultMachine(). The
 	// composition root (package engine) builds one and gives it to every service.
 	Machine *order.Machine
-	// Channel is recorded on attempts that name none; "sim". When it names one of
-	// Channels, those attempts go through that provider.
+	// Channel is recorded on attempts that name none; SimChannel ("sim"). It must be
+	// served: one of Channels (those attempts go through that provider), or SimChannel with
+	// Gateway set.
 	Channel string
 	// WakeRelay, when set, is called after a commit that wrote outbox messages.
 	WakeRelay func()
@@ -56,6 +61,10 @@ type Service struct {
 	gateways map[string]orderly.Gateway // Channels by name, guarded (timeout, breaker)
 	wallets  orderly.WalletService      // refunds of wallet payments (UseWallets); nil: none
 }
+
+// SimChannel is the channel Config.Gateway serves: the simulated gateway of the quick
+// start and the tests, which moves no money.
+const SimChannel = "sim"
 
 // WalletChannel is the channel of payments made from the buyer's wallet (the wallet
 // checkout, checkout.Channel); their channel_txn_id is "wallet:<debit transfer id>".
@@ -76,7 +85,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Machine == nil {
 		cfg.Machine = order.DefaultMachine()
 	}
-	cfg.Channel = cmp.Or(cfg.Channel, "sim")
+	cfg.Channel = cmp.Or(cfg.Channel, SimChannel)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
 	if cfg.WakeRelay == nil {
@@ -95,10 +104,11 @@ func NewService(cfg Config) (*Service, error) {
 		}
 		s.gateways[name] = newGuardedGateway(a, cfg.CallTimeout, cfg.Breaker, cfg.Metrics, cfg.Logger)
 	}
-	if cfg.Gateway == nil {
-		if _, ok := s.gateways[cfg.Channel]; !ok {
-			return nil, fmt.Errorf("payment: Config.Channel %q names none of Config.Channels and there is no Config.Gateway", cfg.Channel)
-		}
+	if _, real := s.gateways[SimChannel]; real && cfg.Gateway != nil {
+		return nil, fmt.Errorf("payment: channel %q is Config.Gateway's; a channel of Config.Channels may not take its name", SimChannel)
+	}
+	if s.checkChannel(cfg.Channel) != nil {
+		return nil, fmt.Errorf("payment: Config.Channel %q is not served (served: %s)", cfg.Channel, strings.Join(s.Served(), ", "))
 	}
 	return s, nil
 }
@@ -141,13 +151,25 @@ func (s *Service) gatewayOfPayment(ctx context.Context, id string) (orderly.Gate
 	return s.gatewayFor(p.Route())
 }
 
+// Served returns the channels this service serves, sorted: the routes of Config.Channels
+// ("stripe", "stripe@v2") and SimChannel when Config.Gateway is set.
+func (s *Service) Served() []string {
+	out := slices.Collect(maps.Keys(s.gateways))
+	if s.cfg.Gateway != nil {
+		out = append(out, SimChannel)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // checkChannel refuses a channel a buyer names that no gateway of this server serves
-// (EINVALID): without Config.Gateway, one of Config.Channels must serve it (a route name,
-// "stripe@v2"); Config.Gateway serves every other name (an embedder's own channels).
-// WalletChannel is refused whatever the configuration: its payments are the wallet
-// checkout's debits, recorded by its saga and refunded by crediting the debit back; an
-// attempt naming it was captured by a gateway and its refund went to the wallet and
-// failed, for ever. "" is the default route.
+// (EINVALID, naming the served ones): one of Config.Channels by its exact route name
+// ("stripe", "stripe@v2"; names are case-sensitive), or SimChannel when Config.Gateway
+// is set. Nothing else falls back to Config.Gateway: a misspelled "Stripe" once landed on
+// the simulator and the buyer "paid" nothing. WalletChannel is refused whatever the
+// configuration: its payments are the wallet checkout's debits, recorded by its saga and
+// refunded by crediting the debit back; an attempt naming it was captured by a gateway
+// and its refund went to the wallet and failed, for ever. "" is the default route.
 func (s *Service) checkChannel(name string) error {
 	if name == "" {
 		return nil
@@ -155,10 +177,11 @@ func (s *Service) checkChannel(name string) error {
 	if ch, _ := orderly.SplitRoute(name); ch == WalletChannel {
 		return orderly.Errorf(orderly.EINVALID, "channel %q is the wallet checkout's: create the order with payment_method %q instead", name, orderly.PaymentMethodWallet)
 	}
-	if _, known := s.gateways[name]; known || s.cfg.Gateway != nil {
+	if _, known := s.gateways[name]; known || (name == SimChannel && s.cfg.Gateway != nil) {
 		return nil
 	}
-	return orderly.Errorf(orderly.EINVALID, "channel %q is not configured", name)
+	return orderly.Errorf(orderly.EINVALID, "channel %q is not served here; the configured channels are %s",
+		name, strings.Join(s.Served(), ", "))
 }
 
 // StartPayment implements orderly.PaymentService. The attempt is written (initiated, order

@@ -20,6 +20,7 @@ func builtinChecks() []Check {
 		{Kind: KindPaidUnbacked, Scan: scanPaidUnbacked, Order: orderPaidUnbacked},
 		{Kind: KindStockMismatch, Scan: scanStock, Order: orderStock, Repair: repairStock},
 		{Kind: KindRefundMismatch, Scan: scanRefunds, Order: orderRefunds},
+		{Kind: KindRefundStuck, Scan: scanRefundsStuck, Order: orderRefundsStuck},
 		{Kind: KindOverdueOrder, Scan: scanOverdue, Order: orderOverdue, Repair: repairOverdue},
 		{Kind: KindOutboxDead, Scan: scanOutboxDead, Order: orderOutbox(KindOutboxDead)},
 		{Kind: KindOutboxStuck, Scan: scanOutboxStuck, Order: orderOutbox(KindOutboxStuck)},

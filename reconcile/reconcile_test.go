@@ -353,8 +353,11 @@ func TestCheckOrder(t *testing.T) {
 	}
 }
 
-// TestStatement compares a statement with one unknown transaction, one amount mismatch,
-// one capture of ours it does not list and one transaction listed twice.
+// TestStatement compares the sim channel's statement with one unknown transaction, one
+// amount mismatch, one capture of ours it does not list and one transaction listed three
+// times (one finding); a wallet debit and another channel's capture in the same period are
+// not reported as missing from it. The other channel's statement finds its own capture and
+// reports a sim transaction it lists as not its own.
 func TestStatement(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "sqlite")
@@ -374,21 +377,33 @@ func TestStatement(t *testing.T) {
 		captured = append(captured, p)
 		e.Clock.Advance(time.Second)
 	}
+	// A wallet debit and a Stripe capture within the statement's period.
+	for i, c := range []struct{ channel, txn string }{{"wallet", "wallet:77"}, {"stripe", "pi_3"}} {
+		o := e.CreateOrder(t, enginetest.CreateOrderOpts{UserID: fmt.Sprintf("w%d", i)})
+		at := enginetest.Start.Add(time.Second)
+		if err := e.Store.InTx(ctx, func(tx store.Tx) error {
+			return tx.PaymentInsert(ctx, &orderly.Payment{ID: "pay-" + c.channel, OrderID: o.ID, Channel: c.channel, ChannelTxnID: c.txn,
+				Amount: o.Amount, Currency: o.Currency, State: orderly.PaymentSucceeded, CreatedAt: at, SucceededAt: &at})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	at := enginetest.Start.Format(time.RFC3339)
 	end := e.Clock.Now().Format(time.RFC3339)
 	// The header starts with the byte order mark a spreadsheet program writes; txn-ok is
-	// listed twice.
+	// listed three times.
 	csv := "\ufeffchannel_txn_id,amount,currency,status,time\n" +
+		fmt.Sprintf("txn-ok,%d,USD,succeeded,%s\n", captured[0].Amount, at) +
 		fmt.Sprintf("txn-ok,%d,USD,succeeded,%s\n", captured[0].Amount, at) +
 		fmt.Sprintf("txn-ok,%d,USD,succeeded,%s\n", captured[0].Amount, at) +
 		fmt.Sprintf("txn-amount,%d,USD,succeeded,%s\n", captured[1].Amount+1, at) +
 		fmt.Sprintf("txn-unknown,500,USD,succeeded,%s\n", end) +
 		fmt.Sprintf("txn-failed,700,USD,failed,%s\n", end)
 	lines, err := reconcile.ReadStatement(strings.NewReader(csv))
-	if err != nil || len(lines) != 5 {
+	if err != nil || len(lines) != 6 {
 		t.Fatalf("ReadStatement = %d lines, %v", len(lines), err)
 	}
-	fs, err := f.r.Statement(ctx, lines)
+	fs, err := f.r.Statement(ctx, "sim", lines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,6 +419,27 @@ func TestStatement(t *testing.T) {
 	}
 	if len(fs) != 4 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("findings = %v (%d), want %v", got, len(fs), want)
+	}
+	for _, f := range fs {
+		if f.Kind == reconcile.KindStatementDuplicate && !strings.Contains(f.Detail, "listed 3 times") {
+			t.Errorf("duplicate finding %q, want it to say listed 3 times", f.Detail)
+		}
+	}
+
+	// Stripe's statement: its capture agrees; a sim transaction on it is not Stripe's.
+	lines, err = reconcile.ReadStatement(strings.NewReader("channel_txn_id,amount,currency,status,time\n" +
+		fmt.Sprintf("pi_3,%d,USD,succeeded,%s\n", captured[0].Amount, at) +
+		fmt.Sprintf("txn-amount,%d,USD,succeeded,%s\n", captured[1].Amount, end)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err = f.r.Statement(ctx, "stripe", lines)
+	if err != nil || len(fs) != 1 || fs[0].Kind != reconcile.KindStatementMissingOurs || fs[0].Target != "txn-amount" ||
+		!strings.Contains(fs[0].Detail, "of channel sim, not stripe") {
+		t.Fatalf("stripe statement: %v, %v; want one statement_missing_ours of txn-amount (sim's)", kinds(fs), err)
+	}
+	if _, err := f.r.Statement(ctx, "", lines); orderly.ErrorCode(err) != orderly.EINVALID {
+		t.Errorf("a statement of no channel: %v, want EINVALID", err)
 	}
 }
 

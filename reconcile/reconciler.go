@@ -23,6 +23,10 @@ const (
 	DefaultBatchSize        = 500
 	DefaultOverdueTolerance = time.Minute
 	DefaultStuckAfter       = 10 * time.Minute
+	// DefaultRefundStuckAfter is how old a refund the provider accepted and never
+	// confirmed must be to be a finding (KindRefundStuck): a day, past the hours a
+	// provider's refund normally takes to settle.
+	DefaultRefundStuckAfter = 24 * time.Hour
 	// DefaultInterval is the period of the reconciliation job: daily.
 	DefaultInterval = 24 * time.Hour
 )
@@ -56,6 +60,10 @@ type Config struct {
 	// StuckAfter is how long past due a pending message must be to be a finding:
 	// DefaultStuckAfter (10 min).
 	StuckAfter time.Duration
+	// RefundStuckAfter is how long after its creation a refund still requested, whose
+	// provider answered a non-final state, must be to be a finding (KindRefundStuck):
+	// DefaultRefundStuckAfter (24 h).
+	RefundStuckAfter time.Duration
 	// Checks are more checks, run after the built-in ones (other packages' kinds).
 	Checks []Check
 	// Registerer receives orderly_reconcile_findings{kind} (findings of the last full run)
@@ -82,12 +90,13 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Store == nil || cfg.Machine == nil || cfg.Payments == nil {
 		return nil, errors.New("reconcile: Store, Machine and Payments are required")
 	}
-	if cfg.BatchSize < 0 || cfg.OverdueTolerance < 0 || cfg.StuckAfter < 0 {
-		return nil, errors.New("reconcile: BatchSize, OverdueTolerance and StuckAfter must not be negative")
+	if cfg.BatchSize < 0 || cfg.OverdueTolerance < 0 || cfg.StuckAfter < 0 || cfg.RefundStuckAfter < 0 {
+		return nil, errors.New("reconcile: BatchSize, OverdueTolerance, StuckAfter and RefundStuckAfter must not be negative")
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.OverdueTolerance = cmp.Or(cfg.OverdueTolerance, DefaultOverdueTolerance)
 	cfg.StuckAfter = cmp.Or(cfg.StuckAfter, DefaultStuckAfter)
+	cfg.RefundStuckAfter = cmp.Or(cfg.RefundStuckAfter, DefaultRefundStuckAfter)
 	if cfg.WakeRelay == nil {
 		cfg.WakeRelay = func() {}
 	}

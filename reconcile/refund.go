@@ -102,3 +102,48 @@ func scanRefunds(ctx context.Context, r *Reconciler, since time.Time, emit func(
 func orderRefunds(_ *Reconciler, s *Snapshot) []*Finding {
 	return refundFindings(s.Order, s.Refunds, s.Reservations)
 }
+
+// KindRefundStuck: a refund still requested whose provider accepted it and answered a
+// non-final state (refunds.provider_status: Stripe "pending" or "requires_action", WeChat
+// Pay "PROCESSING" or "ABNORMAL") and that was created more than Config.RefundStuckAfter
+// ago (24 h): the outbox keeps asking the provider, and the buyer waits for money nobody
+// confirms. Not repaired: an operator task (look at the refund at the provider; WeChat
+// Pay's ABNORMAL needs the merchant to act there).
+const KindRefundStuck Kind = "refund_stuck"
+
+func refundStuckFinding(f *orderly.Refund, now time.Time) *Finding {
+	return &Finding{Kind: KindRefundStuck, OrderID: f.OrderID, Target: f.ID,
+		Detail: fmt.Sprintf("refund %s of %d %s (payment %s, provider refund %q) is still requested: the provider says %q; created %s ago",
+			f.ID, f.Amount, f.Currency, f.PaymentID, f.ProviderRef, f.ProviderStatus, now.Sub(f.CreatedAt).Truncate(time.Second))}
+}
+
+// refundStuck reports whether refund f is a KindRefundStuck finding at now.
+func (r *Reconciler) refundStuck(f *orderly.Refund, now time.Time) bool {
+	return f.State == orderly.RefundRequested && f.ProviderStatus != "" && f.CreatedAt.Before(now.Add(-r.cfg.RefundStuckAfter))
+}
+
+// scanRefundsStuck walks the refunds the provider accepted and never confirmed, by id.
+func scanRefundsStuck(ctx context.Context, r *Reconciler, since time.Time, emit func(*Finding)) (int64, error) {
+	return Pages(ctx, r, sinceID(since), func(tx store.Tx, after string, limit int) (int, string, error) {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return 0, after, err
+		}
+		fs, err := tx.ReconcileRefundsStuck(ctx, now.Add(-r.cfg.RefundStuckAfter), after, limit)
+		for _, f := range fs {
+			emit(refundStuckFinding(f, now))
+			after = f.ID
+		}
+		return len(fs), after, err
+	})
+}
+
+func orderRefundsStuck(r *Reconciler, s *Snapshot) []*Finding {
+	var out []*Finding
+	for _, f := range s.Refunds {
+		if r.refundStuck(f, s.Now) {
+			out = append(out, refundStuckFinding(f, s.Now))
+		}
+	}
+	return out
+}

@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/reconcile"
+	"github.com/orderlyhq/orderly/store"
 )
 
 // paid creates an order of quantity units of SKU-R at 500 and pays it.
@@ -99,6 +101,83 @@ func TestRefundMismatch(t *testing.T) {
 				if len(fs) != 1 || fs[0].Kind != reconcile.KindRefundMismatch || fs[0].Detail != details[id] {
 					t.Errorf("CheckOrder(%s) = %v, want the scan's finding", id, kinds(fs))
 				}
+			}
+		})
+	}
+}
+
+// TestRefundStuck: a refund the provider accepted and never confirmed (still requested,
+// provider_status PROCESSING) is a refund_stuck finding once it is older than
+// Config.RefundStuckAfter (24 h by default), with the provider's state and its age, by the
+// full scan, by the per-order check and in the saved report; a refund the provider never
+// answered, or a younger one, is not; nothing is repaired (an operator task).
+func TestRefundStuck(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			f := setup(t, dialect)
+			f.e.SetStock(t, "SKU-R", 10)
+			stuck, unanswered := paid(t, f, "u-stuck", 1), paid(t, f, "u-unanswered", 1)
+			var ids []string
+			for _, o := range []*orderly.Order{stuck, unanswered} {
+				r, _, err := f.e.Orders.CreateRefund(ctx, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 500})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, r.ID)
+			}
+			if err := f.e.Store.InTx(ctx, func(tx store.Tx) error {
+				_, err := tx.RefundSetProvider(ctx, ids[0], "re_stuck", "PROCESSING")
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			stuckOnes := func() []*reconcile.Finding {
+				t.Helper()
+				rep, err := f.r.Run(ctx, reconcile.RunOptions{Repair: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []*reconcile.Finding
+				for _, fd := range rep.Findings {
+					if fd.Kind == reconcile.KindRefundStuck {
+						out = append(out, fd)
+					}
+				}
+				return out
+			}
+			f.e.Clock.Advance(23 * time.Hour)
+			if fs := stuckOnes(); len(fs) != 0 {
+				t.Fatalf("after 23 h: %v, want no refund_stuck", kinds(fs))
+			}
+			f.e.Clock.Advance(2 * time.Hour)
+			fs := stuckOnes()
+			if len(fs) != 1 || fs[0].OrderID != stuck.ID || fs[0].Target != ids[0] || fs[0].Repaired ||
+				!strings.Contains(fs[0].Detail, `the provider says "PROCESSING"; created 25h0m0s ago`) ||
+				!strings.Contains(fs[0].Detail, `provider refund "re_stuck"`) {
+				t.Fatalf("after 25 h: %+v, want one unrepaired refund_stuck of %s saying PROCESSING, 25h0m0s", fs, ids[0])
+			}
+			if got := f.gauge(t, reconcile.KindRefundStuck); got != 1 {
+				t.Errorf("orderly_reconcile_findings{kind=refund_stuck} = %v, want 1", got)
+			}
+			// The per-order check (its undelivered messages are outbox_stuck by now: no relay
+			// runs here).
+			stuckIn := func(fs []*reconcile.Finding) (n int) {
+				for _, fd := range fs {
+					if fd.Kind == reconcile.KindRefundStuck && fd.Target == ids[0] {
+						n++
+					}
+				}
+				return n
+			}
+			if byOrder, err := f.r.CheckOrder(ctx, stuck.ID); err != nil || stuckIn(byOrder) != 1 {
+				t.Fatalf("CheckOrder = %v, %v; want one refund_stuck", kinds(byOrder), err)
+			}
+			if fs, err := f.r.CheckOrder(ctx, unanswered.ID); err != nil || slices.ContainsFunc(fs, func(fd *reconcile.Finding) bool {
+				return fd.Kind == reconcile.KindRefundStuck
+			}) {
+				t.Fatalf("CheckOrder of the unanswered refund's order = %v, %v; want no refund_stuck", kinds(fs), err)
 			}
 		})
 	}

@@ -75,27 +75,32 @@ func ReadStatement(in io.Reader) ([]StatementLine, error) {
 	}
 }
 
-// Statement compares a settlement statement with the payments table and returns its
-// findings (never nil): a transaction of the statement that no payment records
+// Statement compares the settlement statement of one channel ("stripe", "alipay"; its
+// variants included) with that channel's payments and returns its findings (never nil):
+// a transaction of the statement that no payment of the channel records
 // (KindStatementMissingOurs), one whose amount or currency differs
-// (KindStatementAmountMismatch), a transaction listed twice (KindStatementDuplicate: the
-// gateway settled it twice, or the file repeats it), and a capture of ours between the statement's first and
-// last time that the statement does not list (KindStatementMissingTheirs). Lines with
-// status failed are skipped. Nothing is repaired: each is an operator task.
-func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*Finding, error) {
+// (KindStatementAmountMismatch), a transaction listed more than once (KindStatementDuplicate,
+// one finding however many times, with the count: the gateway settled it twice, or the
+// file repeats it; the transaction is compared once), and a capture of the channel between
+// the statement's first and last time that the statement does not list
+// (KindStatementMissingTheirs). Payments of other channels and of the wallet are left out:
+// they are on no statement of this channel. Lines with status failed are skipped. Nothing
+// is repaired: each is an operator task. Errors: EINVALID for an empty channel; the store's.
+func (r *Reconciler) Statement(ctx context.Context, channel string, lines []StatementLine) ([]*Finding, error) {
+	if channel == "" {
+		return nil, orderly.Errorf(orderly.EINVALID, "reconcile: a statement is one channel's: name it")
+	}
 	out := []*Finding{}
-	listed := map[string]bool{}
+	count := map[string]int{}
+	var distinct []StatementLine // the first line of each transaction, in the statement's order
 	var from, to time.Time
 	for _, l := range lines {
 		if l.Status == "failed" {
 			continue
 		}
-		if listed[l.ChannelTxnID] {
-			out = append(out, &Finding{Kind: KindStatementDuplicate, Target: l.ChannelTxnID,
-				Detail: fmt.Sprintf("transaction %s is listed more than once (again with %d %s, %s at %s)", l.ChannelTxnID,
-					l.Amount, l.Currency, l.Status, l.Time.Format(time.RFC3339))})
+		if count[l.ChannelTxnID]++; count[l.ChannelTxnID] == 1 {
+			distinct = append(distinct, l)
 		}
-		listed[l.ChannelTxnID] = true
 		if from.IsZero() || l.Time.Before(from) {
 			from = l.Time
 		}
@@ -103,26 +108,22 @@ func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*F
 			to = l.Time
 		}
 	}
-	for start := 0; start < len(lines); start += r.cfg.BatchSize {
-		batch := lines[start:min(start+r.cfg.BatchSize, len(lines))]
+	for _, l := range distinct {
+		if n := count[l.ChannelTxnID]; n > 1 {
+			out = append(out, &Finding{Kind: KindStatementDuplicate, Target: l.ChannelTxnID,
+				Detail: fmt.Sprintf("transaction %s is listed %d times (first with %d %s, %s at %s)", l.ChannelTxnID, n,
+					l.Amount, l.Currency, l.Status, l.Time.Format(time.RFC3339))})
+		}
+	}
+	for start := 0; start < len(distinct); start += r.cfg.BatchSize {
+		batch := distinct[start:min(start+r.cfg.BatchSize, len(distinct))]
 		err := r.cfg.Store.Read(ctx, func(tx store.Tx) error {
 			for _, l := range batch {
-				if l.Status == "failed" {
-					continue
-				}
-				p, err := tx.PaymentGetByChannelTxnID(ctx, l.ChannelTxnID)
-				if orderly.ErrorCode(err) == orderly.ENOTFOUND {
-					out = append(out, &Finding{Kind: KindStatementMissingOurs, Target: l.ChannelTxnID,
-						Detail: fmt.Sprintf("transaction %s of %d %s (%s at %s) has no payment here", l.ChannelTxnID, l.Amount,
-							l.Currency, l.Status, l.Time.Format(time.RFC3339))})
-					continue
-				} else if err != nil {
+				f, err := statementLine(ctx, tx, channel, l)
+				if err != nil {
 					return err
-				}
-				if p.Amount != l.Amount || p.Currency != l.Currency {
-					out = append(out, &Finding{Kind: KindStatementAmountMismatch, OrderID: p.OrderID, Target: l.ChannelTxnID,
-						Detail: fmt.Sprintf("transaction %s: statement %d %s, payment %s %d %s", l.ChannelTxnID, l.Amount, l.Currency,
-							p.ID, p.Amount, p.Currency)})
+				} else if f != nil {
+					out = append(out, f)
 				}
 			}
 			return nil
@@ -131,16 +132,16 @@ func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*F
 			return out, fmt.Errorf("reconcile: statement: %w", err)
 		}
 	}
-	if len(listed) == 0 {
+	if len(distinct) == 0 {
 		return out, nil
 	}
 	_, err := Pages(ctx, r, "", func(tx store.Tx, after string, limit int) (int, string, error) {
-		ps, err := tx.ReconcilePaymentsCaptured(ctx, from, to, after, limit)
+		ps, err := tx.ReconcilePaymentsCaptured(ctx, channel, from, to, after, limit)
 		for _, p := range ps {
-			if !listed[p.ChannelTxnID] {
+			if count[p.ChannelTxnID] == 0 {
 				out = append(out, &Finding{Kind: KindStatementMissingTheirs, OrderID: p.OrderID, Target: p.ChannelTxnID,
-					Detail: fmt.Sprintf("payment %s captured %d %s (transaction %s) but the statement does not list it",
-						p.ID, p.Amount, p.Currency, p.ChannelTxnID)})
+					Detail: fmt.Sprintf("payment %s captured %d %s on %s (transaction %s) but the statement does not list it",
+						p.ID, p.Amount, p.Currency, p.Route(), p.ChannelTxnID)})
 			}
 			after = p.ID
 		}
@@ -150,4 +151,27 @@ func (r *Reconciler) Statement(ctx context.Context, lines []StatementLine) ([]*F
 		return out, fmt.Errorf("reconcile: statement: %w", err)
 	}
 	return out, nil
+}
+
+// statementLine compares one transaction of channel's statement with the payment that
+// records it: a finding, or nil when they agree.
+func statementLine(ctx context.Context, tx store.Tx, channel string, l StatementLine) (*Finding, error) {
+	p, err := tx.PaymentGetByChannelTxnID(ctx, l.ChannelTxnID)
+	switch {
+	case orderly.ErrorCode(err) == orderly.ENOTFOUND:
+		return &Finding{Kind: KindStatementMissingOurs, Target: l.ChannelTxnID,
+			Detail: fmt.Sprintf("transaction %s of %d %s (%s at %s) has no payment here", l.ChannelTxnID, l.Amount,
+				l.Currency, l.Status, l.Time.Format(time.RFC3339))}, nil
+	case err != nil:
+		return nil, err
+	case p.Channel != channel:
+		return &Finding{Kind: KindStatementMissingOurs, OrderID: p.OrderID, Target: l.ChannelTxnID,
+			Detail: fmt.Sprintf("transaction %s of %d %s (%s at %s) is recorded on payment %s of channel %s, not %s",
+				l.ChannelTxnID, l.Amount, l.Currency, l.Status, l.Time.Format(time.RFC3339), p.ID, p.Route(), channel)}, nil
+	case p.Amount != l.Amount || p.Currency != l.Currency:
+		return &Finding{Kind: KindStatementAmountMismatch, OrderID: p.OrderID, Target: l.ChannelTxnID,
+			Detail: fmt.Sprintf("transaction %s: statement %d %s, payment %s %d %s", l.ChannelTxnID, l.Amount, l.Currency,
+				p.ID, p.Amount, p.Currency)}, nil
+	}
+	return nil, nil
 }

@@ -50,10 +50,16 @@ type AdminTx interface {
 	// ReconcilePaidUnbacked returns up to limit orders with pay_status paid and id >
 	// afterID that have no payment in succeeded, refund_pending or refunded, by id.
 	ReconcilePaidUnbacked(ctx context.Context, afterID string, limit int) ([]*orderly.Order, error)
-	// ReconcilePaymentsCaptured returns up to limit payments with a channel transaction id
-	// that captured money (succeeded, refund_pending or refunded) with from <= succeeded_at
-	// <= to and id > afterID, by id: the other side of a gateway's settlement statement.
-	ReconcilePaymentsCaptured(ctx context.Context, from, to time.Time, afterID string, limit int) ([]*orderly.Payment, error)
+	// ReconcilePaymentsCaptured returns up to limit payments of channel ("" for every
+	// channel; its variants included) with a channel transaction id that captured money
+	// (succeeded, refund_pending or refunded) with from <= succeeded_at <= to and id >
+	// afterID, by id: the other side of a gateway's settlement statement.
+	ReconcilePaymentsCaptured(ctx context.Context, channel string, from, to time.Time, afterID string, limit int) ([]*orderly.Payment, error)
+	// ReconcileRefundsStuck returns up to limit refunds still requested whose provider
+	// answered a non-final state (provider_status not empty), created before
+	// createdBefore, with id > afterID, by id: accepted by the provider and never
+	// confirmed nor failed.
+	ReconcileRefundsStuck(ctx context.Context, createdBefore time.Time, afterID string, limit int) ([]*orderly.Refund, error)
 	// StockLedgers returns up to limit SKUs with sku > afterSKU, by SKU, each with its
 	// counters and the figures its reservations give (the ledger).
 	StockLedgers(ctx context.Context, afterSKU string, limit int) ([]*StockLedger, error)

@@ -63,7 +63,13 @@ func TestCommandLineErrors(t *testing.T) {
 			"--gateway stripe, alipay and wechat run against the server simulate starts in process (the imitation of the provider lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults"},
 		{[]string{"simulate", "--gateway", "wechat", "--instances", "2"}, 2,
 			"--gateway stripe, alipay and wechat run against the server simulate starts in process (the imitation of the provider lives there); it does not go with --target, --database-url, --instances, --kill-every or --faults"},
-		{[]string{"serve", "--default-channel", "stripe"}, 2, `--default-channel "stripe" is not one of the configured channels`},
+		{[]string{"serve", "--default-channel", "stripe"}, 2, `--default-channel "stripe" is not a served channel (served: sim)`},
+		// A real channel without --default-channel: the simulator is not served, so
+		// attempts that name no channel would have nowhere to go.
+		{[]string{"serve", "--stripe-api-key", "sk_test_x", "--stripe-webhook-secret", "whsec_x"}, 2,
+			`--default-channel is required with real payment channels (one of stripe): the simulated channel "sim" is not served without --enable-sim-channel`},
+		{[]string{"serve", "--stripe-api-key", "sk_test_x", "--stripe-webhook-secret", "whsec_x", "--default-channel", "sim"}, 2,
+			`--default-channel "sim" is not a served channel (served: stripe)`},
 		{[]string{"verify", "--tolerance", "0s"}, 2, "--tolerance must be positive, got 0 (leave it out for the default, 1m0s); 1ms is the strictest"},
 		// A SQLite file in a missing directory: the directory is named, once, and no
 		// secret was printed for a server that never ran.

@@ -231,7 +231,8 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "stripe-api-key", Usage: "Stripe secret API key (sk_…); turns the stripe channel on (webhook: POST /v1/channels/stripe/webhook)", Sources: env("stripe-api-key")},
 		&cli.StringFlag{Name: "stripe-webhook-secret", Usage: "signing secret(s) of the Stripe webhook endpoint (whsec_…), comma-separated while rolling the secret", Sources: env("stripe-webhook-secret")},
 		&cli.StringFlag{Name: "stripe-api-url", Usage: "Stripe API address (default https://api.stripe.com; an imitation in tests)", Sources: env("stripe-api-url")},
-		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); empty: the built-in simulated gateway", Sources: env("default-channel")},
+		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); required with a real channel; empty without one: the simulated channel sim", Sources: env("default-channel")},
+		&cli.BoolFlag{Name: "enable-sim-channel", Usage: "TESTING ONLY: also serve the simulated channel sim (moves no money) beside the real channels; without a real channel sim is served anyway", Sources: env("enable-sim-channel")},
 		&cli.DurationFlag{Name: "channel-call-timeout", Usage: "bound of each call to a payment provider (0: 10s)", Sources: env("channel-call-timeout")},
 	}, append(cnChannelFlags(), sagaFaultFlags()...)...)
 }
@@ -311,7 +312,7 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 		DatabaseMaxConns: cmd.Int("database-max-conns"), RedisPrefix: cmd.String("redis-prefix"),
 		DatabaseLockTimeout:              cmd.Duration("database-lock-timeout"),
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
-		Channels:                         chans, DefaultChannel: cmd.String("default-channel"),
+		Channels:                         chans, DefaultChannel: cmd.String("default-channel"), EnableSimChannel: cmd.Bool("enable-sim-channel"),
 		ChannelCallTimeout: cmd.Duration("channel-call-timeout"),
 		SagaFaults: saga.Faults{FailRate: cmd.Float("test-saga-fail-rate"), SlowRate: cmd.Float("test-saga-slow-rate"),
 			TimeoutAfterApplyRate: cmd.Float("test-saga-timeout-after-apply-rate")},
@@ -329,7 +330,7 @@ var flagOf = map[string]string{
 	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
 	"SagaFaults":     "test-saga-fail-rate, --test-saga-slow-rate or --test-saga-timeout-after-apply-rate",
 	"WebhookTimeout": "webhook-timeout", "WebhookConcurrency": "webhook-concurrency",
-	"DefaultChannel": "default-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
+	"DefaultChannel": "default-channel", "EnableSimChannel": "enable-sim-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
 }
 
 // flagError turns an *engine.ConfigError into a usage error (exit status 2) that names the

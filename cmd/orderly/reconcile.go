@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/reconcile"
 )
 
@@ -23,13 +25,16 @@ func reconcileCommand() *cli.Command {
 		Description: "Exits 0 when nothing is left to do (no finding, or every finding repaired), 1 when a finding needs an operator.\n" +
 			"Repairs go through the services and are audited (operator \"reconcile\"); refunds they request leave through the\n" +
 			"outbox of the running instances. A repair that fails leaves its finding with the error and the others go on.\n" +
-			"With --statement, also compares a gateway's settlement CSV (channel_txn_id, amount, currency, status, time) with\n" +
-			"the payments table.",
+			"With --statement and --channel, also compares that channel's settlement CSV (channel_txn_id, amount, currency,\n" +
+			"status, time) with the channel's payments (the wallet's and other channels' are left out). Every run's report is\n" +
+			"kept in reconcile_reports, where the admin page and GET /v1/admin/reconcile/reports read it.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
 			&cli.BoolFlag{Name: "repair", Usage: "repair what can be repaired (through the state machine and the services, audited)"},
 			&cli.StringFlag{Name: "since", Usage: "look only at orders and payments created since this RFC 3339 time or this long ago (e.g. 24h); stock and outbox are always checked whole"},
-			&cli.StringFlag{Name: "statement", Usage: "a settlement statement CSV to compare with the payments table"},
+			&cli.StringFlag{Name: "statement", Usage: "a settlement statement CSV to compare with the payments of --channel"},
+			&cli.StringFlag{Name: "channel", Usage: "the channel whose statement --statement is (stripe, alipay, wechat, …; required with --statement)"},
+			&cli.DurationFlag{Name: "refund-stuck-after", Value: reconcile.DefaultRefundStuckAfter, Usage: "a refund the provider accepted and never confirmed, older than this, is a refund_stuck finding"},
 			&cli.BoolFlag{Name: "json", Usage: `print {"findings":[{"kind","order_id"?,"sku"?,"detail","repaired"}],…}`},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -37,12 +42,15 @@ func reconcileCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("--since: "+err.Error(), exitUsage)
 			}
+			if err := reconcileFlags(cmd); err != nil {
+				return err
+			}
 			logger, err := newLogger(cmd.Root(), cmd.Root().ErrWriter)
 			if err != nil {
 				return err
 			}
 			e, err := engine.Open(ctx, engine.Config{DatabaseURL: cmd.String("database-url"), DatabaseMustExist: true,
-				CallbackSecret: []byte("unused"), Logger: logger})
+				CallbackSecret: []byte("unused"), Logger: logger, ReconcileRefundStuckAfter: cmd.Duration("refund-stuck-after")})
 			if err != nil {
 				return flagError(err)
 			}
@@ -57,13 +65,17 @@ func reconcileCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				fs, err := e.Reconciler().Statement(ctx, lines)
+				fs, err := e.Reconciler().Statement(ctx, cmd.String("channel"), lines)
 				if err != nil {
 					return err
 				}
 				rep.Findings = append(rep.Findings, fs...)
 				rep.Scanned += int64(len(lines))
 				rep.FinishedAt = time.Now().UTC()
+			}
+			// Kept where the admin page reads the periodic job's reports.
+			if err := e.Reconciler().SaveReport(ctx, "orderly reconcile on "+e.Config().InstanceID, rep, nil); err != nil {
+				return err
 			}
 			out := cmd.Root().Writer
 			if cmd.Bool("json") {
@@ -81,6 +93,27 @@ func reconcileCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// reconcileFlags checks --statement with --channel, and --refund-stuck-after. A statement
+// is one channel's and the channel is named, never guessed: a statement carries no
+// channel, and a wrong guess would report every capture of the right one as missing.
+// --channel alone is refused too.
+func reconcileFlags(cmd *cli.Command) error {
+	path, ch := cmd.String("statement"), cmd.String("channel")
+	switch {
+	case path != "" && ch == "":
+		return usagef(cmd, "--statement needs --channel: the channel whose statement it is (stripe, alipay, wechat, …)")
+	case path == "" && ch != "":
+		return usagef(cmd, "--channel names the channel of a --statement; give the statement too")
+	case strings.Contains(ch, "@"):
+		return usagef(cmd, "--channel %q: name the channel, not a variant (a statement covers all its variants)", ch)
+	case ch == payment.WalletChannel:
+		return usagef(cmd, "--channel wallet: wallet payments are ledger transfers, on no provider's statement")
+	case cmd.Duration("refund-stuck-after") <= 0:
+		return usagef(cmd, "--refund-stuck-after must be positive, got %s", cmd.Duration("refund-stuck-after"))
+	}
+	return nil
 }
 
 // parseSince reads --since: an RFC 3339 time, or a duration back from now; zero when empty.

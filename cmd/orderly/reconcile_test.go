@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,9 +97,39 @@ func TestReconcileCommand(t *testing.T) {
 		time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = runJSON(exitFailure, "--statement", csv)
+	r = runJSON(exitFailure, "--statement", csv, "--channel", "sim")
 	if len(r.Findings) != 2 || r.Findings[0]["kind"] != "stock_mismatch" || r.Findings[1]["kind"] != "statement_missing_ours" {
 		t.Errorf("statement findings = %v, want stock_mismatch and statement_missing_ours", r.Findings)
+	}
+	// A line listed twice is one finding besides its comparison.
+	if err := os.WriteFile(csv, []byte("channel_txn_id,amount,currency,status,time\ntxn-9,500,USD,succeeded,"+
+		time.Now().UTC().Format(time.RFC3339)+"\ntxn-9,500,USD,succeeded,"+time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runJSON(exitFailure, "--statement", csv, "--channel", "sim")
+	if len(r.Findings) != 3 || r.Findings[1]["kind"] != "statement_duplicate" || r.Findings[2]["kind"] != "statement_missing_ours" {
+		t.Errorf("statement findings = %v, want stock_mismatch, one statement_duplicate and statement_missing_ours", r.Findings)
+	}
+	// Every run's report is kept where the admin page reads them, newest first.
+	db, err = sqlstore.Open(t.Context(), sqlstore.Config{URL: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reports []*store.ReconcileReport
+	err = db.Read(t.Context(), func(tx store.Tx) error {
+		reports, err = tx.ReconcileReportList(t.Context(), 100)
+		return err
+	})
+	_ = db.Close()
+	if err != nil || len(reports) != 6 || reports[0].Findings != 3 || !strings.HasPrefix(reports[0].Instance, "orderly reconcile on ") ||
+		!strings.Contains(string(reports[0].Report), `"kind":"statement_duplicate"`) || reports[2].Repaired != 0 || reports[3].Repaired != 1 {
+		t.Errorf("saved reports: %d, %v; want the 6 runs, the newest with the statement's 3 findings", len(reports), err)
+	}
+	for _, args := range [][]string{{"--statement", csv}, {"--channel", "sim"}, {"--statement", csv, "--channel", "stripe@v2"},
+		{"--statement", csv, "--channel", "wallet"}, {"--refund-stuck-after", "0s"}} {
+		if code, _, errOut := runCLI(t, append([]string{"reconcile", "--database-url", path}, args...)...); code != exitUsage {
+			t.Errorf("reconcile %v: exit %d (%s), want %d", args, code, errOut, exitUsage)
+		}
 	}
 	if code, _, errOut := runCLI(t, "reconcile", "--database-url", path, "--since", "yesterday"); code != exitUsage {
 		t.Errorf("--since yesterday: exit %d (%s), want %d", code, errOut, exitUsage)

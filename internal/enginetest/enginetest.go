@@ -96,6 +96,10 @@ type Options struct {
 	Channels       []channel.Adapter
 	DefaultChannel string
 	ChannelBreaker payment.BreakerConfig
+	// NoSimChannel leaves the channel "sim" unserved beside Channels (with Channels, an
+	// Env serves it by default: most tests pay on it), as a server with a real channel
+	// configured and no EnableSimChannel; the simulated gateway is then not given either.
+	NoSimChannel bool
 	// InspectionHold is engine.Config.InspectionHold (1 min).
 	InspectionHold time.Duration
 	// IdleInTransactionTimeout is engine.Config.DatabaseIdleInTransactionTimeout (1 s): a
@@ -121,6 +125,9 @@ func New(t testing.TB, opts Options) *Env {
 	if opts.WrapGateway != nil {
 		gateway = opts.WrapGateway(sim)
 	}
+	if opts.NoSimChannel && len(opts.Channels) > 0 {
+		gateway = nil
+	}
 	e, err := engine.Open(ctx, engine.Config{
 		DatabaseURL: url, Now: clock.Now, CallbackSecret: []byte("enginetest"), InstanceID: t.Name(), Gateway: gateway,
 		// 10 connections on a server: enough for the races of the tests (8 at once), and
@@ -129,7 +136,9 @@ func New(t testing.TB, opts Options) *Env {
 		CloseBatchSize:   opts.CloseBatchSize, OutboxBatchSize: opts.OutboxBatch, OutboxMaxAttempts: opts.MaxAttempts,
 		GracePeriod: opts.GracePeriod, Handlers: opts.Handlers, Wrap: engine.Wrap{Store: opts.WrapStore},
 		Channels: opts.Channels, DefaultChannel: opts.DefaultChannel, ChannelBreaker: opts.ChannelBreaker,
-		InspectionHold: opts.InspectionHold, DatabaseIdleInTransactionTimeout: opts.IdleInTransactionTimeout,
+		// The simulated gateway stays served beside test channels: most tests pay on it.
+		EnableSimChannel: len(opts.Channels) > 0 && !opts.NoSimChannel,
+		InspectionHold:   opts.InspectionHold, DatabaseIdleInTransactionTimeout: opts.IdleInTransactionTimeout,
 	})
 	if err != nil {
 		t.Fatalf("open engine: %v", err)

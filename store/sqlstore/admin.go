@@ -61,7 +61,9 @@ var (
 		ORDER BY id LIMIT ?`)
 	qReconcilePaymentsCaptured = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id > ?
 		AND state IN ('succeeded', 'refund_pending', 'refunded') AND channel_txn_id IS NOT NULL
-		AND succeeded_at >= ? AND succeeded_at <= ? ORDER BY id LIMIT ?`)
+		AND succeeded_at >= ? AND succeeded_at <= ? AND (? = '' OR channel = ?) ORDER BY id LIMIT ?`)
+	qReconcileRefundsStuck = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id > ?
+		AND state = 'requested' AND provider_status <> '' AND created_at < ? ORDER BY id LIMIT ?`)
 
 	// stockLedgerColumns recompute held and sold from the SKU's reservations through the
 	// (sku, state) index of migration 00011.
@@ -239,12 +241,33 @@ func (t *tx) ReconcileClosedPaid(ctx context.Context, afterID string, limit int)
 }
 
 // ReconcilePaymentsCaptured implements store.Tx.
-func (t *tx) ReconcilePaymentsCaptured(ctx context.Context, from, to time.Time, afterID string, limit int) ([]*orderly.Payment, error) {
-	rows, err := t.query(ctx, qReconcilePaymentsCaptured, afterID, ms(from), ms(to), limit)
+func (t *tx) ReconcilePaymentsCaptured(ctx context.Context, channel string, from, to time.Time, afterID string, limit int) ([]*orderly.Payment, error) {
+	rows, err := t.query(ctx, qReconcilePaymentsCaptured, afterID, ms(from), ms(to), channel, channel, limit)
 	if err != nil {
 		return nil, fmt.Errorf("captured payments: %w", err)
 	}
 	return scanPayments(rows, "captured payments")
+}
+
+// ReconcileRefundsStuck implements store.Tx.
+func (t *tx) ReconcileRefundsStuck(ctx context.Context, createdBefore time.Time, afterID string, limit int) ([]*orderly.Refund, error) {
+	rows, err := t.query(ctx, qReconcileRefundsStuck, afterID, ms(createdBefore), limit)
+	if err != nil {
+		return nil, fmt.Errorf("stuck refunds: %w", err)
+	}
+	defer rows.Close()
+	var out []*orderly.Refund
+	for rows.Next() {
+		f, err := scanRefund(rows)
+		if err != nil {
+			return nil, fmt.Errorf("stuck refunds: %w", err)
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stuck refunds: %w", err)
+	}
+	return out, nil
 }
 
 // scanPayments reads every row of rows as a payment and closes rows.

@@ -228,8 +228,22 @@ func testReconcileScans(t *testing.T, open opener) {
 		return tx.ReconcilePaidUnbacked(ctx, "", 10)
 	})), []string{unbacked.ID})
 	equal(t, "captured between", payIDs(read(t, s, func(tx store.Tx) ([]*orderly.Payment, error) {
-		return tx.ReconcilePaymentsCaptured(ctx, t0.Add(2*time.Minute), t0.Add(4*time.Minute), "", 10)
+		return tx.ReconcilePaymentsCaptured(ctx, "", t0.Add(2*time.Minute), t0.Add(4*time.Minute), "", 10)
 	})), []string{backPay.ID, paidPay.ID})
+	// One channel's captures: a wallet debit and another provider's capture in the same
+	// period are left out; a variant of the channel is in.
+	walletOrder := insertOrder(t, s, paidOpts("rs-wallet", t0))
+	insertPayment(t, s, &paymentOpts{ID: "rs-pay-wallet", OrderID: walletOrder.ID, Channel: "wallet", ChannelTxnID: "wallet:1",
+		State: orderly.PaymentSucceeded, SucceededAt: ptr(t0.Add(3 * time.Minute))})
+	stripeOrder := insertOrder(t, s, paidOpts("rs-stripe", t0))
+	stripePay := insertPayment(t, s, &paymentOpts{ID: "rs-pay-stripe", OrderID: stripeOrder.ID, Channel: "stripe", Variant: "v2",
+		ChannelTxnID: "pi_1", State: orderly.PaymentSucceeded, SucceededAt: ptr(t0.Add(3 * time.Minute))})
+	equal(t, "captured between on stripe", payIDs(read(t, s, func(tx store.Tx) ([]*orderly.Payment, error) {
+		return tx.ReconcilePaymentsCaptured(ctx, "stripe", t0.Add(2*time.Minute), t0.Add(4*time.Minute), "", 10)
+	})), []string{stripePay.ID})
+	equal(t, "captured between on sim, keyset", payIDs(read(t, s, func(tx store.Tx) ([]*orderly.Payment, error) {
+		return tx.ReconcilePaymentsCaptured(ctx, "sim", t0.Add(2*time.Minute), t0.Add(4*time.Minute), backPay.ID, 10)
+	})), []string{paidPay.ID})
 }
 
 func ledger(t *testing.T, s store.Store, sku string) *store.StockLedger {

@@ -22,6 +22,7 @@ func testRefunds(t *testing.T, open opener) {
 	t.Run("ReservationRefund", func(t *testing.T) { testReservationRefund(t, open) })
 	t.Run("RestockFollowsRefund", func(t *testing.T) { testRestockFollowsRefund(t, open) })
 	t.Run("RefundOrderIDs", func(t *testing.T) { testRefundOrderIDs(t, open) })
+	t.Run("ReconcileRefundsStuck", func(t *testing.T) { testReconcileRefundsStuck(t, open) })
 	t.Run("Checks", func(t *testing.T) { testRefundChecks(t, open) })
 }
 
@@ -366,4 +367,46 @@ func testRefundChecks(t *testing.T, open opener) {
 			t.Errorf("refund of %d in state %s was stored, want a CHECK violation", bad.Amount, bad.State)
 		}
 	}
+}
+
+// testReconcileRefundsStuck: the refunds still requested with a provider status, created
+// before the bound, by id after a keyset; not those the provider never answered, those
+// created since, nor final ones (RefundSetState clears the status).
+func testReconcileRefundsStuck(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	o, p := paidOrderWithPayment(t, s, nil)
+	insert := func(id string, created time.Time, status string) {
+		f := newRefund(o, p, 10)
+		f.ID, f.CreatedAt = id, created
+		inTx(t, s, func(tx store.Tx) error {
+			if err := tx.RefundInsert(ctx, &store.RefundInsertParams{Refund: f}); err != nil || status == "" {
+				return err
+			}
+			_, err := tx.RefundSetProvider(ctx, id, "re_"+id, status)
+			return err
+		})
+	}
+	insert("stuck-a", t0, "pending")
+	insert("stuck-b", t0.Add(time.Minute), "PROCESSING")
+	insert("stuck-unanswered", t0, "")
+	insert("stuck-recent", t0.Add(2*time.Hour), "pending")
+	insert("stuck-done", t0, "pending")
+	inTx(t, s, func(tx store.Tx) error {
+		_, err := tx.RefundSetState(ctx, &store.RefundSetStateParams{ID: "stuck-done", From: orderly.RefundRequested,
+			To: orderly.RefundSucceeded, CompletedAt: t0.Add(time.Hour)})
+		return err
+	})
+	ids := func(after string, limit int) []string {
+		fs := read(t, s, func(tx store.Tx) ([]*orderly.Refund, error) {
+			return tx.ReconcileRefundsStuck(ctx, t0.Add(time.Hour), after, limit)
+		})
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.ID+":"+f.ProviderStatus+":"+f.ProviderRef)
+		}
+		return out
+	}
+	equal(t, "stuck refunds", ids("", 10), []string{"stuck-a:pending:re_stuck-a", "stuck-b:PROCESSING:re_stuck-b"})
+	equal(t, "stuck refunds, first page", ids("", 1), []string{"stuck-a:pending:re_stuck-a"})
+	equal(t, "stuck refunds, keyset", ids("stuck-a", 10), []string{"stuck-b:PROCESSING:re_stuck-b"})
 }
