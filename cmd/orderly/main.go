@@ -177,7 +177,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: env("log-level")},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", Sources: env("log-format")},
 		},
-		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), reconcileCommand(), benchCommand(), keysCommand()},
+		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), reconcileCommand(), benchCommand(), keysCommand(), imitateCommand()},
 		// run prints errors and exits; cli would print an ExitCoder's message and exit itself.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
