@@ -102,7 +102,7 @@ func decodeCluster(t *testing.T, stdout []byte) *clusterResult {
 	if err := json.Unmarshal(stdout, &keys); err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
 	}
-	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors",
+	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors", "gateway",
 		"instances", "kills", "late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid",
 		"queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
 	got := make([]string, 0, len(keys))

@@ -98,7 +98,7 @@ func TestSimulateCommand(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
 	}
-	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors",
+	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors", "gateway",
 		"late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid", "queue_wait_ms",
 		"refunded", "rejected", "send_s", "sent", "violations"}
 	got := make([]string, 0, len(out))
