@@ -138,19 +138,6 @@ func (s *Service) gatewayFor(name string) (orderly.Gateway, error) {
 	return nil, fmt.Errorf("no gateway serves channel %q", name)
 }
 
-// gatewayOfPayment returns the gateway of payment id's channel (a read of the payment when
-// channels are configured).
-func (s *Service) gatewayOfPayment(ctx context.Context, id string) (orderly.Gateway, error) {
-	if len(s.gateways) == 0 {
-		return s.cfg.Gateway, nil
-	}
-	p, err := s.Payment(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("the channel of payment %s: %w", id, err)
-	}
-	return s.gatewayFor(p.Route())
-}
-
 // Served returns the channels this service serves, sorted: the routes of Config.Channels
 // ("stripe", "stripe@v2") and SimChannel when Config.Gateway is set.
 func (s *Service) Served() []string {

@@ -322,7 +322,7 @@ func TestRefundStates(t *testing.T) {
 	}
 	check := func(step string, got *orderly.GatewayRefundResult, err error, status orderly.GatewayStatus, detail, code string) {
 		t.Helper()
-		if orderly.ErrorCode(err) != code && !(code == "" && err == nil) {
+		if orderly.ErrorCode(err) != code && (code != "" || err != nil) {
 			t.Fatalf("%s: %+v, %v; want code %q", step, got, err, code)
 		}
 		if code == "" && (got.Status != status || got.Detail != detail) {

@@ -298,7 +298,7 @@ func (a *Adapter) intentOf(ctx context.Context, p *orderly.Payment) (string, err
 	}
 	params, err := createParams(p)
 	if err != nil {
-		return "", fmt.Errorf("stripe: recover the payment intent of payment %s: %v", p.ID, err)
+		return "", fmt.Errorf("stripe: recover the payment intent of payment %s: %w", p.ID, err)
 	}
 	var pi paymentIntent
 	if err := a.do(ctx, http.MethodPost, "/v1/payment_intents", params, createKey(p.ID), &pi); err != nil {

@@ -17,7 +17,7 @@ import (
 // serve` flags that point a server at it and the curl lines of the buyer's client step
 // and of the imitation's controls. Errors: the listener's (the address is taken).
 func imitateStripe(ctx context.Context, w io.Writer, addr, orderlyURL string) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("imitate stripe: %w", err)
 	}

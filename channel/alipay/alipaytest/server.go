@@ -2,6 +2,7 @@ package alipaytest
 
 import (
 	"bytes"
+	"context"
 	"crypto/rsa"
 	"encoding/json"
 	"fmt"
@@ -120,7 +121,7 @@ func NewServer() *Server {
 //
 // Errors: addr cannot be listened on. Close it when done.
 func NewServerAt(addr string) (*Server, error) {
-	l, err := net.Listen("tcp", addr)
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("alipaytest: listen on %s: %w", addr, err)
 	}

@@ -156,9 +156,9 @@ func NewServer() *Server {
 func NewServerOn(ln net.Listener) *Server {
 	s := newServer()
 	s.Server = httptest.NewUnstartedServer(s.routes())
-	_ = s.Server.Listener.Close()
-	s.Server.Listener = ln
-	s.Server.Start()
+	_ = s.Listener.Close()
+	s.Listener = ln
+	s.Start()
 	return s
 }
 
@@ -307,7 +307,7 @@ func (s *Server) auth(op string, publishableOK bool, h handler) http.HandlerFunc
 	return func(w http.ResponseWriter, r *http.Request) {
 		k := key(r)
 		publishable := k == PublishableKey
-		if k != APIKey && !(publishable && publishableOK) {
+		if k != APIKey && (!publishable || !publishableOK) {
 			msg := "Invalid API Key provided"
 			if publishable {
 				msg = "This API call cannot be made with a publishable API key. Please use a secret API key."

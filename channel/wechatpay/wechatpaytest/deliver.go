@@ -58,7 +58,7 @@ func (s *Server) Notify(client *http.Client) {
 		client = &http.Client{Timeout: 5 * time.Second}
 	}
 	s.notifier.mu.Lock()
-	s.notifier.on, s.notifier.client = true, client
+	s.on, s.client = true, client
 	s.notifier.mu.Unlock()
 }
 
@@ -66,7 +66,7 @@ func (s *Server) Notify(client *http.Client) {
 // notify URL cannot be reached: the merchant learns the outcome by query only.
 func (s *Server) NotifyOff() {
 	s.notifier.mu.Lock()
-	s.notifier.on = false
+	s.on = false
 	s.notifier.mu.Unlock()
 }
 
@@ -74,8 +74,8 @@ func (s *Server) NotifyOff() {
 func (s *Server) Deliveries() []Delivery {
 	s.notifier.mu.Lock()
 	defer s.notifier.mu.Unlock()
-	out := make([]Delivery, len(s.notifier.deliveries))
-	for i, d := range s.notifier.deliveries {
+	out := make([]Delivery, len(s.deliveries))
+	for i, d := range s.deliveries {
 		out[i] = *d
 	}
 	return out
@@ -84,7 +84,7 @@ func (s *Server) Deliveries() []Delivery {
 func (s *Server) notifying() bool {
 	s.notifier.mu.Lock()
 	defer s.notifier.mu.Unlock()
-	return s.notifier.on
+	return s.on
 }
 
 // sendLater mints the notification of resource and delivers it to url in the background.

@@ -1,6 +1,7 @@
 package wechatpaytest
 
 import (
+	"context"
 	"crypto"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -93,7 +94,7 @@ func NewServer() *Server { return newServer(nil) }
 // says which), for a server in another process to call (`--wechat-api-url`). Close it
 // when done. Errors: the address cannot be listened on.
 func Listen(addr string) (*Server, error) {
-	l, err := net.Listen("tcp", addr)
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("wechatpaytest: %w", err)
 	}
@@ -117,7 +118,7 @@ func newServer(l net.Listener) *Server {
 	mux.HandleFunc("POST /v3/refund/domestic/refunds", s.auth("refund", s.refund))
 	mux.HandleFunc("GET /v3/refund/domestic/refunds/{no}", s.auth("refund-query", s.refundQuery))
 	mux.HandleFunc("POST "+PayPath, s.payHandler)
-	s.notifier.init()
+	s.init()
 	s.srv = httptest.NewUnstartedServer(mux)
 	if l != nil {
 		_ = s.srv.Listener.Close()
@@ -130,7 +131,7 @@ func newServer(l net.Listener) *Server {
 
 // Close stops the server and the deliveries of its notifications.
 func (s *Server) Close() {
-	s.notifier.stop()
+	s.stop()
 	s.srv.Close()
 }
 
