@@ -14,6 +14,7 @@ import (
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -709,5 +710,65 @@ func TestRefundPendingAtProvider(t *testing.T) {
 				t.Fatalf("provider asked %d refunds, want 1 (later deliveries query)", gw.refunds.Load())
 			}
 		})
+	}
+}
+
+// TestPaymentRefundPendingAtProvider: the automatic refund of a payment for a closed order
+// (I2) that the provider accepts without confirming leaves the payment refund_pending and
+// the order closed with pay_status failed — not refunded — while the provider says
+// pending; it is asked about again (never refunded twice) and the payment reads refunded
+// only once the provider confirms it.
+func TestPaymentRefundPendingAtProvider(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var inner outbox.Handler
+	h := outbox.Handler{
+		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
+		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			return inner.Apply(ctx, tx, msgs)
+		},
+	}
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicPaymentRefund: h}})
+	gw := newPendingRefundGateway(e.Gateway)
+	svc, err := payment.NewService(payment.Config{Store: e.Store, Gateway: gw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner = svc.RefundHandler()
+	e.SetStock(t, "SKU-1", 4)
+	o := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 4, TimeoutSeconds: 60})
+	p := start(t, e, o)
+	if _, err := e.Payments.HandleCallback(ctx, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID, Currency: "USD", Status: orderly.CallbackExpired}); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Set(o.CloseAt)
+	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer); err != nil || res.Closed != 1 {
+		t.Fatalf("close = %+v, %v", res, err)
+	}
+	e.Drain(t)
+	if res, err := e.Payments.HandleCallback(ctx, success(o, p, "txn-late")); err != nil || !res.Refund {
+		t.Fatalf("late success = %+v, %v; want a refund", res, err)
+	}
+	want := func(state orderly.PaymentState, pay orderly.PayStatus) {
+		t.Helper()
+		got, err := e.Payments.Payment(ctx, p.ID)
+		if err != nil || got.State != state {
+			t.Fatalf("payment %+v, %v; want %s", got, err, state)
+		}
+		if o := e.OrderOf(t, o.ID); o.State != orderly.StateClosed || o.PayStatus != pay {
+			t.Fatalf("order %s/%s, want closed/%s", o.State, o.PayStatus, pay)
+		}
+	}
+	for i := range 3 {
+		e.Drain(t)
+		want(orderly.PaymentRefundPending, orderly.PayFailed)
+		e.Clock.Advance(time.Duration(10<<i) * time.Second) // past the relay's backoff
+	}
+	key := payment.PaymentRefundKey(p.ID)
+	gw.settle(key, orderly.GatewaySucceeded)
+	e.Drain(t)
+	want(orderly.PaymentRefunded, orderly.PayRefunded)
+	if gw.refunds.Load() != 1 || gw.moneyOut.Load() != o.Amount {
+		t.Fatalf("provider asked %d refunds, returned %d; want 1 refund of %d", gw.refunds.Load(), gw.moneyOut.Load(), o.Amount)
 	}
 }
