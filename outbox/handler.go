@@ -31,6 +31,24 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
+// pendingError marks a call whose outcome the other side has not made final yet.
+type pendingError struct{ err error }
+
+func (e *pendingError) Error() string { return e.err.Error() }
+func (e *pendingError) Unwrap() error { return e.err }
+
+// Pending wraps err to say that the other side accepted the call but its outcome is not
+// final yet (a refund a provider reports pending): the relay asks again with the usual
+// backoff, and the message goes dead only once Config.PendingFor has passed since it was
+// written, not after MaxAttempts. It is logged at info, not as a failure.
+func Pending(err error) error { return &pendingError{err: err} }
+
+// IsPending reports whether err was wrapped with Pending.
+func IsPending(err error) bool {
+	var p *pendingError
+	return errors.As(err, &p)
+}
+
 // Permanent wraps err so that the relay moves the message to dead at once instead of
 // retrying (a malformed payload, say).
 func Permanent(err error) error { return &permanentError{err: err} }

@@ -50,6 +50,10 @@ type Config struct {
 	PollInterval time.Duration
 	// MaxAttempts is the number of attempts before a message is dead; 10.
 	MaxAttempts int64
+	// PendingFor is how long a message whose calls answer Pending (the other side has not
+	// made the outcome final: a provider's pending refund) is asked about again before it
+	// goes dead, counted from when it was written; 72 h. Its attempts do not count.
+	PendingFor time.Duration
 	// MinBackoff and MaxBackoff bound the delay before a retry, which doubles per attempt
 	// with ±50 % jitter; 1 s and 5 min.
 	MinBackoff, MaxBackoff time.Duration
@@ -138,6 +142,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 200)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 250*time.Millisecond)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.PendingFor = cmp.Or(cfg.PendingFor, 72*time.Hour)
 	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, time.Second)
 	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 5*time.Minute)
 	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
@@ -339,6 +344,7 @@ type outcome struct {
 	err    error
 	called bool      // Handler.Call ran (or started)
 	next   time.Time // when a message not delivered is due again
+	dead   bool      // it failed for good (decided on the database clock in finish)
 }
 
 // unattempted reports whether the message was put back without an attempt of its own: it
@@ -524,13 +530,15 @@ func (r *Relay) finish(ctx context.Context, results []outcome) error {
 		retryAt := map[string]time.Time{} // per key, when its first failed message is due again
 		for i := range results {
 			res := &results[i]
+			held := errors.Is(res.err, errHeld) // called, but held back by an earlier failure: never dead
+			res.dead = res.err != nil && !held && !res.unattempted() && r.dead(res, now)
 			switch {
 			case res.err == nil:
 				delivered = append(delivered, res.msg.ID)
 				continue
 			case errors.Is(res.err, errHeld) || errors.Is(res.err, errDeferred):
 				res.next = cmp.Or(retryAt[res.msg.Key], now)
-			case res.unattempted() || r.dead(res):
+			case res.unattempted() || res.dead:
 				res.next = now
 			default:
 				res.next = now.Add(r.backoff(res.msg.Attempts))
@@ -541,9 +549,8 @@ func (r *Relay) finish(ctx context.Context, results []outcome) error {
 			if res.unattempted() {
 				continue
 			}
-			held := errors.Is(res.err, errHeld) // called, but held back by an earlier failure: never dead
 			if err := tx.OutboxMarkFailed(ctx, &store.OutboxMarkFailedParams{
-				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: !held && r.dead(res),
+				ID: res.msg.ID, LastError: truncate(res.err.Error(), 2000), Dead: res.dead,
 				NextAttemptAt: res.next,
 			}); err != nil {
 				return err
@@ -565,7 +572,11 @@ func (r *Relay) finish(ctx context.Context, results []outcome) error {
 		case errors.Is(res.err, errHeld) || res.unattempted():
 			r.cfg.Logger.Debug("outbox message put back", "message_id", res.msg.ID, "topic", res.msg.Topic,
 				"key", res.msg.Key, "reason", res.err)
-		case r.dead(res):
+		case IsPending(res.err) && !res.dead:
+			r.cfg.Metrics.OutboxRetried.WithLabelValues(res.msg.Topic).Inc()
+			r.cfg.Logger.Info("outbox message waits for the other side's outcome; will ask again", "message_id", res.msg.ID,
+				"topic", res.msg.Topic, "key", res.msg.Key, "attempts", res.msg.Attempts, "detail", res.err)
+		case res.dead:
 			r.cfg.Metrics.OutboxDead.WithLabelValues(res.msg.Topic).Inc()
 			r.cfg.Logger.Error("outbox message dead", "message_id", res.msg.ID, "topic", res.msg.Topic,
 				"key", res.msg.Key, "attempts", res.msg.Attempts, "error", res.err)
@@ -608,8 +619,12 @@ func (r *Relay) callKey(ctx context.Context, l *lane, results []outcome, callsUn
 	}
 }
 
-// dead reports whether a failed message goes dead rather than back to pending.
-func (r *Relay) dead(res *outcome) bool {
+// dead reports whether a failed message goes dead rather than back to pending. A pending
+// outcome is bounded by the message's age, not by its attempts.
+func (r *Relay) dead(res *outcome, now time.Time) bool {
+	if IsPending(res.err) {
+		return now.Sub(res.msg.CreatedAt) >= r.cfg.PendingFor
+	}
 	return IsPermanent(res.err) || res.msg.Attempts >= r.cfg.MaxAttempts
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,6 +137,59 @@ func TestPoisonMessageGoesDead(t *testing.T) {
 	}
 	if p := list(t, e, orderly.MessagePending); len(p) != 1 || p[0].Attempts != 0 {
 		t.Fatalf("after re-drive: %+v", p)
+	}
+}
+
+// TestPendingOutcomeOutlivesMaxAttempts: a call answering Pending (the other side accepted
+// it, its outcome is not final) is asked again with the usual backoff past MaxAttempts,
+// logged as waiting and never dead while younger than PendingFor, and delivered once the
+// other side answers; one still pending PendingFor (72 h) after it was written goes dead.
+func TestPendingOutcomeOutlivesMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int64
+	final := map[string]bool{}
+	var mu sync.Mutex
+	e := enginetest.New(t, enginetest.Options{MaxAttempts: 2, Handlers: map[string]outbox.Handler{
+		"test.pending": {Call: func(_ context.Context, m *orderly.Message) error {
+			calls.Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			if final[m.Key] {
+				return nil
+			}
+			return outbox.Pending(errors.New("refund is pending at the provider"))
+		}},
+	}})
+	insertKeys(t, e, "test.pending", 2, func(i int) string { return fmt.Sprintf("k%d", i) })
+	for attempt := 1; attempt <= 6; attempt++ { // three times MaxAttempts
+		if _, err := e.Relay.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pending := list(t, e, orderly.MessagePending)
+		if len(pending) != 2 || pending[0].Attempts != int64(attempt) || pending[0].LastError != "refund is pending at the provider" {
+			t.Fatalf("attempt %d: pending %d messages, first %+v; want both pending", attempt, len(pending), pending[0])
+		}
+		e.Clock.Set(pending[0].NextAttemptAt.Add(time.Second))
+	}
+	if dead := list(t, e, orderly.MessageDead); len(dead) != 0 {
+		t.Fatalf("dead %+v, want none: a pending outcome is not a failure", dead)
+	}
+	mu.Lock()
+	final["k0"] = true
+	mu.Unlock()
+	e.Clock.Advance(72 * time.Hour) // k1 is now older than PendingFor
+	if _, err := e.Relay.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := list(t, e, orderly.MessageDelivered); len(d) != 1 || d[0].Key != "k0" {
+		t.Fatalf("delivered %+v, want k0", d)
+	}
+	if d := list(t, e, orderly.MessageDead); len(d) != 1 || d[0].Key != "k1" || d[0].Attempts <= 2 {
+		t.Fatalf("dead %+v, want k1, past MaxAttempts", d)
+	}
+	if calls.Load() < 12 {
+		t.Fatalf("%d calls, want at least 12 (6 or more per message)", calls.Load())
 	}
 }
 

@@ -216,7 +216,7 @@ func (s *Service) RefundHandler() outbox.Handler {
 				// for an operator.
 				return fmt.Errorf("refund of payment %s failed at %s (%s); asked again", ref.PaymentID, p.Channel, res.Detail)
 			}
-			return fmt.Errorf("refund of payment %s is %s at %s, not final yet; asked again", ref.PaymentID, res.Detail, p.Channel)
+			return outbox.Pending(fmt.Errorf("refund of payment %s is %s at %s, not final yet; asked again", ref.PaymentID, res.Detail, p.Channel))
 		},
 		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			for _, m := range msgs {

@@ -83,7 +83,7 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 			if err := s.setRefundProvider(ctx, f.ID, cmp.Or(res.ProviderRef, f.ProviderRef), cmp.Or(res.Detail, "pending")); err != nil {
 				return err
 			}
-			return fmt.Errorf("refund %s is %s at the provider, not final yet; asked again", ref.RefundID, cmp.Or(res.Detail, "pending"))
+			return outbox.Pending(fmt.Errorf("refund %s is %s at the provider, not final yet; asked again", ref.RefundID, cmp.Or(res.Detail, "pending")))
 		},
 		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
 			refs := make([]*orderly.RefundRef, len(msgs))
