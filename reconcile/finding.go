@@ -48,7 +48,7 @@ const (
 	// Kinds of a settlement statement (Reconciler.Statement).
 	// KindStatementMissingOurs: money the gateway took with no payment of ours naming its
 	// transaction, or gave back with no refund of ours naming it: inspect, then apply or
-	// refund it at the gateway, or record the refund.
+	// refund it at the gateway.
 	KindStatementMissingOurs Kind = "statement_missing_ours"
 	// KindStatementMissingTheirs: a capture or a succeeded refund of ours, within the
 	// statement's period, that the statement does not list.
