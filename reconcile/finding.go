@@ -47,16 +47,22 @@ const (
 
 	// Kinds of a settlement statement (Reconciler.Statement).
 	// KindStatementMissingOurs: money the gateway took with no payment of ours naming its
-	// transaction: inspect, then apply or refund it at the gateway.
+	// transaction, or gave back with no refund of ours naming it: inspect, then apply or
+	// refund it at the gateway.
 	KindStatementMissingOurs Kind = "statement_missing_ours"
-	// KindStatementMissingTheirs: a capture of ours, within the statement's period, that the
-	// statement does not list.
+	// KindStatementMissingTheirs: a capture or a succeeded refund of ours, within the
+	// statement's period, that the statement does not list.
 	KindStatementMissingTheirs Kind = "statement_missing_theirs"
 	// KindStatementAmountMismatch: a transaction whose amount or currency differs between the
-	// statement and our payment.
+	// statement and our payment or refund.
 	KindStatementAmountMismatch Kind = "statement_amount_mismatch"
 	// KindStatementDuplicate: a transaction the statement lists more than once.
 	KindStatementDuplicate Kind = "statement_duplicate"
+	// KindStatementRefundUnconfirmed: a refund the statement lists (the provider gave the
+	// money back) that we still read requested, or failed: its confirmation was lost.
+	// Not repaired: the refund's query to the provider (the outbox retry) or an operator
+	// settles it.
+	KindStatementRefundUnconfirmed Kind = "statement_refund_unconfirmed"
 )
 
 // Finding is one disagreement. Its JSON is {"kind","order_id"?,"sku"?,"detail","repaired"}

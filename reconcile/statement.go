@@ -21,6 +21,9 @@ type StatementLine struct {
 	Currency     string
 	Status       string // the gateway's word: succeeded, settled, captured, … ; "failed" lines are skipped
 	Time         time.Time
+	// Refund is true for money given back (status refunded or refund, or type refund):
+	// ChannelTxnID then names the refund, by the provider's refund id or by ours.
+	Refund bool
 }
 
 // statementColumns are the columns a statement CSV must have, in any order, named in its
@@ -28,8 +31,11 @@ type StatementLine struct {
 var statementColumns = []string{"channel_txn_id", "amount", "currency", "status", "time"}
 
 // ReadStatement parses a settlement statement CSV: a header row naming channel_txn_id,
-// amount (integer minor units), currency (ISO 4217), status and time (RFC 3339), in any
-// order (other columns are ignored), then one row per transaction. Errors name the line:
+// amount (integer minor units, positive for a refund too), currency (ISO 4217), status and
+// time (RFC 3339), in any order (other columns are ignored), then one row per transaction.
+// A row is a refund (StatementLine.Refund) when its status is refunded or refund, or when
+// the optional type column says refund; its channel_txn_id is then the provider's refund
+// id or our refund id. Status and type are read case-insensitively. Errors name the line:
 // a missing column, a malformed amount or time, an empty transaction id.
 func ReadStatement(in io.Reader) ([]StatementLine, error) {
 	cr := csv.NewReader(in)
@@ -71,34 +77,48 @@ func ReadStatement(in io.Reader) ([]StatementLine, error) {
 			return nil, fmt.Errorf("statement: line %d: time must be RFC 3339: %w", line, err)
 		}
 		l.Time = l.Time.UTC()
+		l.Refund = l.Status == "refunded" || l.Status == "refund"
+		if i, ok := col["type"]; ok && strings.EqualFold(strings.TrimSpace(rec[i]), "refund") {
+			l.Refund = true
+		}
 		out = append(out, l)
 	}
 }
 
 // Statement compares the settlement statement of one channel ("stripe", "alipay"; its
-// variants included) with that channel's payments and returns its findings (never nil):
-// a transaction of the statement that no payment of the channel records
-// (KindStatementMissingOurs), one whose amount or currency differs
-// (KindStatementAmountMismatch), a transaction listed more than once (KindStatementDuplicate,
-// one finding however many times, with the count: the gateway settled it twice, or the
-// file repeats it; the transaction is compared once), and a capture of the channel between
-// the statement's first and last time that the statement does not list
-// (KindStatementMissingTheirs). Payments of other channels and of the wallet are left out:
-// they are on no statement of this channel. Lines with status failed are skipped. Nothing
-// is repaired: each is an operator task. Errors: EINVALID for an empty channel; the store's.
+// variants included) with that channel's payments and refunds and returns its findings
+// (never nil): a transaction of the statement that no payment of the channel records, or a
+// refund line that no refund of the channel's payments records, by the provider's refund
+// id or by ours (KindStatementMissingOurs); one whose amount or currency differs
+// (KindStatementAmountMismatch); a refund the statement lists that we still read requested
+// or failed (KindStatementRefundUnconfirmed); a transaction or refund listed more than once
+// (KindStatementDuplicate, one finding however many times, with the count: the gateway
+// settled it twice, or the file repeats it; it is compared once; payments and refunds are
+// counted apart); and a capture, or a succeeded refund, of the channel between the
+// statement's first and last time that the statement does not list
+// (KindStatementMissingTheirs). Payments of other channels and of the wallet, and their
+// refunds, are left out: they are on no statement of this channel. Lines with status
+// failed are skipped. Nothing is repaired: each is an operator task. Errors: EINVALID for
+// an empty channel; the store's.
 func (r *Reconciler) Statement(ctx context.Context, channel string, lines []StatementLine) ([]*Finding, error) {
 	if channel == "" {
 		return nil, orderly.Errorf(orderly.EINVALID, "reconcile: a statement is one channel's: name it")
 	}
 	out := []*Finding{}
-	count := map[string]int{}
+	// count and refunds count the lines of each payment transaction and of each refund: a
+	// refund may be listed under its payment's transaction id.
+	count, refunds := map[string]int{}, map[string]int{}
 	var distinct []StatementLine // the first line of each transaction, in the statement's order
 	var from, to time.Time
 	for _, l := range lines {
 		if l.Status == "failed" {
 			continue
 		}
-		if count[l.ChannelTxnID]++; count[l.ChannelTxnID] == 1 {
+		c := count
+		if l.Refund {
+			c = refunds
+		}
+		if c[l.ChannelTxnID]++; c[l.ChannelTxnID] == 1 {
 			distinct = append(distinct, l)
 		}
 		if from.IsZero() || l.Time.Before(from) {
@@ -109,9 +129,13 @@ func (r *Reconciler) Statement(ctx context.Context, channel string, lines []Stat
 		}
 	}
 	for _, l := range distinct {
-		if n := count[l.ChannelTxnID]; n > 1 {
+		n, what := count[l.ChannelTxnID], "transaction"
+		if l.Refund {
+			n, what = refunds[l.ChannelTxnID], "refund"
+		}
+		if n > 1 {
 			out = append(out, &Finding{Kind: KindStatementDuplicate, Target: l.ChannelTxnID,
-				Detail: fmt.Sprintf("transaction %s is listed %d times (first with %d %s, %s at %s)", l.ChannelTxnID, n,
+				Detail: fmt.Sprintf("%s %s is listed %d times (first with %d %s, %s at %s)", what, l.ChannelTxnID, n,
 					l.Amount, l.Currency, l.Status, l.Time.Format(time.RFC3339))})
 		}
 	}
@@ -119,7 +143,11 @@ func (r *Reconciler) Statement(ctx context.Context, channel string, lines []Stat
 		batch := distinct[start:min(start+r.cfg.BatchSize, len(distinct))]
 		err := r.cfg.Store.Read(ctx, func(tx store.Tx) error {
 			for _, l := range batch {
-				f, err := statementLine(ctx, tx, channel, l)
+				line := statementLine
+				if l.Refund {
+					line = statementRefund
+				}
+				f, err := line(ctx, tx, channel, l)
 				if err != nil {
 					return err
 				} else if f != nil {
@@ -150,6 +178,25 @@ func (r *Reconciler) Statement(ctx context.Context, channel string, lines []Stat
 	if err != nil {
 		return out, fmt.Errorf("reconcile: statement: %w", err)
 	}
+	_, err = Pages(ctx, r, "", func(tx store.Tx, after string, limit int) (int, string, error) {
+		fs, err := tx.ReconcileRefundsSucceeded(ctx, channel, from, to, after, limit)
+		for _, f := range fs {
+			if (f.ProviderRef == "" || refunds[f.ProviderRef] == 0) && refunds[f.ID] == 0 {
+				target := f.ProviderRef
+				if target == "" {
+					target = f.ID
+				}
+				out = append(out, &Finding{Kind: KindStatementMissingTheirs, OrderID: f.OrderID, Target: target,
+					Detail: fmt.Sprintf("refund %s (provider ref %q) of payment %s gave back %d %s at %s but the statement does not list it",
+						f.ID, f.ProviderRef, f.PaymentID, f.Amount, f.Currency, f.CompletedAt.Format(time.RFC3339))})
+			}
+			after = f.ID
+		}
+		return len(fs), after, err
+	})
+	if err != nil {
+		return out, fmt.Errorf("reconcile: statement: %w", err)
+	}
 	return out, nil
 }
 
@@ -172,6 +219,47 @@ func statementLine(ctx context.Context, tx store.Tx, channel string, l Statement
 		return &Finding{Kind: KindStatementAmountMismatch, OrderID: p.OrderID, Target: l.ChannelTxnID,
 			Detail: fmt.Sprintf("transaction %s: statement %d %s, payment %s %d %s", l.ChannelTxnID, l.Amount, l.Currency,
 				p.ID, p.Amount, p.Currency)}, nil
+	}
+	return nil, nil
+}
+
+// statementRefund compares one refund line of channel's statement with the refund that
+// records it, found by the provider's refund id or else by ours: a finding, or nil when
+// they agree.
+func statementRefund(ctx context.Context, tx store.Tx, channel string, l StatementLine) (*Finding, error) {
+	line := fmt.Sprintf("refund %s of %d %s (%s at %s)", l.ChannelTxnID, l.Amount, l.Currency, l.Status, l.Time.Format(time.RFC3339))
+	f, err := tx.RefundGetByProviderRef(ctx, l.ChannelTxnID)
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
+		f, err = tx.RefundGet(ctx, l.ChannelTxnID)
+	}
+	switch {
+	case orderly.ErrorCode(err) == orderly.ENOTFOUND:
+		return &Finding{Kind: KindStatementMissingOurs, Target: l.ChannelTxnID, Detail: line + " has no refund here"}, nil
+	case err != nil:
+		return nil, err
+	}
+	p, err := tx.PaymentGet(ctx, f.PaymentID)
+	if err != nil {
+		return nil, fmt.Errorf("payment of refund %s: %w", f.ID, err)
+	}
+	switch {
+	case p.Channel != channel:
+		return &Finding{Kind: KindStatementMissingOurs, OrderID: f.OrderID, Target: l.ChannelTxnID,
+			Detail: fmt.Sprintf("%s is refund %s of payment %s of channel %s, not %s", line, f.ID, p.ID, p.Route(), channel)}, nil
+	case f.Amount != l.Amount || f.Currency != l.Currency:
+		return &Finding{Kind: KindStatementAmountMismatch, OrderID: f.OrderID, Target: l.ChannelTxnID,
+			Detail: fmt.Sprintf("refund %s: statement %d %s, refund %s %d %s", l.ChannelTxnID, l.Amount, l.Currency,
+				f.ID, f.Amount, f.Currency)}, nil
+	case f.State != orderly.RefundSucceeded:
+		why := "still requested: the provider's confirmation never reached us"
+		if f.State == orderly.RefundFailed {
+			why = "recorded failed: the money went back all the same"
+			if f.FailReason != "" {
+				why = fmt.Sprintf("recorded failed (%s): the money went back all the same", f.FailReason)
+			}
+		}
+		return &Finding{Kind: KindStatementRefundUnconfirmed, OrderID: f.OrderID, Target: l.ChannelTxnID,
+			Detail: fmt.Sprintf("%s is listed by the provider, but refund %s of payment %s is %s", line, f.ID, p.ID, why)}, nil
 	}
 	return nil, nil
 }

@@ -60,6 +60,10 @@ type AdminTx interface {
 	// createdBefore, with id > afterID, by id: accepted by the provider and never
 	// confirmed nor failed.
 	ReconcileRefundsStuck(ctx context.Context, createdBefore time.Time, afterID string, limit int) ([]*orderly.Refund, error)
+	// ReconcileRefundsSucceeded returns up to limit succeeded refunds of channel's payments
+	// ("" for every channel; its variants included) with from <= completed_at <= to and
+	// id > afterID, by id: the refunds side of a gateway's settlement statement.
+	ReconcileRefundsSucceeded(ctx context.Context, channel string, from, to time.Time, afterID string, limit int) ([]*orderly.Refund, error)
 	// StockLedgers returns up to limit SKUs with sku > afterSKU, by SKU, each with its
 	// counters and the figures its reservations give (the ledger).
 	StockLedgers(ctx context.Context, afterSKU string, limit int) ([]*StockLedger, error)

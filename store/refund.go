@@ -15,6 +15,9 @@ type RefundTx interface {
 	RefundInsert(ctx context.Context, params *RefundInsertParams) error
 	// RefundGet returns a refund; ENOTFOUND if there is none.
 	RefundGet(ctx context.Context, id string) (*orderly.Refund, error)
+	// RefundGetByProviderRef returns the refund whose provider's refund id is ref (the
+	// first by id should two channels share one); ENOTFOUND if there is none or ref is "".
+	RefundGetByProviderRef(ctx context.Context, ref string) (*orderly.Refund, error)
 	// RefundGetByIdempotencyKey returns the refund of an order made with key and the hash
 	// of that request; ENOTFOUND if there is none.
 	RefundGetByIdempotencyKey(ctx context.Context, orderID, key string) (*orderly.Refund, string, error)

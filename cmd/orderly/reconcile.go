@@ -26,13 +26,14 @@ func reconcileCommand() *cli.Command {
 			"Repairs go through the services and are audited (operator \"reconcile\"); refunds they request leave through the\n" +
 			"outbox of the running instances. A repair that fails leaves its finding with the error and the others go on.\n" +
 			"With --statement and --channel, also compares that channel's settlement CSV (channel_txn_id, amount, currency,\n" +
-			"status, time) with the channel's payments (the wallet's and other channels' are left out). Every run's report is\n" +
+			"status, time; an optional type) with the channel's payments and refunds (a line is a refund when its status is\n" +
+			"refunded or refund, or its type is refund; the wallet's and other channels' are left out). Every run's report is\n" +
 			"kept in reconcile_reports, where the admin page and GET /v1/admin/reconcile/reports read it.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
 			&cli.BoolFlag{Name: "repair", Usage: "repair what can be repaired (through the state machine and the services, audited)"},
 			&cli.StringFlag{Name: "since", Usage: "look only at orders and payments created since this RFC 3339 time or this long ago (e.g. 24h); stock and outbox are always checked whole"},
-			&cli.StringFlag{Name: "statement", Usage: "a settlement statement CSV to compare with the payments of --channel"},
+			&cli.StringFlag{Name: "statement", Usage: "a settlement statement CSV to compare with the payments and refunds of --channel"},
 			&cli.StringFlag{Name: "channel", Usage: "the channel whose statement --statement is (stripe, alipay, wechat, …; required with --statement)"},
 			&cli.DurationFlag{Name: "refund-stuck-after", Value: reconcile.DefaultRefundStuckAfter, Usage: "a refund the provider accepted and never confirmed, older than this, is a refund_stuck finding"},
 			&cli.BoolFlag{Name: "json", Usage: `print {"findings":[{"kind","order_id"?,"sku"?,"detail","repaired"}],…}`},

@@ -64,6 +64,10 @@ var (
 		AND succeeded_at >= ? AND succeeded_at <= ? AND (? = '' OR channel = ?) ORDER BY id LIMIT ?`)
 	qReconcileRefundsStuck = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id > ?
 		AND state = 'requested' AND provider_status <> '' AND created_at < ? ORDER BY id LIMIT ?`)
+	qReconcileRefundsSucceeded = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id > ?
+		AND state = 'succeeded' AND completed_at >= ? AND completed_at <= ?
+		AND EXISTS (SELECT 1 FROM payments p WHERE p.id = refunds.payment_id AND (? = '' OR p.channel = ?))
+		ORDER BY id LIMIT ?`)
 
 	// stockLedgerColumns recompute held and sold from the SKU's reservations through the
 	// (sku, state) index of migration 00011.
@@ -249,23 +253,36 @@ func (t *tx) ReconcilePaymentsCaptured(ctx context.Context, channel string, from
 	return scanPayments(rows, "captured payments")
 }
 
+// ReconcileRefundsSucceeded implements store.Tx.
+func (t *tx) ReconcileRefundsSucceeded(ctx context.Context, channel string, from, to time.Time, afterID string, limit int) ([]*orderly.Refund, error) {
+	rows, err := t.query(ctx, qReconcileRefundsSucceeded, afterID, ms(from), ms(to), channel, channel, limit)
+	if err != nil {
+		return nil, fmt.Errorf("succeeded refunds: %w", err)
+	}
+	return scanRefunds(rows, "succeeded refunds")
+}
+
 // ReconcileRefundsStuck implements store.Tx.
 func (t *tx) ReconcileRefundsStuck(ctx context.Context, createdBefore time.Time, afterID string, limit int) ([]*orderly.Refund, error) {
 	rows, err := t.query(ctx, qReconcileRefundsStuck, afterID, ms(createdBefore), limit)
 	if err != nil {
 		return nil, fmt.Errorf("stuck refunds: %w", err)
 	}
+	return scanRefunds(rows, "stuck refunds")
+}
+
+func scanRefunds(rows *sql.Rows, what string) ([]*orderly.Refund, error) {
 	defer rows.Close()
 	var out []*orderly.Refund
 	for rows.Next() {
 		f, err := scanRefund(rows)
 		if err != nil {
-			return nil, fmt.Errorf("stuck refunds: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("stuck refunds: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }

@@ -16,7 +16,10 @@ const refundColumns = `id, order_id, payment_id, amount, currency, items, restoc
 var (
 	qRefundInsert = sqlText(`INSERT INTO refunds (` + refundColumns + `, idempotency_key, request_hash)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	qRefundGet      = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id = ?`)
+	qRefundGet = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id = ?`)
+	// qRefundByProviderRef reads through refunds_provider_ref (migration 00019).
+	qRefundByProviderRef = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE provider_ref = ? AND provider_ref <> ''
+		ORDER BY id LIMIT 1`)
 	qRefundByKey    = sqlText(`SELECT id, request_hash FROM refunds WHERE order_id = ? AND idempotency_key = ?`)
 	qRefundList     = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE ? = '' OR order_id = ? ORDER BY order_id, created_at, id`)
 	qRefundSetState = sqlText(`UPDATE refunds SET state = ?, fail_reason = ?, completed_at = ?, provider_status = ''
@@ -86,6 +89,12 @@ func (t *tx) RefundSetProvider(ctx context.Context, id, providerRef, providerSta
 func (t *tx) RefundGet(ctx context.Context, id string) (*orderly.Refund, error) {
 	f, err := scanRefund(t.queryRow(ctx, qRefundGet, id))
 	return f, translate(err, "refund "+id)
+}
+
+// RefundGetByProviderRef implements store.Tx.
+func (t *tx) RefundGetByProviderRef(ctx context.Context, ref string) (*orderly.Refund, error) {
+	f, err := scanRefund(t.queryRow(ctx, qRefundByProviderRef, ref))
+	return f, translate(err, "refund of provider ref "+ref)
 }
 
 // RefundGetByIdempotencyKey implements store.Tx.

@@ -23,6 +23,8 @@ func testRefunds(t *testing.T, open opener) {
 	t.Run("RestockFollowsRefund", func(t *testing.T) { testRestockFollowsRefund(t, open) })
 	t.Run("RefundOrderIDs", func(t *testing.T) { testRefundOrderIDs(t, open) })
 	t.Run("ReconcileRefundsStuck", func(t *testing.T) { testReconcileRefundsStuck(t, open) })
+	t.Run("GetByProviderRef", func(t *testing.T) { testRefundGetByProviderRef(t, open) })
+	t.Run("ReconcileRefundsSucceeded", func(t *testing.T) { testReconcileRefundsSucceeded(t, open) })
 	t.Run("Checks", func(t *testing.T) { testRefundChecks(t, open) })
 }
 
@@ -409,4 +411,79 @@ func testReconcileRefundsStuck(t *testing.T, open opener) {
 	equal(t, "stuck refunds", ids("", 10), []string{"stuck-a:pending:re_stuck-a", "stuck-b:PROCESSING:re_stuck-b"})
 	equal(t, "stuck refunds, first page", ids("", 1), []string{"stuck-a:pending:re_stuck-a"})
 	equal(t, "stuck refunds, keyset", ids("stuck-a", 10), []string{"stuck-b:PROCESSING:re_stuck-b"})
+}
+
+// testRefundGetByProviderRef: a refund is found by the provider's refund id once recorded;
+// an unknown id and the empty id (every refund the provider never answered) are ENOTFOUND.
+func testRefundGetByProviderRef(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	o, p := paidOrderWithPayment(t, s, nil)
+	answered, unanswered := newRefund(o, p, 300), newRefund(o, p, 200)
+	inTx(t, s, func(tx store.Tx) error {
+		for _, f := range []*orderly.Refund{answered, unanswered} {
+			if err := tx.RefundInsert(ctx, &store.RefundInsertParams{Refund: f}); err != nil {
+				return err
+			}
+		}
+		_, err := tx.RefundSetProvider(ctx, answered.ID, "re_byref", "pending")
+		return err
+	})
+	got := read(t, s, func(tx store.Tx) (*orderly.Refund, error) { return tx.RefundGetByProviderRef(ctx, "re_byref") })
+	if got.ID != answered.ID || got.Amount != 300 || got.PaymentID != p.ID || got.ProviderRef != "re_byref" {
+		t.Errorf("by provider ref: %s %d of %s ref %q, want %s 300 of %s ref re_byref", got.ID, got.Amount, got.PaymentID,
+			got.ProviderRef, answered.ID, p.ID)
+	}
+	for _, ref := range []string{"re_unknown", ""} {
+		err := txErr(t, s, func(tx store.Tx) error { _, err := tx.RefundGetByProviderRef(ctx, ref); return err })
+		wantCode(t, "refund of provider ref "+ref, err, orderly.ENOTFOUND)
+	}
+}
+
+// testReconcileRefundsSucceeded: the succeeded refunds of one channel's payments (its
+// variants included), completed within the bounds (both included), by id after a keyset;
+// not those requested or failed, those of other channels, nor those completed outside.
+func testReconcileRefundsSucceeded(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	pay := func(channel, variant string) (*orderly.Order, *orderly.Payment) {
+		opts := paidOpts("", t0)
+		opts.ID = nextID("order")
+		o := insertOrder(t, s, opts)
+		return o, insertPayment(t, s, &paymentOpts{OrderID: o.ID, Amount: o.Amount, State: orderly.PaymentSucceeded,
+			Channel: channel, Variant: variant, ChannelTxnID: nextID("txn"), SucceededAt: ptr(t0)})
+	}
+	so, sp := pay("stripe", "")
+	vo, vp := pay("stripe", "v2")
+	ao, ap := pay("alipay", "")
+	insert := func(id string, o *orderly.Order, p *orderly.Payment, state orderly.RefundState, completed time.Time) {
+		f := newRefund(o, p, 10)
+		f.ID, f.State = id, state
+		if state != orderly.RefundRequested {
+			f.CompletedAt = &completed
+		}
+		inTx(t, s, func(tx store.Tx) error { return tx.RefundInsert(ctx, &store.RefundInsertParams{Refund: f}) })
+	}
+	from, to := t0.Add(time.Hour), t0.Add(2*time.Hour)
+	insert("rs-ok-a", so, sp, orderly.RefundSucceeded, from)
+	insert("rs-ok-b", vo, vp, orderly.RefundSucceeded, to)
+	insert("rs-ok-c", so, sp, orderly.RefundSucceeded, from.Add(time.Minute))
+	insert("rs-early", so, sp, orderly.RefundSucceeded, from.Add(-time.Millisecond))
+	insert("rs-late", so, sp, orderly.RefundSucceeded, to.Add(time.Millisecond))
+	insert("rs-failed", so, sp, orderly.RefundFailed, from.Add(time.Minute))
+	insert("rs-requested", so, sp, orderly.RefundRequested, time.Time{})
+	insert("rs-alipay", ao, ap, orderly.RefundSucceeded, from.Add(time.Minute))
+	ids := func(channel, after string, limit int) []string {
+		fs := read(t, s, func(tx store.Tx) ([]*orderly.Refund, error) {
+			return tx.ReconcileRefundsSucceeded(ctx, channel, from, to, after, limit)
+		})
+		out := []string{}
+		for _, f := range fs {
+			out = append(out, f.ID)
+		}
+		return out
+	}
+	equal(t, "succeeded refunds on stripe", ids("stripe", "", 10), []string{"rs-ok-a", "rs-ok-b", "rs-ok-c"})
+	equal(t, "succeeded refunds on stripe, first page", ids("stripe", "", 2), []string{"rs-ok-a", "rs-ok-b"})
+	equal(t, "succeeded refunds on stripe, keyset", ids("stripe", "rs-ok-b", 10), []string{"rs-ok-c"})
+	equal(t, "succeeded refunds on alipay", ids("alipay", "", 10), []string{"rs-alipay"})
+	equal(t, "succeeded refunds of every channel", ids("", "", 10), []string{"rs-alipay", "rs-ok-a", "rs-ok-b", "rs-ok-c"})
 }
