@@ -205,6 +205,14 @@ type GatewayAttempt struct {
 	NextAction  *NextAction
 }
 
+// AttemptValidator is implemented by a Gateway that refuses some attempts before creating
+// them, on what the attempt says alone (a currency the channel does not take, a JSAPI
+// payment without a payer id). The payment service asks it before the attempt is written,
+// so that such a refusal (an *Error, EINVALID) changes nothing.
+type AttemptValidator interface {
+	ValidateAttempt(p *Payment) error
+}
+
 // GatewayRefundResult is a gateway's view of one refund. Status is GatewaySucceeded once the
 // provider confirms the money went back, GatewayPending while it is accepted but not final
 // (Stripe pending or requires_action, WeChat Pay PROCESSING or ABNORMAL, Alipay without

@@ -97,6 +97,15 @@ func (g *guardedGateway) call(ctx context.Context, op, paymentID string, fn func
 	return gp, err
 }
 
+// ValidateAttempt implements orderly.AttemptValidator for a provider that does: no call is
+// made, so neither the timeout nor the breaker applies.
+func (g *guardedGateway) ValidateAttempt(p *orderly.Payment) error {
+	if v, ok := g.gw.(orderly.AttemptValidator); ok {
+		return v.ValidateAttempt(p)
+	}
+	return nil
+}
+
 // Create implements orderly.Gateway.
 func (g *guardedGateway) Create(ctx context.Context, p *orderly.Payment) (a *orderly.GatewayAttempt, err error) {
 	_, err = g.call(ctx, "create", p.ID, func(ctx context.Context) (*orderly.GatewayPayment, error) {

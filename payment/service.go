@@ -222,6 +222,15 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 			ID: id, OrderID: o.ID, Channel: ch, Variant: variant, Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now, PayerID: params.PayerID,
 		}
+		// A channel that refuses the attempt for what it says (another currency) refuses it
+		// before it is written: nothing changes.
+		if gw, err := s.gatewayFor(p.Route()); err == nil {
+			if v, ok := gw.(orderly.AttemptValidator); ok {
+				if err := v.ValidateAttempt(p); err != nil {
+					return err
+				}
+			}
+		}
 		if err := tx.PaymentInsert(ctx, p); orderly.ErrorCode(err) == orderly.ECONFLICT {
 			// (order_id, attempt) is unique: another attempt of the order took this number
 			// after the read above.
@@ -274,6 +283,11 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		s.cfg.Logger.Error("gateway create failed", "payment_id", p.ID, "order_id", p.OrderID, "error", gerr)
 		if _, err := s.fail(ctx, p, "gateway: create failed", "gateway"); err != nil {
 			return nil, errors.Join(gerr, err)
+		}
+		if orderly.ErrorCode(gerr) == orderly.EINTERNAL {
+			// No answer (network, timeout, 5xx, breaker open): the client may retry (503).
+			return nil, fmt.Errorf("start payment for order %s: %w: %w", p.OrderID, orderly.Errorf(orderly.EUNAVAILABLE,
+				"payment channel %s did not answer; the attempt was not started, retry", p.Route()), gerr)
 		}
 		return nil, fmt.Errorf("start payment for order %s: %w", p.OrderID, gerr)
 	}

@@ -2,7 +2,9 @@ package payment_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,5 +301,68 @@ func TestMerchantRefund(t *testing.T) {
 	assertOneRefund(t, e, p)
 	if _, err := e.Orders.ApplyEvent(ctx, o.ID, orderly.EventShip, "merchant", ""); orderly.ErrorCode(err) != orderly.EILLEGAL {
 		t.Fatalf("ship a refunded order: %v, want %s", err, orderly.EILLEGAL)
+	}
+}
+
+// pickyGateway is the simulated gateway, except that it refuses attempts in EUR before
+// they are created (orderly.AttemptValidator, as a channel that takes one currency does) and
+// that its creates fail without an answer while down is set.
+type pickyGateway struct {
+	*payment.SimGateway
+	down    atomic.Bool
+	creates atomic.Int64
+}
+
+func (g *pickyGateway) ValidateAttempt(p *orderly.Payment) error {
+	if p.Currency == "EUR" {
+		return orderly.Errorf(orderly.EINVALID, "payment in EUR, channel takes USD")
+	}
+	return nil
+}
+
+func (g *pickyGateway) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
+	g.creates.Add(1)
+	if g.down.Load() {
+		return nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
+	}
+	return g.SimGateway.Create(ctx, p)
+}
+
+// TestStartPaymentRefusals: an attempt the channel refuses for what it says (another
+// currency) is 422 invalid-input and writes nothing — no attempt, the order's pay status
+// unchanged, the provider not called; a provider that does not answer the create is 503
+// unavailable (retry), not 500.
+func TestStartPaymentRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var gw *pickyGateway
+	e := enginetest.New(t, enginetest.Options{WrapGateway: func(g orderly.Gateway) orderly.Gateway {
+		gw = &pickyGateway{SimGateway: g.(*payment.SimGateway)}
+		return gw
+	}})
+	e.SetStock(t, "SKU-1", 4)
+	eur, _, err := e.Orders.CreateOrder(ctx, &orderly.CreateOrderParams{UserID: "u1", Currency: "EUR",
+		Items: []orderly.Item{{SKU: "SKU-1", Quantity: 1, UnitPrice: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: eur.ID}); orderly.ErrorCode(err) != orderly.EINVALID ||
+		orderly.ErrorMessage(err) != "payment in EUR, channel takes USD" {
+		t.Fatalf("start in EUR: %v; want EINVALID from the channel", err)
+	}
+	if ps, _ := e.Payments.OrderPayments(ctx, eur.ID); len(ps) != 0 || gw.creates.Load() != 0 {
+		t.Fatalf("%d attempts written, %d creates; want none", len(ps), gw.creates.Load())
+	}
+	if o := e.OrderOf(t, eur.ID); o.PayStatus != orderly.PayUnpaid || o.CurrentPaymentID != "" || o.Version != eur.Version {
+		t.Fatalf("order %s pay_status %s, current %q, version %d; want unchanged", o.ID, o.PayStatus, o.CurrentPaymentID, o.Version)
+	}
+	usd := e.CreateOrder(t, enginetest.CreateOrderOpts{})
+	gw.down.Store(true)
+	if _, err := e.Payments.StartPayment(ctx, &orderly.StartPaymentParams{OrderID: usd.ID}); orderly.ErrorCode(err) != orderly.EUNAVAILABLE {
+		t.Fatalf("start while the provider does not answer: %v (code %s); want EUNAVAILABLE", err, orderly.ErrorCode(err))
+	}
+	gw.down.Store(false)
+	if p := start(t, e, usd); p.State != orderly.PaymentInitiated || p.Attempt != 2 {
+		t.Fatalf("retry: %+v; want attempt 2 initiated", p)
 	}
 }

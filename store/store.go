@@ -172,7 +172,8 @@ type Tx interface {
 	// PaymentSetState is the guarded state change of a payment.
 	PaymentSetState(ctx context.Context, params *PaymentSetStateParams) (bool, error)
 	// PaymentSetHandoff records the provider's object id of a payment and the handoff for
-	// the buyer's client (nil: none), as the provider answered the create.
+	// the buyer's client (nil: none), as the provider answered the create. PaymentSetState
+	// drops the handoff (the attempt has an outcome); the provider's id stays.
 	PaymentSetHandoff(ctx context.Context, id, providerRef string, next *orderly.NextAction) error
 
 	// CallbackRefusalInsert records a refused payment callback (r.ID is not set). Strings

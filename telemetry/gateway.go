@@ -58,6 +58,14 @@ func (g *instrumentedGateway) observe(ctx context.Context, op, paymentID string,
 	return err
 }
 
+// ValidateAttempt implements orderly.AttemptValidator when the wrapped gateway does.
+func (g *instrumentedGateway) ValidateAttempt(p *orderly.Payment) error {
+	if v, ok := g.next.(orderly.AttemptValidator); ok {
+		return v.ValidateAttempt(p)
+	}
+	return nil
+}
+
 // Create implements orderly.Gateway.
 func (g *instrumentedGateway) Create(ctx context.Context, p *orderly.Payment) (a *orderly.GatewayAttempt, err error) {
 	err = g.observe(ctx, "create", p.ID, func(ctx context.Context) error { a, err = g.next.Create(ctx, p); return err })

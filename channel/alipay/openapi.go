@@ -183,6 +183,15 @@ func outTradeNo(p *orderly.Payment) string {
 	return cmp.Or(p.ProviderRef, channel.OutTradeNo(p.ID))
 }
 
+// ValidateAttempt implements orderly.AttemptValidator: a payment in another currency than
+// Config.Currency is refused (EINVALID) before the attempt is written.
+func (a *Adapter) ValidateAttempt(p *orderly.Payment) error {
+	if p.Currency != a.cfg.Currency {
+		return orderly.Errorf(orderly.EINVALID, "alipay: payment in %s, channel takes %s", p.Currency, a.cfg.Currency)
+	}
+	return nil
+}
+
 // tradeBiz is the biz_content common to the creating calls: out_trade_no, total_amount
 // in yuan and subject. Errors: *orderly.Error EINVALID for another currency than
 // Config.Currency.

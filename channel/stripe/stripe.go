@@ -243,6 +243,15 @@ func refusal(op string, err error) error {
 	return err
 }
 
+// ValidateAttempt implements orderly.AttemptValidator: an amount Stripe cannot take in its
+// currency's unit is refused (EINVALID) before the attempt is written.
+func (a *Adapter) ValidateAttempt(p *orderly.Payment) error {
+	if _, _, err := FromMinor(p.Amount, p.Currency); err != nil {
+		return orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
+	}
+	return nil
+}
+
 // createKey is the Idempotency-Key of the create of attempt paymentID.
 func createKey(paymentID string) string { return "orderly-create-" + paymentID }
 

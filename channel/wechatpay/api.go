@@ -135,6 +135,15 @@ func (e *APIError) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// ValidateAttempt implements orderly.AttemptValidator: a payment in another currency than
+// Config.Currency is refused (EINVALID) before the attempt is written.
+func (a *Adapter) ValidateAttempt(p *orderly.Payment) error {
+	if p.Currency != a.cfg.Currency {
+		return orderly.Errorf(orderly.EINVALID, "wechatpay: payment in %s, channel takes %s", p.Currency, a.cfg.Currency)
+	}
+	return nil
+}
+
 // NativeOrder creates a Native payment (a QR code the buyer scans) with POST
 // /v3/pay/transactions/native and returns its code_url: appid Config.AppID, mchid,
 // description "orderly order <order id>", out_trade_no channel.OutTradeNo(p.ID),

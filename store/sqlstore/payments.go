@@ -30,7 +30,9 @@ var (
 	qPaymentGet        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
 	qPaymentGetByTxnID = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
 	qPaymentList       = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE ? = '' OR order_id = ? ORDER BY order_id, attempt`)
-	qPaymentSetState   = sqlText(`UPDATE payments SET state = ?, channel_txn_id = COALESCE(?, channel_txn_id),
+	// The handoff (next_action) is the buyer's means to pay an initiated attempt: it is
+	// dropped once the attempt has an outcome, so a client_secret never outlives its use.
+	qPaymentSetState = sqlText(`UPDATE payments SET state = ?, next_action = NULL, channel_txn_id = COALESCE(?, channel_txn_id),
 			fail_reason = COALESCE(?, fail_reason), succeeded_at = COALESCE(?, succeeded_at), refunded_at = COALESCE(?, refunded_at)
 			WHERE id = ? AND state IN (` + stateIn + `)`)
 	qPaymentSetHandoff = sqlText(`UPDATE payments SET provider_ref = ?, next_action = ? WHERE id = ?`)

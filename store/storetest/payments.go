@@ -119,6 +119,7 @@ func testPayments(t *testing.T, open opener) {
 	})
 
 	t.Run("SetState", func(t *testing.T) { testPaymentSetState(t, open) })
+	t.Run("Handoff", func(t *testing.T) { testPaymentHandoff(t, open) })
 }
 
 // testCallbackRefusals checks the record of refused callbacks: round trip, order, filter
@@ -272,4 +273,25 @@ func testPaymentSetState(t *testing.T, open opener) {
 			equal(t, "payment after PaymentSetState", getPayment(t, s, p.ID), &want)
 		})
 	}
+}
+
+// testPaymentHandoff: the provider's id, the payer id and the handoff are kept with the
+// attempt; the handoff is dropped when the attempt gets an outcome, the provider's id stays.
+func testPaymentHandoff(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	insertOrder(t, s, &orderOpts{ID: "o1"})
+	before := insertPayment(t, s, &paymentOpts{ID: "p1", OrderID: "o1"})
+	next := &orderly.NextAction{Type: orderly.NextActionWeChatJSAPI, WeChatJSAPI: &orderly.WeChatJSAPI{AppID: "wx1",
+		TimeStamp: "1764835200", NonceStr: "n", Package: "prepay_id=wx1", SignType: "RSA", PaySign: "c2ln"}}
+	write(t, s, func(tx store.Tx) (bool, error) { return true, tx.PaymentSetHandoff(ctx, "p1", "wx1", next) })
+	want := *before
+	want.ProviderRef, want.NextAction = "wx1", next
+	equal(t, "payment after PaymentSetHandoff", getPayment(t, s, "p1"), &want)
+	at := t0.Add(time.Minute)
+	write(t, s, func(tx store.Tx) (bool, error) {
+		return tx.PaymentSetState(ctx, &store.PaymentSetStateParams{ID: "p1", From: []orderly.PaymentState{orderly.PaymentInitiated},
+			To: orderly.PaymentSucceeded, ChannelTxnID: "txn-1", SucceededAt: &at})
+	})
+	want.State, want.ChannelTxnID, want.SucceededAt, want.NextAction = orderly.PaymentSucceeded, "txn-1", &at, nil
+	equal(t, "payment after it succeeded", getPayment(t, s, "p1"), &want)
 }
