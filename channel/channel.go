@@ -57,6 +57,10 @@ type Notification struct {
 	Amount   int64
 	Currency string
 	RefundID string // for refund kinds: orderly's refund idempotency key as sent (out_refund_no, metadata)
+	// UnexpectedVersion is the event's API version when it is not the one the adapter pins
+	// (Stripe's api_version); "" otherwise. The notification is decoded all the same, where
+	// its shape is known, and counted in orderly_channel_event_version_mismatches_total.
+	UnexpectedVersion string
 	// OccurredAt is when the provider says the event happened (UTC).
 	OccurredAt time.Time
 	Body       []byte // the raw body as received

@@ -37,6 +37,9 @@ import (
 // Errors: those of HandleCallback for the payment kinds; transient store errors. Nothing
 // is recorded on error.
 func (s *Service) HandleNotification(ctx context.Context, n *channel.Notification) (*orderly.CallbackResult, error) {
+	if n.UnexpectedVersion != "" {
+		s.cfg.Metrics.ChannelVersionMismatches.WithLabelValues(n.Channel, n.UnexpectedVersion).Inc()
+	}
 	var (
 		res      *orderly.CallbackResult
 		cb       *orderly.Callback

@@ -38,6 +38,9 @@ type Metrics struct {
 	// ChannelNotifications counts verified notifications of payment channels (package
 	// channel) by channel, kind and result (applied, duplicate, refund, refused, recorded).
 	ChannelNotifications *prometheus.CounterVec
+	// ChannelVersionMismatches counts verified notifications of another API version than the
+	// one their channel pins, by channel and version (channel.Notification.UnexpectedVersion).
+	ChannelVersionMismatches *prometheus.CounterVec
 	// ChannelPayments counts attempts' outcomes (captured, failed) by channel and variant
 	// ("" for a channel with one version), whichever way they arrived (signed callback,
 	// channel notification, a failed create): the success rate of each channel and
@@ -146,6 +149,9 @@ func NewMetrics() *Metrics {
 		ChannelNotifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_channel_notifications_total", Help: "Verified payment channel notifications, by channel, kind and result.",
 		}, []string{"channel", "kind", "result"}),
+		ChannelVersionMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_channel_event_version_mismatches_total", Help: "Verified payment channel notifications of another API version than the channel pins, by channel and version.",
+		}, []string{"channel", "version"}),
 		ChannelPayments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_channel_payments_total", Help: "Payment attempts' outcomes by channel and variant (captured, failed).",
 		}, []string{"channel", "variant", "outcome"}),
@@ -217,7 +223,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.OrdersCreated, m.OrdersClosed, m.CloseLateness, m.GroupLateness, m.OverdueOrders, m.CloserPasses,
-		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelPayments, m.ChannelOutOfRotation, m.ClosesDeferred, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
+		m.PaymentInspections, m.Callbacks, m.CallbackRefusals, m.ChannelNotifications, m.ChannelVersionMismatches, m.ChannelPayments, m.ChannelOutOfRotation, m.ClosesDeferred, m.ChannelBreakerState, m.ClockOffset, m.OutboxDelivered, m.OutboxRetried, m.OutboxDead,
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
 		m.GatewayLatency, m.GatewayErrors, m.JobDuration, m.JobChanged, m.WebhookDeliveries,

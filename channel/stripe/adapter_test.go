@@ -214,12 +214,13 @@ func TestVersionMismatch(t *testing.T) {
 		return n
 	}
 	ev, _ := fake.Pay(p.ID)
-	if n := verify(ev); n.Kind != channel.PaymentSucceeded || a.VersionMismatches() != 0 || len(got) != 0 {
+	if n := verify(ev); n.Kind != channel.PaymentSucceeded || n.UnexpectedVersion != "" || a.VersionMismatches() != 0 || len(got) != 0 {
 		t.Fatalf("event of the pinned version: %s, %d mismatches", n.Kind, a.VersionMismatches())
 	}
 	fake.EventVersion = "2024-06-20"
 	ev, _ = fake.Pay(p.ID)
-	if n := verify(ev); n.Kind != channel.PaymentSucceeded || n.Amount != 80 || a.VersionMismatches() != 1 || len(got) != 1 || got[0] != "2024-06-20" {
+	if n := verify(ev); n.Kind != channel.PaymentSucceeded || n.Amount != 80 || n.UnexpectedVersion != "2024-06-20" ||
+		a.VersionMismatches() != 1 || len(got) != 1 || got[0] != "2024-06-20" {
 		t.Fatalf("event of 2024-06-20: %s %d, %d mismatches, reported %v; want decoded, counted once", n.Kind, n.Amount, a.VersionMismatches(), got)
 	}
 }

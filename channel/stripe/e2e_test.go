@@ -200,6 +200,33 @@ func TestWebhookAppliedOnce(t *testing.T) {
 	}
 }
 
+// TestWebhookOfAnotherVersion: an event of another api_version than the one orderly pins
+// is applied where its shape is known and counted in
+// orderly_channel_event_version_mismatches_total{channel,version}, once per delivery.
+func TestWebhookOfAnotherVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	o, p := b.order(t, 80, "JPY", 0)
+	b.fake.EventVersion = "2024-06-20"
+	ev, ok := b.fake.Pay(p.ID)
+	if !ok {
+		t.Fatal("the imitation could not capture the intent")
+	}
+	if s := send(t, b, ev); s != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", s)
+	}
+	if got := b.get(t, o.ID); got.State != orderly.StatePaid {
+		t.Fatalf("order %s, want paid", got.State)
+	}
+	mismatches := b.e.Metrics().ChannelVersionMismatches
+	if n := testutil.ToFloat64(mismatches.WithLabelValues("stripe", "2024-06-20")); n != 1 {
+		t.Fatalf("version mismatches counted %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(mismatches.WithLabelValues("stripe", stripe.APIVersion)); n != 0 {
+		t.Fatalf("the pinned version counted %v times, want 0", n)
+	}
+}
+
 // TestWebhookReencodedAccepted: an event re-encoded (field order, whitespace) and signed
 // over those raw bytes is accepted and applied.
 func TestWebhookReencodedAccepted(t *testing.T) {

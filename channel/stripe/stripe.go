@@ -120,6 +120,7 @@ func (a *Adapter) Verify(header http.Header, body []byte, now time.Time) (*chann
 		return nil, err
 	}
 	if version != "" && version != APIVersion {
+		n.UnexpectedVersion = version
 		a.mismatches.Add(1)
 		a.cfg.Logger.Warn("a Stripe event of another API version than the one orderly pins; create the webhook endpoint with api_version "+APIVersion,
 			"channel", a.cfg.Name, "event_id", n.EventID, "api_version", version, "want", APIVersion)
