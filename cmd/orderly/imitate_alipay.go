@@ -54,10 +54,10 @@ func imitateAlipay(ctx context.Context, w io.Writer, addr, orderlyURL string) er
 	base := srv.BaseURL()
 	fmt.Fprintf(w, "Alipay imitation on %s (OpenAPI gateway %s), notifying %s\n", base, srv.URL, notify)
 	fmt.Fprintf(w, "Test-only keys (public, worthless outside tests) in %s\n\n", dir)
-	fmt.Fprintf(w, "Start orderly with (orders in CNY):\n  orderly serve --alipay-app-id %s --alipay-seller-id %s --alipay-private-key @%s --alipay-public-key @%s --alipay-api-url %s --alipay-notify-url %s\n\n",
+	fmt.Fprintf(w, "Start orderly with (orders in CNY):\n  orderly serve --alipay-app-id %s --alipay-seller-id %s --alipay-private-key @%s --alipay-public-key @%s --alipay-api-url %s --alipay-notify-url %s --default-channel alipay\n\n",
 		alipaytest.AppID, alipaytest.SellerID, privFile, pubFile, srv.URL, notify)
 	fmt.Fprintf(w, "The buyer scans and pays (QR_CODE is next_action.qr_code of POST /v1/orders/{id}/payments {\"channel\":\"alipay\"}, %s/qr/…):\n  curl -X POST \"$QR_CODE\"\n\n", base)
-	fmt.Fprintf(w, "Refunds accepted without money (fund_change N), then carried out or failed:\n")
+	fmt.Fprintf(w, "Refunds accepted without money (fund_change N), then carried out or failed (REFUND_ID is the id POST /v1/orders/{id}/refunds answers, which orderly sends as out_request_no):\n")
 	fmt.Fprintf(w, "  curl -X POST '%s/imitation/refund-mode?mode=deferred'\n", base)
 	fmt.Fprintf(w, "  curl -X POST \"%s/imitation/refunds/settle?out_trade_no=$PROVIDER_REF&out_request_no=$REFUND_ID\"\n", base)
 	fmt.Fprintf(w, "  curl -X POST \"%s/imitation/refunds/fail?out_trade_no=$PROVIDER_REF&out_request_no=$REFUND_ID&sub_code=ACQ.SELLER_BALANCE_NOT_ENOUGH\"\n", base)

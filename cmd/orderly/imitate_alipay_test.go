@@ -39,7 +39,8 @@ func (l *lockedBuffer) String() string {
 // The imitation prints serve's flags; an alipay channel made from exactly those flags
 // precreates a trade there, the buyer's scan (the printed curl: POST to the qr_code) pays
 // it, and the signed notification reaches orderly's webhook path and verifies. The key
-// files are gone once the imitation stops.
+// files are gone once the imitation stops. The printed serve command parses through
+// serve's own flags and names alipay the default channel.
 func TestImitateAlipay(t *testing.T) {
 	notified := make(chan []byte, 1)
 	orderlySrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -72,6 +73,13 @@ func TestImitateAlipay(t *testing.T) {
 	}
 	if !strings.Contains(text, "orderly serve --alipay-app-id") || !strings.Contains(text, `curl -X POST "$QR_CODE"`) {
 		t.Fatalf("output:\n%s", text)
+	}
+	serve := regexp.MustCompile(`orderly serve [^\n]*`).FindString(text)
+	if !strings.HasSuffix(serve, " --default-channel alipay") {
+		t.Fatalf("serve command without --default-channel alipay: %s", serve)
+	}
+	if adapters, err := adaptersOf(t, strings.Fields(serve)[2:]...); err != nil || len(adapters) != 1 || adapters[0].Name() != "alipay" {
+		t.Fatalf("printed serve flags: adapters %v, %v; want alipay", adapters, err)
 	}
 	readKey := func(name string) []byte {
 		b, err := os.ReadFile(strings.TrimPrefix(flag(name), "@"))

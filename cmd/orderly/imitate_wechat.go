@@ -19,7 +19,8 @@ import (
 // printed --wechat-notify-url makes orderlyURL + "/v1/channels/wechat/webhook". It first
 // writes the imitation's test-only keys to a new temporary directory (removed on return)
 // and prints to w the `orderly serve` flags that use them, then a curl line per handoff for
-// the buyer's client step (PayPath). Errors: addr cannot be listened on, the key files
+// the buyer's client step (PayPath), and the curl lines of the refund plays
+// (RefundHoldPath, RefundSettlePath). Errors: addr cannot be listened on, the key files
 // cannot be written.
 func imitateWeChat(ctx context.Context, w io.Writer, addr, orderlyURL string) error {
 	srv, err := wechatpaytest.Listen(addr)
@@ -44,11 +45,16 @@ func imitateWeChat(ctx context.Context, w io.Writer, addr, orderlyURL string) er
 	fmt.Fprintf(w, "  --wechat-apiv3-key @%s \\\n", files["apiv3"])
 	fmt.Fprintf(w, "  --wechat-platform-key %s=%s \\\n", wechatpaytest.PlatformSerial, files["platform"])
 	fmt.Fprintf(w, "  --wechat-platform-key %s=%s \\\n", wechatpaytest.PublicKeyID, files["pubkey"])
-	fmt.Fprintf(w, "  --wechat-api-url %s \\\n  --wechat-notify-url %s\n\n", srv.URL, notify)
+	fmt.Fprintf(w, "  --wechat-api-url %s \\\n  --wechat-notify-url %s \\\n  --default-channel wechat\n\n", srv.URL, notify)
 	fmt.Fprintf(w, "The buyer pays a Native payment (next_action.qr_code):\n")
 	fmt.Fprintf(w, "curl -s -X POST %s%s -H 'Content-Type: application/json' -d '{\"code_url\":\"<next_action.qr_code>\"}'\n", srv.URL, wechatpaytest.PayPath)
 	fmt.Fprintf(w, "or a JSAPI payment (payer_id set; next_action.wechat_jsapi, openid the payer's):\n")
-	fmt.Fprintf(w, "curl -s -X POST %s%s -H 'Content-Type: application/json' -d '<next_action.wechat_jsapi, with \"openid\":\"<payer_id>\">'\n", srv.URL, wechatpaytest.PayPath)
+	fmt.Fprintf(w, "curl -s -X POST %s%s -H 'Content-Type: application/json' -d '<next_action.wechat_jsapi with \"openid\":\"<payer_id>\" added as one more member>'\n", srv.URL, wechatpaytest.PayPath)
+	fmt.Fprintf(w, "\nRefunds (REFUND_ID is the id POST /v1/orders/{id}/refunds answers, which orderly sends as out_refund_no):\n")
+	fmt.Fprintf(w, "hold new refunds in PROCESSING (as to a bank card) instead of ending them SUCCESS at once:\n")
+	fmt.Fprintf(w, "curl -s -X POST '%s%s?on=true'\n", srv.URL, wechatpaytest.RefundHoldPath)
+	fmt.Fprintf(w, "then end a held refund SUCCESS, CLOSED (no money moved) or ABNORMAL (the buyer's account refused it; settle it again later):\n")
+	fmt.Fprintf(w, "curl -s -X POST \"%s%s?out_refund_no=$REFUND_ID&status=SUCCESS\"\n", srv.URL, wechatpaytest.RefundSettlePath)
 	<-ctx.Done()
 	return nil
 }

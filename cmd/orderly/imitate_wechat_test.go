@@ -20,11 +20,13 @@ import (
 
 // The printed flags configure a working channel: an adapter built from them creates a
 // Native order at the imitation, the printed client step pays it, and the imitation
-// notifies the printed notify URL with a notification the adapter verifies.
+// notifies the printed notify URL with a notification the adapter verifies. The printed
+// serve command parses through serve's own flags and names wechat the default channel, and
+// the printed refund plays hold a refund in PROCESSING, then move it to ABNORMAL and SUCCESS.
 func TestImitateWeChat(t *testing.T) {
 	t.Parallel()
 	var adapter atomic.Pointer[wechatpay.Adapter] // set once the flags are read
-	got := make(chan *channel.Notification, 1)
+	got := make(chan *channel.Notification, 8)    // the payment, then the refund's ABNORMAL and SUCCESS
 	orderlyFake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path != "/v1/channels/wechat/webhook" {
@@ -50,7 +52,7 @@ func TestImitateWeChat(t *testing.T) {
 	}()
 	var out strings.Builder
 	sc := bufio.NewScanner(pr)
-	for curls := 0; curls < 2 && sc.Scan(); {
+	for curls := 0; curls < 4 && sc.Scan(); {
 		out.WriteString(sc.Text() + "\n")
 		if strings.HasPrefix(sc.Text(), "curl ") {
 			curls++
@@ -66,6 +68,15 @@ func TestImitateWeChat(t *testing.T) {
 			t.Fatalf("--%s printed %d times:\n%s", name, len(flags[name]), out.String())
 		}
 		return flags[name][0]
+	}
+	serve := out.String()[strings.Index(out.String(), "orderly serve"):]
+	serve = strings.ReplaceAll(serve[:strings.Index(serve, "\n\n")], "\\\n", " ")
+	args := strings.Fields(serve)
+	if !strings.HasSuffix(serve, "--default-channel wechat") {
+		t.Fatalf("serve command without --default-channel wechat: %s", serve)
+	}
+	if adapters, err := adaptersOf(t, args[2:]...); err != nil || len(adapters) != 1 || adapters[0].Name() != "wechat" {
+		t.Fatalf("printed serve flags: adapters %v, %v; want wechat", adapters, err)
 	}
 	keyPEM, err := flagValue(one("wechat-merchant-key"))
 	if err != nil {
@@ -118,6 +129,47 @@ func TestImitateWeChat(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notification reached the notify URL")
 	}
+
+	post := func(url string, want int) {
+		t.Helper()
+		resp, err := http.Post(url, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("POST %s: %d, want %d", url, resp.StatusCode, want)
+		}
+	}
+	hold := regexp.MustCompile(`curl -s -X POST '(\S+/imitation/refunds/hold\?on=true)'`).FindStringSubmatch(out.String())
+	settle := regexp.MustCompile(`curl -s -X POST "(\S+/imitation/refunds/settle\?out_refund_no=)\$REFUND_ID&status=SUCCESS"`).FindStringSubmatch(out.String())
+	if hold == nil || settle == nil {
+		t.Fatalf("no refund curl lines:\n%s", out.String())
+	}
+	post(hold[1], http.StatusNoContent)
+	const refundID = "019a7f3d-0000-7c11-9d3e-4f5a6b7c8d9e"
+	ref := &orderly.GatewayRefund{IdempotencyKey: refundID, PaymentID: paymentID, Amount: 400, Currency: "CNY"}
+	if res, err := a.Refund(t.Context(), ref); err != nil || res.Status != orderly.GatewayPending || res.Detail != "PROCESSING" {
+		t.Fatalf("refund while held: %+v, %v; want pending PROCESSING", res, err)
+	}
+	post(settle[1]+"nosuch&status=SUCCESS", http.StatusNotFound)
+	post(settle[1]+refundID+"&status=DONE", http.StatusBadRequest)
+	for _, status := range []string{"ABNORMAL", "SUCCESS"} {
+		post(settle[1]+wechatpay.OutRefundNo(refundID)+"&status="+status, http.StatusOK)
+		res, err := a.QueryRefund(t.Context(), ref)
+		if want := map[string]orderly.GatewayStatus{"ABNORMAL": orderly.GatewayPending, "SUCCESS": orderly.GatewaySucceeded}[status]; err != nil || res.Status != want {
+			t.Fatalf("query after %s: %+v, %v; want %v", status, res, err, want)
+		}
+		select {
+		case n := <-got:
+			if n.RefundID != refundID || (status == "SUCCESS") != (n.Kind == channel.RefundSucceeded) {
+				t.Fatalf("REFUND.%s notification %+v", status, n)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no REFUND.%s notification", status)
+		}
+	}
+	post(hold[1][:len(hold[1])-len("true")]+"maybe", http.StatusBadRequest)
 	dir := strings.TrimSuffix(strings.TrimPrefix(one("wechat-merchant-key"), "@"), "/apiclient_key.pem")
 	cancel()
 	if err := <-done; err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/orderlyhq/orderly/channel/wechatpay"
@@ -208,4 +209,44 @@ func (s *Server) settleLocked(o *Order, f Refund, status string) Refund {
 		s.sendLater(f.NotifyURL, "REFUND."+status, "refund", res, o.OutTradeNo, f.OutRefundNo)
 	}
 	return f
+}
+
+// RefundHoldPath and RefundSettlePath are the imitation's HTTP refund plays, for a server
+// in another process (`orderly imitate wechat`); they are not WeChat Pay APIs.
+// POST RefundHoldPath?on=true|false calls HoldRefunds: 204, or 400 for another value.
+// POST RefundSettlePath?out_refund_no=…&status=SUCCESS|CLOSED|ABNORMAL calls SettleRefund
+// (out_refund_no as the merchant sent it: wechatpay.OutRefundNo of orderly's refund id,
+// which is that id itself): 200 and the refund as JSON (out_refund_no, refund_id, amount
+// in minor units, status), 400 for another status, 404 when no such refund is open.
+const (
+	RefundHoldPath   = "/imitation/refunds/hold"
+	RefundSettlePath = "/imitation/refunds/settle"
+)
+
+// serveRefundHold answers POST RefundHoldPath.
+func (s *Server) serveRefundHold(w http.ResponseWriter, r *http.Request) {
+	on, err := strconv.ParseBool(r.URL.Query().Get("on"))
+	if err != nil {
+		http.Error(w, "on=true or on=false", http.StatusBadRequest)
+		return
+	}
+	s.HoldRefunds(on)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// serveRefundSettle answers POST RefundSettlePath.
+func (s *Server) serveRefundSettle(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	status := q.Get("status")
+	if status != wechatpay.RefundSuccess && status != wechatpay.RefundClosed && status != wechatpay.RefundAbnormal {
+		http.Error(w, "status=SUCCESS, CLOSED or ABNORMAL", http.StatusBadRequest)
+		return
+	}
+	f, err := s.SettleRefund(q.Get("out_refund_no"), status)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"out_refund_no": f.OutRefundNo, "refund_id": f.RefundID, "amount": f.Amount, "status": f.Status})
 }

@@ -118,6 +118,8 @@ func newServer(l net.Listener) *Server {
 	mux.HandleFunc("POST /v3/refund/domestic/refunds", s.auth("refund", s.refund))
 	mux.HandleFunc("GET /v3/refund/domestic/refunds/{no}", s.auth("refund-query", s.refundQuery))
 	mux.HandleFunc("POST "+PayPath, s.payHandler)
+	mux.HandleFunc("POST "+RefundHoldPath, s.serveRefundHold)
+	mux.HandleFunc("POST "+RefundSettlePath, s.serveRefundSettle)
 	s.init()
 	s.srv = httptest.NewUnstartedServer(mux)
 	if l != nil {
