@@ -132,6 +132,9 @@ func TestServeChannelFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--stripe-webhook-secret", "whsec_x"}, "the stripe channel is half configured: --stripe-webhook-secret is set, so --stripe-api-key is required too"},
 		{[]string{"--stripe-api-key", "sk_test_x"}, "the stripe channel is half configured: --stripe-api-key is set, so --stripe-webhook-secret is required too"},
+		{[]string{"--stripe-api-key", "pk_test_x", "--stripe-webhook-secret", "whsec_x"}, "--stripe-api-key must be a secret key (sk_…) or a restricted key (rk_…), not a publishable key or another value"},
+		{[]string{"--stripe-api-key", "sk_test_x", "--stripe-webhook-secret", "whsec_x,wh_y"}, "--stripe-webhook-secret must be the endpoint's signing secret (whsec_…), comma-separated while rolling it"},
+		{[]string{"--stripe-api-key", "sk_test_x", "--stripe-webhook-secret", "whsec_x", "--stripe-api-url", "ht!tp://bad"}, "--stripe-api-url must be an http or https URL, e.g. https://api.stripe.com"},
 		{[]string{"--alipay-app-id", "2021"}, "the alipay channel is half configured: --alipay-app-id is set, so --alipay-seller-id, --alipay-private-key, --alipay-public-key are required too"},
 		{[]string{"--alipay-api-url", "https://openapi-sandbox.dl.alipaydev.com/gateway.do"}, "the alipay channel is half configured: some of its flags are set, so --alipay-app-id, --alipay-seller-id, --alipay-private-key, --alipay-public-key are required too"},
 		{[]string{"--alipay-app-id", "2021", "--alipay-seller-id", "2088", "--alipay-private-key", secret, "--alipay-public-key", secret},

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -248,11 +249,21 @@ func channels(cmd *cli.Command) ([]channel.Adapter, error) {
 			return nil, err
 		}
 		key := cmd.String("stripe-api-key")
+		// A publishable key (pk_…) cannot create intents: every payment would fail at its create.
+		if !strings.HasPrefix(key, "sk_") && !strings.HasPrefix(key, "rk_") {
+			return nil, errors.New("--stripe-api-key must be a secret key (sk_…) or a restricted key (rk_…), not a publishable key or another value")
+		}
 		var secrets []string
 		for sec := range strings.SplitSeq(cmd.String("stripe-webhook-secret"), ",") {
 			if sec = strings.TrimSpace(sec); sec != "" {
+				if !strings.HasPrefix(sec, "whsec_") {
+					return nil, errors.New("--stripe-webhook-secret must be the endpoint's signing secret (whsec_…), comma-separated while rolling it")
+				}
 				secrets = append(secrets, sec)
 			}
+		}
+		if u, err := url.Parse(cmd.String("stripe-api-url")); cmd.IsSet("stripe-api-url") && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			return nil, errors.New("--stripe-api-url must be an http or https URL, e.g. https://api.stripe.com")
 		}
 		out = append(out, stripe.New(stripe.Config{APIKey: key, WebhookSecrets: secrets, BaseURL: cmd.String("stripe-api-url")}))
 	}
