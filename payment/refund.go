@@ -18,13 +18,16 @@ import (
 // refund made by order.Service.CreateRefund:
 //
 //   - Call first reads the refund: one no longer requested (failed by a provider's
-//     notification, or confirmed) is not sent again. Otherwise it asks the gateway to refund, with the refund id as idempotency key, so a message
-//     delivered again (a crash between the call and the commit, a failed Apply) never
-//     refunds twice. A refusal by the gateway (an *orderly.Error) marks the refund failed
+//     notification, or confirmed) is not sent again. Otherwise it asks the gateway to
+//     refund, with the refund id as idempotency key, or, when it may have asked before (a
+//     later delivery, a refund the provider answered pending), what became of it
+//     (askRefund), so a message delivered again never refunds twice. A refusal by the
+//     gateway (an *orderly.Error) or a refund the provider failed marks the refund failed
 //     in its own transaction — its amount and item counts become refundable again; stock
-//     never moved for it — and writes refund.failed. Any other error leaves the outcome
-//     unknown: the refund stays requested (its units counted, not restocked) and the relay
-//     asks again with the same idempotency key.
+//     never moved for it — and writes refund.failed. A refund accepted but not final
+//     (GatewayPending) records the provider's state (provider_status) and is asked about
+//     again (outbox.Pending); any other error leaves the outcome unknown. Either way the
+//     refund stays requested: its units counted, not restocked, nothing announced.
 //   - Apply marks the refund succeeded (guarded requested → succeeded, so once), puts its
 //     units back in stock when it asks for a restock (order.RestockRefund: goods returned
 //     are restocked when the refund is confirmed), and moves the order through the flow
@@ -101,7 +104,7 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 // executeRefund asks for refund ref (f as stored) where its payment was taken: a wallet
 // payment (channel WalletChannel, with UseWallets) is refunded to the buyer's wallet, a
 // wallet refund of the payment's debit transfer under the key "refund:<refund id>", so
-// that a message delivered again credits once (res nil: a wallet refund is final when
+// that a message delivered again credits once (res succeeded: a wallet refund is final when
 // answered); any other through its channel's gateway, keyed by the refund id (askRefund,
 // askedBefore saying it may have been asked already). answer is the wallet's or the
 // gateway's error (wallet says which); err is a failure before the refund was asked (the
