@@ -21,7 +21,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -34,7 +33,8 @@ const DefaultBaseURL = "https://api.stripe.com"
 // APIVersion is the Stripe API version every outbound call is pinned to (header
 // Stripe-Version), and the version the webhook endpoint must be created with so that
 // events arrive in the shape decode reads: 2025-03-31.basil, the version stripe-go v82.0.0
-// pins. An event of another version is logged and counted (Config.OnVersionMismatch).
+// pins. An event of another version is logged and marked (Notification.UnexpectedVersion),
+// which the payment service counts in orderly_channel_event_version_mismatches_total.
 const APIVersion = "2025-03-31.basil"
 
 // VersionHeader is the header that pins a call's API version.
@@ -69,17 +69,12 @@ type Config struct {
 	HTTPClient *http.Client
 	// Logger logs events whose api_version is not APIVersion; slog.Default().
 	Logger *slog.Logger
-	// OnVersionMismatch, when set, is called with the api_version of every verified event
-	// that is not APIVersion (the webhook endpoint was created with another version), e.g.
-	// to count it in a metric. Adapter.VersionMismatches counts them too.
-	OnVersionMismatch func(version string)
 }
 
 // Adapter is the Stripe channel. It is safe for concurrent use. It keeps no state of its
 // own about payments: every call names Stripe's objects by the ids orderly stored.
 type Adapter struct {
-	cfg        Config
-	mismatches atomic.Int64
+	cfg Config
 }
 
 var _ channel.Adapter = (*Adapter)(nil)
@@ -101,10 +96,6 @@ func New(cfg Config) *Adapter {
 // Name implements channel.Adapter.
 func (a *Adapter) Name() string { return a.cfg.Name }
 
-// VersionMismatches returns how many verified events carried an api_version other than
-// APIVersion since the adapter was made.
-func (a *Adapter) VersionMismatches() int64 { return a.mismatches.Load() }
-
 // Verify implements channel.Adapter: the Stripe-Signature header over body as received
 // (a body re-encoded by a proxy fails), then the event decoded (decode). An event whose
 // api_version is not APIVersion is logged and counted, and decoded all the same: the
@@ -120,13 +111,9 @@ func (a *Adapter) Verify(header http.Header, body []byte, now time.Time) (*chann
 		return nil, err
 	}
 	if version != "" && version != APIVersion {
-		n.UnexpectedVersion = version
-		a.mismatches.Add(1)
+		n.UnexpectedVersion = version // counted by the payment service
 		a.cfg.Logger.Warn("a Stripe event of another API version than the one orderly pins; create the webhook endpoint with api_version "+APIVersion,
 			"channel", a.cfg.Name, "event_id", n.EventID, "api_version", version, "want", APIVersion)
-		if a.cfg.OnVersionMismatch != nil {
-			a.cfg.OnVersionMismatch(version)
-		}
 	}
 	return n, nil
 }
@@ -277,12 +264,8 @@ func createParams(p *orderly.Payment) (url.Values, error) {
 // Stripe.js or a mobile SDK and the shop's publishable key. Errors: EINVALID for an amount
 // Stripe cannot express or a 4xx refusal; others are transient.
 func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
-	params, err := createParams(p)
+	pi, err := a.createIntent(ctx, p)
 	if err != nil {
-		return nil, orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
-	}
-	var pi paymentIntent
-	if err := a.do(ctx, http.MethodPost, "/v1/payment_intents", params, createKey(p.ID), &pi); err != nil {
 		return nil, refusal("payment intent", err)
 	}
 	if pi.ID == "" || pi.ClientSecret == "" {
@@ -290,6 +273,18 @@ func (a *Adapter) Create(ctx context.Context, p *orderly.Payment) (*orderly.Gate
 	}
 	return &orderly.GatewayAttempt{ProviderRef: pi.ID,
 		NextAction: &orderly.NextAction{Type: orderly.NextActionStripeSDK, ClientSecret: pi.ClientSecret}}, nil
+}
+
+// createIntent posts the create of attempt p: the same parameters and Idempotency-Key every
+// time, so that a repeat within IdempotencyWindow answers the intent the first one made.
+// Errors: EINVALID for an amount Stripe cannot express; do's.
+func (a *Adapter) createIntent(ctx context.Context, p *orderly.Payment) (*paymentIntent, error) {
+	params, err := createParams(p)
+	if err != nil {
+		return nil, orderly.Errorf(orderly.EINVALID, "stripe: %v", err)
+	}
+	var pi paymentIntent
+	return &pi, a.do(ctx, http.MethodPost, "/v1/payment_intents", params, createKey(p.ID), &pi)
 }
 
 // intentOf returns the PaymentIntent id of attempt p: the one stored at create. For an
@@ -306,12 +301,8 @@ func (a *Adapter) intentOf(ctx context.Context, p *orderly.Payment) (string, err
 		return "", fmt.Errorf("stripe: payment %s has no stored payment intent and was created %s ago, beyond the idempotency window; its intent cannot be recovered safely",
 			p.ID, time.Since(p.CreatedAt).Round(time.Minute))
 	}
-	params, err := createParams(p)
+	pi, err := a.createIntent(ctx, p)
 	if err != nil {
-		return "", fmt.Errorf("stripe: recover the payment intent of payment %s: %w", p.ID, err)
-	}
-	var pi paymentIntent
-	if err := a.do(ctx, http.MethodPost, "/v1/payment_intents", params, createKey(p.ID), &pi); err != nil {
 		return "", fmt.Errorf("stripe: recover the payment intent of payment %s by repeating its create: %w", p.ID, err)
 	}
 	if pi.ID == "" || pi.Metadata[MetadataPaymentID] != p.ID {
