@@ -178,8 +178,8 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if params.Channel != "" && !order.ValidID(params.Channel) {
 		return nil, orderly.Errorf(orderly.EINVALID, "channel must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
 	}
-	if params.PayerID != "" && (len(params.PayerID) > 128 || !order.ValidID(params.PayerID)) {
-		return nil, orderly.Errorf(orderly.EINVALID, "payer_id must be 1–128 bytes of UTF-8 without control characters")
+	if params.PayerID != "" && !order.ValidID(params.PayerID) {
+		return nil, orderly.Errorf(orderly.EINVALID, "payer_id must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
 	}
 	if err := s.checkChannel(params.Channel); err != nil {
 		return nil, err
@@ -191,7 +191,10 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if err != nil {
 		return nil, err
 	}
-	var p *orderly.Payment
+	var (
+		p  *orderly.Payment
+		gw orderly.Gateway // the attempt's channel, resolved once
+	)
 	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		o, err := tx.OrderGet(ctx, params.OrderID)
 		if err != nil {
@@ -222,13 +225,14 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 			ID: id, OrderID: o.ID, Channel: ch, Variant: variant, Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now, PayerID: params.PayerID,
 		}
+		if gw, err = s.gatewayFor(p.Route()); err != nil {
+			return err
+		}
 		// A channel that refuses the attempt for what it says (another currency) refuses it
 		// before it is written: nothing changes.
-		if gw, err := s.gatewayFor(p.Route()); err == nil {
-			if v, ok := gw.(orderly.AttemptValidator); ok {
-				if err := v.ValidateAttempt(p); err != nil {
-					return err
-				}
+		if v, ok := gw.(orderly.AttemptValidator); ok {
+			if err := v.ValidateAttempt(p); err != nil {
+				return err
 			}
 		}
 		if err := tx.PaymentInsert(ctx, p); orderly.ErrorCode(err) == orderly.ECONFLICT {
@@ -267,11 +271,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if err != nil {
 		return nil, err
 	}
-	gw, gerr := s.gatewayFor(p.Route())
-	var attempt *orderly.GatewayAttempt
-	if gerr == nil {
-		attempt, gerr = gw.Create(ctx, p)
-	}
+	attempt, gerr := gw.Create(ctx, p)
 	if gerr == nil && attempt != nil && (attempt.ProviderRef != "" || attempt.NextAction != nil) {
 		p.ProviderRef, p.NextAction = attempt.ProviderRef, attempt.NextAction
 		gerr = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
