@@ -152,11 +152,8 @@ func (s *Server) jsapi(_ http.ResponseWriter, _ *http.Request, body []byte) (int
 	if o.TradeType != "JSAPI" || o.OpenID != in.Payer.OpenID {
 		return 400, apiErr("OUT_TRADE_NO_USED", "商户订单号重复")
 	}
-	switch o.State {
-	case "SUCCESS", "REFUND":
-		return 400, apiErr(wechatpay.CodeOrderPaid, "该订单已支付")
-	case "CLOSED":
-		return 400, apiErr(wechatpay.CodeOrderClosed, "订单已关闭")
+	if status, refusal := refuseEnded(o); refusal != nil {
+		return status, refusal
 	}
 	return 200, map[string]string{"prepay_id": o.PrepayID}
 }

@@ -333,13 +333,22 @@ func (s *Server) native(_ http.ResponseWriter, _ *http.Request, body []byte) (in
 	if o.TradeType != "NATIVE" {
 		return 400, apiErr("OUT_TRADE_NO_USED", "商户订单号重复")
 	}
+	if status, refusal := refuseEnded(o); refusal != nil {
+		return status, refusal
+	}
+	return 200, map[string]string{"code_url": o.CodeURL}
+}
+
+// refuseEnded is WeChat Pay's answer to an order asked again once it was paid or closed:
+// 400 ORDERPAID or ORDER_CLOSED; nil while it can still be paid.
+func refuseEnded(o *Order) (int, any) {
 	switch o.State {
 	case "SUCCESS", "REFUND":
 		return 400, apiErr(wechatpay.CodeOrderPaid, "该订单已支付")
 	case "CLOSED":
 		return 400, apiErr(wechatpay.CodeOrderClosed, "订单已关闭")
 	}
-	return 200, map[string]string{"code_url": o.CodeURL}
+	return 0, nil
 }
 
 func cmpOr(a, b string) string {
