@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -63,4 +65,18 @@ func loopback(host string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// writeFiles writes each file of files (name → content) into dir, readable by the owner
+// only (the imitations' test keys), and returns their paths by name.
+func writeFiles(dir string, files map[string][]byte) (map[string]string, error) {
+	paths := make(map[string]string, len(files))
+	for name, b := range files {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return nil, err
+		}
+		paths[name] = path
+	}
+	return paths, nil
 }

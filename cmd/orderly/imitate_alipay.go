@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/orderlyhq/orderly/channel/alipay/alipaytest"
@@ -44,13 +43,14 @@ func imitateAlipay(ctx context.Context, w io.Writer, addr, orderlyURL string) er
 	if err != nil {
 		return err
 	}
-	privFile, pubFile := filepath.Join(dir, "app_private_key.pem"), filepath.Join(dir, "alipay_public_key.pem")
-	if err := os.WriteFile(privFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: priv}), 0o600); err != nil {
+	paths, err := writeFiles(dir, map[string][]byte{
+		"app_private_key.pem":   pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: priv}),
+		"alipay_public_key.pem": pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+	})
+	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
-		return err
-	}
+	privFile, pubFile := paths["app_private_key.pem"], paths["alipay_public_key.pem"]
 	base := srv.BaseURL()
 	fmt.Fprintf(w, "Alipay imitation on %s (OpenAPI gateway %s), notifying %s\n", base, srv.URL, notify)
 	fmt.Fprintf(w, "Test-only keys (public, worthless outside tests) in %s\n\n", dir)

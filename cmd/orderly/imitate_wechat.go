@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
@@ -71,20 +70,12 @@ func writeWeChatKeys(dir string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	contents := map[string][]byte{
-		"merchant": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: merchant}),
-		"apiv3":    []byte(wechatpaytest.APIv3Key),
-		"platform": wechatpaytest.PlatformCertificatePEM(),
-		"pubkey":   pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
-	}
-	names := map[string]string{"merchant": "apiclient_key.pem", "apiv3": "apiv3_key", "platform": "platform_cert.pem", "pubkey": "pub_key.pem"}
-	files := map[string]string{}
-	for k, b := range contents {
-		path := filepath.Join(dir, names[k])
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			return nil, err
-		}
-		files[k] = path
-	}
-	return files, nil
+	paths, err := writeFiles(dir, map[string][]byte{
+		"apiclient_key.pem": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: merchant}),
+		"apiv3_key":         []byte(wechatpaytest.APIv3Key),
+		"platform_cert.pem": wechatpaytest.PlatformCertificatePEM(),
+		"pub_key.pem":       pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+	})
+	return map[string]string{"merchant": paths["apiclient_key.pem"], "apiv3": paths["apiv3_key"],
+		"platform": paths["platform_cert.pem"], "pubkey": paths["pub_key.pem"]}, err
 }
