@@ -18,6 +18,17 @@ import (
 	"github.com/orderlyhq/orderly/verify"
 )
 
+// delegate returns an outbox handler that calls *inner, set once the engine is open (the
+// handler of a service built on the engine's store).
+func delegate(inner *outbox.Handler) outbox.Handler {
+	return outbox.Handler{
+		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
+		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
+			return inner.Apply(ctx, tx, msgs)
+		},
+	}
+}
+
 // paidOrder creates an order of items (stock set to 10 per SKU first), pays it and
 // returns it with its payment.
 func paidOrder(t *testing.T, e *enginetest.Env, items ...orderly.Item) (*orderly.Order, *orderly.Payment) {
@@ -420,12 +431,7 @@ func (refusingGateway) Refund(context.Context, *orderly.GatewayRefund) (*orderly
 func TestRefundRefusedByGateway(t *testing.T) {
 	t.Parallel()
 	var inner outbox.Handler
-	h := outbox.Handler{
-		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
-		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
-			return inner.Apply(ctx, tx, msgs)
-		},
-	}
+	h := delegate(&inner)
 	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
 	refusing, err := payment.NewService(payment.Config{Store: e.Store, Gateway: refusingGateway{e.Gateway}})
 	if err != nil {
@@ -457,12 +463,7 @@ func TestExtraCaptureRefundKeepsRefundingOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var inner outbox.Handler
-	h := outbox.Handler{
-		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
-		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
-			return inner.Apply(ctx, tx, msgs)
-		},
-	}
+	h := delegate(&inner)
 	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
 	refusing, err := payment.NewService(payment.Config{Store: e.Store, Gateway: refusingGateway{e.Gateway}})
 	if err != nil {
@@ -546,12 +547,7 @@ func TestRefundFailedByNotificationNotSentAgain(t *testing.T) {
 func TestRefundNotFailedByALostConnection(t *testing.T) {
 	t.Parallel()
 	var inner outbox.Handler
-	h := outbox.Handler{
-		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
-		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
-			return inner.Apply(ctx, tx, msgs)
-		},
-	}
+	h := delegate(&inner)
 	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
 	reads := &failingRead{Store: e.Store}
 	svc, err := payment.NewService(payment.Config{Store: reads, Gateway: e.Gateway})
@@ -630,6 +626,21 @@ func (g *pendingRefundGateway) QueryRefund(_ context.Context, r *orderly.Gateway
 	return &orderly.GatewayRefundResult{Status: orderly.GatewayPending, ProviderRef: "re_" + r.IdempotencyKey, Detail: "pending"}, nil
 }
 
+// withPendingRefunds returns an engine whose messages of topic are delivered by handler of
+// a payment service on a pendingRefundGateway, and that gateway.
+func withPendingRefunds(t *testing.T, topic string, handler func(*payment.Service) outbox.Handler) (*enginetest.Env, *pendingRefundGateway) {
+	t.Helper()
+	var inner outbox.Handler
+	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{topic: delegate(&inner)}})
+	gw := newPendingRefundGateway(e.Gateway)
+	svc, err := payment.NewService(payment.Config{Store: e.Store, Gateway: gw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner = handler(svc)
+	return e, gw
+}
+
 // settle decides refund key's outcome at the provider.
 func (g *pendingRefundGateway) settle(key string, status orderly.GatewayStatus) {
 	g.mu.Lock()
@@ -650,20 +661,7 @@ func TestRefundPendingAtProvider(t *testing.T) {
 	for _, final := range []orderly.GatewayStatus{orderly.GatewaySucceeded, orderly.GatewayFailed} {
 		t.Run(string(final), func(t *testing.T) {
 			t.Parallel()
-			var inner outbox.Handler
-			h := outbox.Handler{
-				Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
-				Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
-					return inner.Apply(ctx, tx, msgs)
-				},
-			}
-			e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
-			gw := newPendingRefundGateway(e.Gateway)
-			svc, err := payment.NewService(payment.Config{Store: e.Store, Gateway: gw})
-			if err != nil {
-				t.Fatal(err)
-			}
-			inner = svc.RefundExecuteHandler()
+			e, gw := withPendingRefunds(t, orderly.TopicRefundExecute, (*payment.Service).RefundExecuteHandler)
 			o, _ := paidOrder(t, e, orderly.Item{SKU: "SKU-P", Quantity: 2, UnitPrice: 500})
 			f := refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 500, Restock: true,
 				Items: []orderly.RefundItem{{SKU: "SKU-P", Quantity: 1}}})
@@ -721,20 +719,7 @@ func TestRefundPendingAtProvider(t *testing.T) {
 func TestPaymentRefundPendingAtProvider(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var inner outbox.Handler
-	h := outbox.Handler{
-		Call: func(ctx context.Context, m *orderly.Message) error { return inner.Call(ctx, m) },
-		Apply: func(ctx context.Context, tx store.Tx, msgs []*orderly.Message) error {
-			return inner.Apply(ctx, tx, msgs)
-		},
-	}
-	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicPaymentRefund: h}})
-	gw := newPendingRefundGateway(e.Gateway)
-	svc, err := payment.NewService(payment.Config{Store: e.Store, Gateway: gw})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner = svc.RefundHandler()
+	e, gw := withPendingRefunds(t, orderly.TopicPaymentRefund, (*payment.Service).RefundHandler)
 	e.SetStock(t, "SKU-1", 4)
 	o := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 4, TimeoutSeconds: 60})
 	p := start(t, e, o)
