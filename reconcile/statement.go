@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -182,11 +183,7 @@ func (r *Reconciler) Statement(ctx context.Context, channel string, lines []Stat
 		fs, err := tx.ReconcileRefundsSucceeded(ctx, channel, from, to, after, limit)
 		for _, f := range fs {
 			if (f.ProviderRef == "" || refunds[f.ProviderRef] == 0) && refunds[f.ID] == 0 {
-				target := f.ProviderRef
-				if target == "" {
-					target = f.ID
-				}
-				out = append(out, &Finding{Kind: KindStatementMissingTheirs, OrderID: f.OrderID, Target: target,
+				out = append(out, &Finding{Kind: KindStatementMissingTheirs, OrderID: f.OrderID, Target: cmp.Or(f.ProviderRef, f.ID),
 					Detail: fmt.Sprintf("refund %s (provider ref %q) of payment %s gave back %d %s at %s but the statement does not list it",
 						f.ID, f.ProviderRef, f.PaymentID, f.Amount, f.Currency, f.CompletedAt.Format(time.RFC3339))})
 			}
