@@ -26,9 +26,9 @@ type RefundTx interface {
 	// RefundSetState is the guarded state change of a refund (requested → succeeded or
 	// failed); it sets completed_at and reports whether the row changed.
 	RefundSetState(ctx context.Context, params *RefundSetStateParams) (bool, error)
-	// RefundSetProvider records, on a requested refund, the provider's refund id and its
-	// non-final state ("pending", "PROCESSING"); false when the refund is no longer
-	// requested. RefundSetState clears the state.
+	// RefundSetProvider records the provider's refund id, whatever the refund's state, and,
+	// while it is requested, the provider's non-final state ("pending", "PROCESSING"); false
+	// when no refund has id. RefundSetState clears the state.
 	RefundSetProvider(ctx context.Context, id, providerRef, providerStatus string) (bool, error)
 	// OrderAddRefunded adds Delta (negative to give back a failed refund's amount) to an
 	// order's refunded_amount, guarded: only when the order is in one of States and the

@@ -24,7 +24,10 @@ var (
 	qRefundList     = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE ? = '' OR order_id = ? ORDER BY order_id, created_at, id`)
 	qRefundSetState = sqlText(`UPDATE refunds SET state = ?, fail_reason = ?, completed_at = ?, provider_status = ''
 		WHERE id = ? AND state = ?`)
-	qRefundSetProvider = sqlText(`UPDATE refunds SET provider_ref = ?, provider_status = ? WHERE id = ? AND state = 'requested'`)
+	// The provider's id is a fact whatever the state (its notification may have confirmed
+	// the refund before the call's answer is recorded); a non-final status only while requested.
+	qRefundSetProvider = sqlText(`UPDATE refunds SET provider_ref = ?,
+		provider_status = CASE WHEN state = 'requested' THEN ? ELSE '' END WHERE id = ?`)
 	// qOrderAddRefunded is the guard that keeps an order's refunds within its amount. It is
 	// one guarded UPDATE (no read-then-write), so a concurrent refund that committed first
 	// is seen when the row lock is granted: PostgreSQL re-evaluates the WHERE clause on the

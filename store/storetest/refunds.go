@@ -24,6 +24,7 @@ func testRefunds(t *testing.T, open opener) {
 	t.Run("RefundOrderIDs", func(t *testing.T) { testRefundOrderIDs(t, open) })
 	t.Run("ReconcileRefundsStuck", func(t *testing.T) { testReconcileRefundsStuck(t, open) })
 	t.Run("GetByProviderRef", func(t *testing.T) { testRefundGetByProviderRef(t, open) })
+	t.Run("SetProvider", func(t *testing.T) { testRefundSetProvider(t, open) })
 	t.Run("ReconcileRefundsSucceeded", func(t *testing.T) { testReconcileRefundsSucceeded(t, open) })
 	t.Run("Checks", func(t *testing.T) { testRefundChecks(t, open) })
 }
@@ -486,4 +487,36 @@ func testReconcileRefundsSucceeded(t *testing.T, open opener) {
 	equal(t, "succeeded refunds on stripe, keyset", ids("stripe", "rs-ok-b", 10), []string{"rs-ok-c"})
 	equal(t, "succeeded refunds on alipay", ids("alipay", "", 10), []string{"rs-alipay"})
 	equal(t, "succeeded refunds of every channel", ids("", "", 10), []string{"rs-alipay", "rs-ok-a", "rs-ok-b", "rs-ok-c"})
+}
+
+// testRefundSetProvider: the provider's refund id is recorded whatever the refund's state
+// (a notification may have confirmed it first); its non-final status only while requested.
+func testRefundSetProvider(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	o, p := paidOrderWithPayment(t, s, nil)
+	requested, done := newRefund(o, p, 300), newRefund(o, p, 200)
+	inTx(t, s, func(tx store.Tx) error {
+		for _, f := range []*orderly.Refund{requested, done} {
+			if err := tx.RefundInsert(ctx, &store.RefundInsertParams{Refund: f}); err != nil {
+				return err
+			}
+		}
+		_, err := tx.RefundSetState(ctx, &store.RefundSetStateParams{ID: done.ID, From: orderly.RefundRequested,
+			To: orderly.RefundSucceeded, CompletedAt: t0})
+		return err
+	})
+	for _, c := range []struct{ id, ref, status, wantStatus string }{
+		{requested.ID, "re_1", "pending", "pending"},
+		{done.ID, "re_2", "pending", ""},
+	} {
+		ok := write(t, s, func(tx store.Tx) (bool, error) { return tx.RefundSetProvider(ctx, c.id, c.ref, c.status) })
+		got := read(t, s, func(tx store.Tx) (*orderly.Refund, error) { return tx.RefundGet(ctx, c.id) })
+		if !ok || got.ProviderRef != c.ref || got.ProviderStatus != c.wantStatus {
+			t.Errorf("refund %s (%s): set %v, provider_ref %q status %q; want true, %q %q", c.id, got.State, ok,
+				got.ProviderRef, got.ProviderStatus, c.ref, c.wantStatus)
+		}
+	}
+	if ok := write(t, s, func(tx store.Tx) (bool, error) { return tx.RefundSetProvider(ctx, "nope", "re_3", "pending") }); ok {
+		t.Error("RefundSetProvider of an unknown refund = true, want false")
+	}
 }
