@@ -132,6 +132,7 @@ func TestBurstWorkOnPostgres(t *testing.T) {
 		r.DBWALBytesPerClose == nil || *r.DBWALBytesPerClose < 500 || *r.DBWALBytesPerClose > 50_000 {
 		t.Fatalf("database work per close: %v row writes, %v WAL bytes", deref(r.DBRowWritesPerClose), deref(r.DBWALBytesPerClose))
 	}
+	t.Logf("database work per close: %v row writes, %v WAL bytes", deref(r.DBRowWritesPerClose), deref(r.DBWALBytesPerClose))
 }
 
 func deref(p *float64) any {

@@ -145,3 +145,22 @@ func (db *DB) work(ctx context.Context) (w dbWork, ok bool, err error) {
 	}
 	return w, err == nil, err
 }
+
+// settledWork reads work until two reads half a second apart agree (the exiting
+// backends' statistics have arrived), or returns the last read after limit.
+func (db *DB) settledWork(ctx context.Context, limit time.Duration) (dbWork, error) {
+	prev, _, err := db.work(ctx)
+	for end := time.Now().Add(limit); err == nil && time.Now().Before(end); {
+		select {
+		case <-ctx.Done():
+			return prev, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		var w dbWork
+		if w, _, err = db.work(ctx); err == nil && w.rowWrites == prev.rowWrites {
+			return w, nil
+		}
+		prev = w
+	}
+	return prev, err
+}
