@@ -26,7 +26,10 @@ const (
 	// its current attempt; this one was not started (409). Use that attempt (the order's
 	// payments), or start again to replace it.
 	EPAYMENTRACE = "payment-started-concurrently"
-	EINTERNAL    = "internal" // anything else; details are logged, never shown (500)
+	// EWRONGFLOW: the id names an object of another flow or kind than the route serves (a
+	// trip on an order route); the message names the route that serves it (409).
+	EWRONGFLOW = "wrong-flow"
+	EINTERNAL  = "internal" // anything else; details are logged, never shown (500)
 )
 
 // Error codes of refunds (see RefundService), stable like those above.

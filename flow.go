@@ -3,6 +3,7 @@ package orderly
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Event triggers a transition of an order's state.
@@ -92,6 +93,21 @@ type Flow struct {
 	// CreatedBy names, for a Managed flow, where its orders are created ("POST /v1/trips"):
 	// CreateOrder's refusal says it.
 	CreatedBy string
+	// ServedBy names, when set, the route that changes the flow's orders in place of the
+	// order routes ("/v1/trips/{id}"): CancelOrder, ApplyEvent, CreateRefund and StartPayment
+	// refuse its orders with EWRONGFLOW naming it (CheckOrderRoutes), for the flow's own
+	// service keeps rows the order routes do not (a trip's hold and fare).
+	ServedBy string
+}
+
+// CheckOrderRoutes returns nil when the order routes may change order id of flow f, else
+// an EWRONGFLOW error naming the route that serves it (f.ServedBy, with id in place of {id}).
+func (f *Flow) CheckOrderRoutes(id string) error {
+	if f.ServedBy == "" {
+		return nil
+	}
+	return Errorf(EWRONGFLOW, "order %s is of flow %s, which the order routes do not change; use %s",
+		id, f.Name, strings.ReplaceAll(f.ServedBy, "{id}", id))
 }
 
 // Next returns the state that event moves an order in state from to. It returns an *Error

@@ -56,6 +56,7 @@ var problemKinds = map[string]problemKind{
 	orderly.ENOTPAYABLE:      {http.StatusConflict, "Order not payable"},
 	orderly.ECONFLICT:        {http.StatusConflict, "Conflict"},
 	orderly.EPAYMENTRACE:     {http.StatusConflict, "Payment started concurrently"},
+	orderly.EWRONGFLOW:       {http.StatusConflict, "Wrong flow"},
 	orderly.EUNAUTHORIZED:    {http.StatusUnauthorized, "Unauthorized"},
 	orderly.EAMOUNTMISMATCH:  {http.StatusUnprocessableEntity, "Amount mismatch"},
 	orderly.EORDERMISMATCH:   {http.StatusUnprocessableEntity, "Payment of another order"},

@@ -128,6 +128,9 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 			if err != nil {
 				return err
 			}
+			if err := flow.CheckOrderRoutes(cur.ID); err != nil {
+				return err // a trip's refund releases its payout too (ride.Service.RefundTrip)
+			}
 			refundable := RefundStates(flow)
 			if !slices.Contains(refundable, cur.State) {
 				return orderly.Errorf(orderly.EILLEGAL, "order %s is %s; flow %s refunds orders only in %v", cur.ID, cur.State, flow.Name, refundable)
@@ -427,6 +430,9 @@ func (s *Service) refundRest(ctx context.Context, id, actor, traceID string) (*o
 	}
 	flow, err := s.cfg.Machine.Flow(o.Flow)
 	if err != nil {
+		return nil, err
+	}
+	if err := flow.CheckOrderRoutes(id); err != nil {
 		return nil, err
 	}
 	if states := RefundStates(flow); !slices.Contains(states, o.State) {

@@ -579,6 +579,9 @@ func (s *Service) cancel(ctx context.Context, id, settled, actor, traceID string
 		if err != nil {
 			return err
 		}
+		if err := flow.CheckOrderRoutes(id); err != nil {
+			return err
+		}
 		if _, err := flow.Next(cur.State, orderly.EventCancel); err != nil {
 			return orderly.Errorf(orderly.EILLEGAL, "order %s is %s (pay status %s) and cannot be cancelled", id, cur.State, cur.PayStatus)
 		}
@@ -626,6 +629,9 @@ func (s *Service) ApplyEvent(ctx context.Context, id string, event orderly.Event
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		cur, flow, now, err := s.load(ctx, tx, id)
 		if err != nil {
+			return err
+		}
+		if err := flow.CheckOrderRoutes(id); err != nil {
 			return err
 		}
 		changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{

@@ -200,6 +200,11 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		if err != nil {
 			return err
 		}
+		if flow, err := s.cfg.Machine.Flow(o.Flow); err != nil {
+			return err
+		} else if err := flow.CheckOrderRoutes(o.ID); err != nil {
+			return err
+		}
 		if prev, err := s.providerAttemptInFlight(ctx, tx, o); err != nil {
 			return err
 		} else if prev != nil {

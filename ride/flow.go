@@ -61,6 +61,7 @@ var Flow = &orderly.Flow{
 	Initial:   StateRequested,
 	Managed:   true, // trips are created with their hold (Service.CreateTrip)
 	CreatedBy: "POST /v1/trips",
+	ServedBy:  "/v1/trips/{id}",
 	Transitions: []orderly.FlowTransition{
 		{From: StateRequested, Event: EventAssign, To: StateDriverAssigned},
 		{From: StateRequested, Event: orderly.EventCancel, To: orderly.StateClosed, Effects: closeEffects},
