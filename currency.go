@@ -1,5 +1,11 @@
 package orderly
 
+// MaxAmount caps every money field, in minor units: a unit price and an order's total, a
+// coupon's amount_off, a deal's group_price, a refund, a wallet top-up (a trip's estimate and
+// fare have the lower ride.MaxEstimate). 10^15 leaves sums of many such amounts far from
+// int64 overflow (9.2 × 10^18); a larger value is refused with EINVALID naming the field.
+const MaxAmount = 1_000_000_000_000_000
+
 // currencyExponents maps every ISO 4217 code of a currency of money in use to its minor-unit
 // exponent: an amount of 1250 means 12.50 in EUR (exponent 2), 1250 yen in JPY (0) and
 // 1.250 dinars in KWD (3). Source: ISO 4217 list one ("current currency & funds code

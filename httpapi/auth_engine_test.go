@@ -198,7 +198,9 @@ func TestListOrdersKeyset(t *testing.T) {
 	if strings.Join(closed, ",") != ids[1] {
 		t.Errorf("closed = %v, want [%s]", closed, ids[1])
 	}
-	for _, bad := range []string{"", "state=closed", "user_id=u1&limit=0", "user_id=u1&limit=1001"} {
+	// A cursor that is no next_after of the user's list (it answered 200 with an empty page).
+	for _, bad := range []string{"", "state=closed", "user_id=u1&limit=0", "user_id=u1&limit=1001", "user_id=u1&after=zzz",
+		"user_id=u1&after=ffffffff-ffff-7fff-bfff-ffffffffffff", "user_id=u2&after=" + ids[0]} {
 		if st, body := do("GET", "/v1/orders?"+bad, ""); st != 422 || !strings.Contains(body, "/problems/invalid-input") {
 			t.Errorf("GET /v1/orders?%s: %d %s, want 422 invalid-input", bad, st, body)
 		}

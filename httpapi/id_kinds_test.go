@@ -210,3 +210,40 @@ func TestOrderRoutesOnATrip(t *testing.T) {
 		}
 	}
 }
+
+// TestMoneyCap: every money field above orderly.MaxAmount, and an order whose lines sum
+// above it, is refused 422 invalid-input naming the field; MaxAmount itself is taken. The
+// old code took a unit_price of math.MaxInt64 and sums up to int64 overflow.
+func TestMoneyCap(t *testing.T) {
+	t.Parallel()
+	g := newIDEngine(t)
+	ids := g.objects(t, "m")
+	g.must(t, 200, http.MethodPut, "/v1/inventory/SKU-2", `{"available":100}`, "")
+	max, over := fmt.Sprint(int64(orderly.MaxAmount)), fmt.Sprint(int64(orderly.MaxAmount)+1)
+	line := func(sku string, q int, price string) string {
+		return fmt.Sprintf(`{"sku":%q,"quantity":%d,"unit_price":%s}`, sku, q, price)
+	}
+	order := func(lines ...string) string {
+		return `{"user_id":"buyer-m","currency":"USD","items":[` + strings.Join(lines, ",") + `]}`
+	}
+	for _, c := range []struct{ name, path, body, field string }{
+		{"unit_price MaxInt64", "/v1/orders", order(line("SKU-m", 1, "9223372036854775807")), "items[0].unit_price"},
+		{"unit_price over", "/v1/orders", order(line("SKU-m", 1, over)), "items[0].unit_price"},
+		{"quantity × unit_price over", "/v1/orders", order(line("SKU-m", 2, max)), "items[0]: the items' total"},
+		{"lines sum over", "/v1/orders", order(line("SKU-m", 1, "600000000000000"), line("SKU-2", 1, "600000000000000")), "items[1]: the items' total"},
+		{"amount_off", "/v1/coupons", `{"user_id":"buyer-m","amount_off":` + over + `,"currency":"USD"}`, "amount_off"},
+		{"group_price", "/v1/deals", `{"sku":"SKU-m","group_price":` + over + `,"currency":"USD","min_members":2,"max_members":3,"group_time_limit_seconds":600}`, "group_price"},
+		{"refund amount", "/v1/orders/" + ids["wallet_order"] + "/refunds", `{"amount":` + over + `}`, "amount"},
+		{"top-up amount", "/v1/wallets/buyer-m/credits", `{"amount":` + over + `,"currency":"USD"}`, "amount"},
+		{"trip estimate", "/v1/trips", `{"rider_id":"r","currency":"USD","estimate":` + over + `}`, "estimate"},
+	} {
+		rec := g.send(http.MethodPost, c.path, c.body)
+		var p httpapi.Problem
+		_ = json.Unmarshal(rec.Body.Bytes(), &p)
+		if rec.Code != http.StatusUnprocessableEntity || p.Type != httpapi.ProblemTypeBase+orderly.EINVALID || !strings.HasPrefix(p.Detail, c.field) {
+			t.Errorf("%s: %d %s, want 422 invalid-input about %s", c.name, rec.Code, rec.Body, c.field)
+		}
+	}
+	g.must(t, 201, http.MethodPost, "/v1/orders", order(line("SKU-m", 1, max)), "id")
+	g.must(t, 201, http.MethodPost, "/v1/coupons", `{"user_id":"buyer-m","amount_off":`+max+`,"currency":"USD"}`, "id")
+}

@@ -24,10 +24,20 @@ type ordersPage struct {
 	NextAfter string `json:"next_after,omitempty"`
 }
 
+// checkAfter returns EINVALID unless after is the id of one of user's orders, as every
+// next_after is: any other key would answer an empty or a wrong page with 200.
+func (s *Server) checkAfter(ctx context.Context, user, after string) error {
+	o, err := s.orders.Order(ctx, after)
+	if orderly.ErrorCode(err) == orderly.ENOTFOUND || (err == nil && o.UserID != user) {
+		return invalidf("after must be the next_after of the previous page of this user_id's orders")
+	}
+	return err
+}
+
 // listOrders handles GET /v1/orders?user_id=&state=&flow=&limit=&after=: a buyer's
 // orders, oldest first (by id: ids are time-ordered UUIDv7), optionally of one state and
 // one flow; limit per page (default 100, at most 1000); after = the next_after of the
-// previous page. Keyset pagination (WHERE id > after, never OFFSET): a page never shifts
+// previous page (422 for any other key). Keyset pagination (WHERE id > after, never OFFSET): a page never shifts
 // when orders are created or change state. 422 invalid-input without user_id or with a
 // bad limit; 404 route-not-found when the server has no order search (Config.OrderSearch,
 // Config.Admin).
@@ -46,6 +56,9 @@ func (s *Server) listOrders(w http.ResponseWriter, r *http.Request) {
 		err = invalidf("after must be the next_after of the previous page")
 	default:
 		p.Limit, err = queryLimit(q)
+	}
+	if err == nil && p.AfterID != "" {
+		err = s.checkAfter(r.Context(), p.UserID, p.AfterID)
 	}
 	if err != nil {
 		s.writeError(w, r, err)

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -178,10 +177,11 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].sku %q appears twice; merge the lines", i, it.SKU)
 		case it.Quantity <= 0 || it.Quantity > MaxQuantity:
 			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].quantity must be 1–%d", i, MaxQuantity)
-		case it.UnitPrice < 0:
-			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].unit_price must not be negative", i)
-		case it.UnitPrice > 0 && it.Quantity > (math.MaxInt64-total)/it.UnitPrice:
-			return 0, orderly.Errorf(orderly.EINVALID, "items total overflows int64 minor units")
+		case it.UnitPrice < 0 || it.UnitPrice > orderly.MaxAmount:
+			return 0, orderly.Errorf(orderly.EINVALID, "items[%d].unit_price must be 0 to %d minor units", i, int64(orderly.MaxAmount))
+		case it.UnitPrice > 0 && it.Quantity > (orderly.MaxAmount-total)/it.UnitPrice: // no product is formed before this check
+			return 0, orderly.Errorf(orderly.EINVALID, "items[%d]: the items' total (quantity × unit_price) must be at most %d minor units",
+				i, int64(orderly.MaxAmount))
 		}
 		seen[it.SKU] = true
 		total += it.Quantity * it.UnitPrice

@@ -19,7 +19,7 @@ import (
 const (
 	// MaxAmount caps one operation's amount (minor units): far from int64 overflow however
 	// many operations add up on one account.
-	MaxAmount = 1_000_000_000_000_000
+	MaxAmount = orderly.MaxAmount
 	// MaxHoldTTL caps how long a hold may stay pending, as card pre-authorisations expire
 	// after days, not months.
 	MaxHoldTTL = 30 * 24 * time.Hour
