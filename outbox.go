@@ -103,6 +103,10 @@ type Message struct {
 	// writer was not traced: the relay continues its trace when it delivers the message and
 	// passes it on (NATS headers, webhook HTTP headers).
 	TraceParent string `json:"trace_parent,omitempty"`
+	// Group is the message's fairness group, "" for none: a relay lane keeps at most a few
+	// keys of one group in flight (webhook deliveries are grouped by subscriber, so that one
+	// subscriber's backlog never holds back the others').
+	Group string `json:"-"`
 }
 
 // OrderRef is the payload of messages about one order.

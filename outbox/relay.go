@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -108,6 +109,11 @@ type Lane struct {
 	// wake-up was a claim transaction that found nothing); a drain of another lane that
 	// handled messages does, and PollInterval covers its retries.
 	FedByRelay bool
+	// GroupLimit, when positive, is how many keys of one message group (Message.Group: a
+	// webhook subscriber) the lane has in flight at most; a group at its limit is skipped by
+	// the lane's claims (store.OutboxClaimParams.GroupLimit), so that one group's backlog,
+	// re-drive or slow calls never take every slot from the others. With CommitPerKey.
+	GroupLimit int
 }
 
 // lane is a Lane ready to run: its claim filter, its wake-up channel and, with
@@ -118,6 +124,27 @@ type lane struct {
 	wake     chan struct{}
 	slots    chan struct{}  // one per key in flight (CommitPerKey)
 	inflight sync.WaitGroup // keys in flight (CommitPerKey)
+	mu       sync.Mutex
+	busy     map[string]int // per message group, keys claimed and not yet committed (GroupLimit)
+}
+
+// busyGroups returns a copy of l.busy.
+func (l *lane) busyGroups() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.busy)
+}
+
+// hold adds n keys of group g to l.busy (n < 0 removes them).
+func (l *lane) hold(g string, n int) {
+	if g == "" || l.GroupLimit <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.busy[g] += n; l.busy[g] <= 0 {
+		delete(l.busy, g)
+	}
 }
 
 // Relay delivers outbox messages. Start it once; Stop is idempotent.
@@ -158,7 +185,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 	lanes := []*lane{main}
 	owner := map[string]string{}
 	for _, l := range cfg.Lanes {
-		if l.Name == "" || len(l.Topics) == 0 || l.Concurrency < 0 || l.CallTimeout < 0 || l.BatchSize < 0 {
+		if l.Name == "" || len(l.Topics) == 0 || l.Concurrency < 0 || l.CallTimeout < 0 || l.BatchSize < 0 || l.GroupLimit < 0 {
 			return nil, fmt.Errorf("outbox: lane %q needs a name and topics, and no negative value", l.Name)
 		}
 		for _, t := range l.Topics {
@@ -177,6 +204,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 	for _, l := range lanes {
 		l.wake = make(chan struct{}, 1)
 		l.slots = make(chan struct{}, l.Concurrency)
+		l.busy = map[string]int{}
 	}
 	return &Relay{cfg: cfg, lanes: lanes}, nil
 }
@@ -398,8 +426,12 @@ func (r *Relay) runOnce(ctx context.Context, l *lane) (claimed, deferred int, er
 		if err != nil {
 			return err
 		}
-		msgs, err = tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(r.cfg.Lease), Limit: l.BatchSize,
-			Topics: l.Topics, ExcludeTopics: l.except})
+		p := &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(r.cfg.Lease), Limit: l.BatchSize,
+			Topics: l.Topics, ExcludeTopics: l.except}
+		if l.CommitPerKey && l.GroupLimit > 0 {
+			p.GroupLimit, p.Busy = l.GroupLimit, l.busyGroups()
+		}
+		msgs, err = tx.OutboxClaim(ctx, p)
 		return err
 	})
 	if err != nil || len(msgs) == 0 {
@@ -450,20 +482,28 @@ func (r *Relay) runOnce(ctx context.Context, l *lane) (claimed, deferred int, er
 // started, or with ctx's error when ctx ends first (the keys not started are claimed again
 // when their lease ends).
 func (r *Relay) dispatch(ctx context.Context, l *lane, results []outcome, callsUntil time.Time) error {
+	var keys [][]outcome
 	for start := 0; start < len(results); {
 		end := start + 1
 		for end < len(results) && results[end].msg.Key == results[start].msg.Key {
 			end++
 		}
-		group := results[start:end]
+		keys = append(keys, results[start:end])
+		l.hold(results[start].msg.Group, 1) // claimed: counts against its group until committed
 		start = end
+	}
+	for i, group := range keys {
 		select {
 		case l.slots <- struct{}{}:
 		case <-ctx.Done():
+			for _, g := range keys[i:] {
+				l.hold(g[0].msg.Group, -1)
+			}
 			return ctx.Err()
 		}
 		l.inflight.Go(func() {
 			defer func() {
+				l.hold(group[0].msg.Group, -1)
 				<-l.slots
 				l.notify() // a slot is free: the lane may claim more
 			}()

@@ -418,6 +418,8 @@ type OutboxInsertParams struct {
 	// TraceParent is the W3C traceparent the message carries (orderly.Message.TraceParent);
 	// "" means the span of the inserting context, if any (telemetry.TraceParent).
 	TraceParent string
+	// Group is the message's fairness group (orderly.Message.Group); "" for none.
+	Group string
 }
 
 // OutboxClaimParams is the input of Tx.OutboxClaim.
@@ -430,6 +432,12 @@ type OutboxClaimParams struct {
 	// The key order holds across lanes: a message is still not claimed while an earlier
 	// message of its key, of any topic, is pending.
 	Topics, ExcludeTopics []string
+	// GroupLimit, when positive, caps the keys of one message group (Message.Group, not "")
+	// that a claim with Topics takes, counting Busy[group] keys the caller still has in
+	// flight: a group at its limit is skipped, and the claim reads on past it (a bounded
+	// number of reads) for the messages of other groups. The key order still holds.
+	GroupLimit int
+	Busy       map[string]int
 }
 
 // OutboxMarkFailedParams is the input of Tx.OutboxMarkFailed.

@@ -281,7 +281,7 @@ func (s *Service) FanOut(ctx context.Context, tx store.Tx, msgs []*orderly.Messa
 			if err != nil {
 				return err
 			}
-			p.TraceParent = m.TraceParent
+			p.TraceParent, p.Group = m.TraceParent, w.ID
 			out = append(out, p)
 		}
 	}
@@ -313,11 +313,15 @@ func (s *Service) Handler() outbox.Handler {
 // Config.Timeout and committed as soon as it ends; a free slot is filled at once, without
 // waiting for the slowest delivery of the last batch (outbox.Lane.CommitPerKey). A subscriber that answers slowly or never costs its own
 // deliveries a timeout and a retry; it never delays the order events, releases and gateway
-// refunds of the main lane (README.md "Webhooks").
+// refunds of the main lane (README.md "Webhooks"). Deliveries are grouped by subscriber and
+// one subscriber has at most half the lane's slots (at least one): its backlog, a re-drive
+// of its dead deliveries or its slow answers leave the other half to the other subscribers'
+// fresh events (outbox.Lane.GroupLimit).
 func (s *Service) Lane(concurrency int) outbox.Lane {
 	concurrency = cmp.Or(concurrency, DefaultConcurrency)
 	return outbox.Lane{Name: "webhook", Topics: []string{orderly.TopicWebhookDeliver},
 		Concurrency: concurrency, CallTimeout: s.cfg.Timeout + time.Second, BatchSize: concurrency, CommitPerKey: true,
+		GroupLimit: max(1, concurrency/2),
 		FedByRelay: true} // written only by FanOut, in the main lane's delivery transactions
 }
 

@@ -19,7 +19,7 @@ import (
 )
 
 const messageColumns = `id, message_id, topic, message_key, sequence, payload, state, attempts, next_attempt_at, last_error,
-	created_at, delivered_at, trace_parent`
+	created_at, delivered_at, trace_parent, message_group`
 
 var (
 	// qOutboxInsert[k] inserts outboxChunks[k] messages with one statement.
@@ -47,7 +47,8 @@ var (
 	// through the pending messages' (topic, next_attempt_at, id) index: it reads the topic's
 	// rows only, where qOutboxDue's filter read every other pending message first (the
 	// webhook lane, woken after each batch of the main lane, read the whole backlog of a
-	// burst each time). Arguments: topic, topic (not on MySQL), now, limit. Elsewhere than
+	// burst each time), skipping the message groups of a JSON list (those at the lane's
+	// GroupLimit). Arguments: topic, topic (not on MySQL), now, groups, limit. Elsewhere than
 	// on MySQL the range is a row comparison: with "topic = $1" a cached generic plan of
 	// PostgreSQL estimates half the rows for any topic and scans the next_attempt_at index
 	// instead.
@@ -57,8 +58,8 @@ var (
 		if d == mysqlDialect { // no range access on row comparisons; it plans every execution
 			due, order = `topic = ? AND next_attempt_at <= ?`, `next_attempt_at, id`
 		}
-		return `SELECT id, message_key FROM outbox` + d.forceIndex("outbox_state_topic_next_attempt_at") + `
-			WHERE state = 'pending' AND ` + due + ` AND ` + d.noEarlierDueLater() + `
+		return `SELECT id, message_key, message_group FROM outbox` + d.forceIndex("outbox_state_topic_next_attempt_at") + `
+			WHERE state = 'pending' AND ` + due + ` AND message_group NOT IN (` + d.ids + `) AND ` + d.noEarlierDueLater() + `
 			ORDER BY ` + order + ` LIMIT ?` + d.outboxDueLock()
 	})
 	// qOutboxLockDue locks, skipping rows other relays hold, the messages of an id list that
@@ -138,7 +139,7 @@ func scanMessages(rows *sql.Rows) ([]*orderly.Message, error) {
 			deliveredAt       sql.NullInt64
 		)
 		if err := rows.Scan(&m.ID, &m.MessageID, &m.Topic, &m.Key, &m.Sequence, &payload, &m.State, &m.Attempts, &nextAt,
-			&m.LastError, &createdAt, &deliveredAt, &m.TraceParent); err != nil {
+			&m.LastError, &createdAt, &deliveredAt, &m.TraceParent, &m.Group); err != nil {
 			return nil, err
 		}
 		m.Payload = []byte(payload)
@@ -156,8 +157,9 @@ var outboxChunks = []int{128, 16, 1}
 
 // The outbox insert's parts, for insertMany.
 const (
-	qOutboxInsertHead = `INSERT INTO outbox (message_id, topic, message_key, sequence, payload, next_attempt_at, created_at, trace_parent)`
-	qOutboxInsertRow  = `(?, ?, ?, ?, ?, ?, ?, ?)`
+	qOutboxInsertHead = `INSERT INTO outbox (message_id, topic, message_key, sequence, payload, next_attempt_at, created_at, trace_parent,
+		message_group)`
+	qOutboxInsertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 // OutboxInsert implements store.Tx. A message without a TraceParent carries the span of
@@ -171,14 +173,14 @@ func (t *tx) OutboxInsert(ctx context.Context, msgs []*store.OutboxInsertParams)
 	}
 	ctxTrace := telemetry.TraceParent(ctx)
 	rowArgs := func(msgs []*store.OutboxInsertParams) ([]any, error) {
-		args := make([]any, 0, 8*len(msgs))
+		args := make([]any, 0, 9*len(msgs))
 		for _, m := range msgs {
 			id, err := uuid.NewV7()
 			if err != nil {
 				return nil, fmt.Errorf("outbox message id: %w", err)
 			}
 			at := ms(m.Now)
-			args = append(args, id.String(), m.Topic, m.Key, m.Sequence, string(m.Payload), at, at, cmp.Or(m.TraceParent, ctxTrace))
+			args = append(args, id.String(), m.Topic, m.Key, m.Sequence, string(m.Payload), at, at, cmp.Or(m.TraceParent, ctxTrace), m.Group)
 		}
 		return args, nil
 	}
@@ -334,11 +336,7 @@ func (t *tx) claimableMessageIDs(ctx context.Context, p *store.OutboxClaimParams
 		} else if slices.Contains(p.ExcludeTopics, topic) {
 			continue
 		}
-		args := []any{topic, topic, ms(p.Now), p.Limit - len(due)}
-		if t.db.d == mysqlDialect {
-			args = args[1:]
-		}
-		more, err := t.keyedIDs(ctx, qOutboxDueOfTopic, args...)
+		more, err := t.dueOfTopic(ctx, p, topic, p.Limit-len(due))
 		if err != nil {
 			return nil, err
 		}
@@ -382,10 +380,81 @@ func (t *tx) claimableMessageIDs(ctx context.Context, p *store.OutboxClaimParams
 	return ids, nil
 }
 
-// keyedID is a message id with its key.
+// maxGroupReads bounds the reads of one claim of a topic that skips the message groups at
+// their limit (OutboxClaimParams.GroupLimit): each read past the first follows one that
+// found a group at its limit, and reads on without it.
+const maxGroupReads = 4
+
+// dueOfTopic reads up to limit due messages of topic with qOutboxDueOfTopic. With a
+// GroupLimit, it takes at most GroupLimit-Busy[group] keys of each group and reads again
+// without the groups that reached their limit, so that a group's backlog (a subscriber's
+// re-driven dead letters, due before everyone's fresh work) never fills the claim. The
+// messages of a key it leaves out come after those it takes (claim order), and
+// claimableMessageIDs keeps each key's messages in order.
+func (t *tx) dueOfTopic(ctx context.Context, p *store.OutboxClaimParams, topic string, limit int) ([]keyedID, error) {
+	read := func(full []string) ([]keyedID, error) {
+		if full == nil {
+			full = []string{} // "[]", not "null"
+		}
+		args := []any{topic, topic, ms(p.Now), jsonList(full), limit}
+		if t.db.d == mysqlDialect {
+			args = args[1:]
+		}
+		return t.keyedIDs(ctx, qOutboxDueOfTopic, args...)
+	}
+	if p.GroupLimit <= 0 {
+		return read(nil)
+	}
+	full := []string{}
+	for g, n := range p.Busy {
+		if g != "" && n >= p.GroupLimit {
+			full = append(full, g)
+		}
+	}
+	slices.Sort(full)
+	var (
+		out   []keyedID
+		taken = map[int64]bool{}
+		keys  = map[string]map[string]bool{} // per group, the keys taken
+	)
+	for range maxGroupReads {
+		rows, err := read(full)
+		if err != nil {
+			return nil, err
+		}
+		filled := false
+		for _, m := range rows {
+			if len(out) >= limit {
+				break
+			}
+			if taken[m.id] || slices.Contains(full, m.group) {
+				continue
+			}
+			if m.group != "" && !keys[m.group][m.key] {
+				if p.Busy[m.group]+len(keys[m.group]) >= p.GroupLimit {
+					full, filled = append(full, m.group), true
+					continue
+				}
+				if keys[m.group] == nil {
+					keys[m.group] = map[string]bool{}
+				}
+				keys[m.group][m.key] = true
+			}
+			taken[m.id] = true
+			out = append(out, m)
+		}
+		if !filled || len(out) >= limit || len(rows) < limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// keyedID is a message id with its key (and, from qOutboxDueOfTopic, its group).
 type keyedID struct {
-	id  int64
-	key string
+	id    int64
+	key   string
+	group string
 }
 
 // keyedIDs runs a query that yields (id, message_key) rows, or (message_key, id) rows for
@@ -399,10 +468,13 @@ func (t *tx) keyedIDs(ctx context.Context, q *query, args ...any) ([]keyedID, er
 	var out []keyedID
 	for rows.Next() {
 		var m keyedID
-		if q != qOutboxPendingOfKeys {
-			err = rows.Scan(&m.id, &m.key)
-		} else {
+		switch q {
+		case qOutboxDueOfTopic:
+			err = rows.Scan(&m.id, &m.key, &m.group)
+		case qOutboxPendingOfKeys:
 			err = rows.Scan(&m.key, &m.id)
+		default:
+			err = rows.Scan(&m.id, &m.key)
 		}
 		if err != nil {
 			return nil, err

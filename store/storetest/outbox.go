@@ -439,6 +439,55 @@ func testOutbox(t *testing.T, open opener) {
 		equal(t, "webhook lane once the earlier message of its key is delivered", lane(hooks, nil), []int64{sameKey})
 	})
 
+	t.Run("ClaimGroupLimit", func(t *testing.T) {
+		// A re-driven backlog of group "slow" (older, so first in claim order) and one fresh
+		// message of group "fast": a claim capped at 2 keys a group takes 2 keys of "slow",
+		// in order, and reads on past the rest of "slow" to "fast"; "slow" at its limit in
+		// Busy is skipped altogether. A key's later message is never taken without its
+		// earlier one.
+		ctx, s := setup(t, open)
+		hook := func(group, key string, at time.Time) int64 {
+			inTx(t, s, func(tx store.Tx) error {
+				return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{{Topic: orderly.TopicWebhookDeliver,
+					Key: "webhook:" + group + ":" + key, Payload: []byte(`{}`), Now: at, Group: group}})
+			})
+			return slices.MaxFunc(listMessages(t, s, orderly.MessagePending, 1000), func(a, b *orderly.Message) int {
+				return cmp.Compare(a.ID, b.ID)
+			}).ID
+		}
+		var slow []int64
+		for i := range 6 {
+			slow = append(slow, hook("slow", fmt.Sprintf("o%d", i%3), t0)) // keys o0 o1 o2 o0 o1 o2
+		}
+		fast := hook("fast", "o9", t0.Add(time.Second))
+		other := insertMessage(t, s, orderly.TopicWebhookDeliver, "plain", t0) // no group: never capped
+		now := t0.Add(2 * time.Second)
+		groupClaim := func(limit, groupLimit int, busy map[string]int) []int64 {
+			msgs := write(t, s, func(tx store.Tx) ([]*orderly.Message, error) {
+				return tx.OutboxClaim(ctx, &store.OutboxClaimParams{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit,
+					Topics: []string{orderly.TopicWebhookDeliver}, GroupLimit: groupLimit, Busy: busy})
+			})
+			ids := ids64(msgs)
+			slices.Sort(ids)
+			return ids
+		}
+		got := read(t, s, func(tx store.Tx) (string, error) {
+			m, err := tx.OutboxList(ctx, orderly.MessagePending, 1000)
+			if err != nil || len(m) == 0 {
+				return "", err
+			}
+			return m[0].Group, nil
+		})
+		equal(t, "group of the first message", got, "slow")
+		equal(t, "claim, 2 keys a group", groupClaim(4, 2, nil), []int64{slow[0], slow[1], fast, other})
+		equal(t, "claim with slow at its limit", len(groupClaim(4, 2, map[string]int{"slow": 2})), 0)
+		equal(t, "claim with slow at 1 of 2", groupClaim(4, 2, map[string]int{"slow": 1}), []int64{slow[2], slow[5]})
+		// Leases end: the leased messages are due again (their keys' later messages wait for
+		// them, due later than these).
+		now = now.Add(2 * time.Minute)
+		equal(t, "claim after the leases, 3 keys a group", groupClaim(10, 3, nil), []int64{slow[0], slow[1], slow[2], slow[5], fast, other})
+	})
+
 	t.Run("Unclaim", func(t *testing.T) {
 		ctx, s := setup(t, open)
 		m1 := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
