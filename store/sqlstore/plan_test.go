@@ -143,7 +143,7 @@ func TestLaneClaimReadsItsTopicOnly(t *testing.T) {
 				t.Fatalf("webhook lane claimed %d messages (%v), want the 2 webhook deliveries", len(claimed), claimed)
 			}
 			text := qOutboxDueOfTopic.build(db.d)
-			args := []any{orderly.TopicWebhookDeliver, orderly.TopicWebhookDeliver, ms(now), 8}
+			args := []any{orderly.TopicWebhookDeliver, orderly.TopicWebhookDeliver, ms(now), `["whk_full"]`, 8}
 			raw := testdb.Raw(t, url)
 			var plan string
 			switch dialect {
@@ -164,8 +164,8 @@ func TestLaneClaimReadsItsTopicOnly(t *testing.T) {
 						t.Fatalf("%s: %v", q, err)
 					}
 				}
-				plan = explainRows(t, conn, fmt.Sprintf("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE lane_claim('%s', '%s', %d, 8)",
-					args[0], args[1], args[2]))
+				plan = explainRows(t, conn, fmt.Sprintf("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE lane_claim('%s', '%s', %d, '%s', 8)",
+					args[0], args[1], args[2], args[3]))
 			}
 			index := "outbox_pending_topic"
 			if dialect == "mysql" {
