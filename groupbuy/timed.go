@@ -36,6 +36,25 @@ func NewDeadlines(machine *order.Machine, metrics *telemetry.Metrics, logger *sl
 	return &Deadlines{machine: machine, flow: flow, metrics: telemetry.OrDefault(metrics), logger: cmp.Or(logger, slog.Default())}, nil
 }
 
+var _ timeout.Outranking = (*Deadlines)(nil)
+
+// Outranked implements timeout.Outranking: a member whose payment deadline is the group's
+// (it joined late) falls due at the same instant as the group; the group's deadline
+// outranks its own (README.md "Group-buy"), so it is left to the group's failure, which
+// closes it group_failed and keeps its seat, instead of closing payment_timeout.
+func (d *Deadlines) Outranked(ctx context.Context, tx store.Tx, due []*store.DueOrder, now time.Time) ([]string, error) {
+	var members []string
+	for _, o := range due {
+		if o.Flow == d.flow.Name {
+			members = append(members, o.ID)
+		}
+	}
+	if len(members) == 0 {
+		return nil, nil
+	}
+	return tx.GroupMembersFailing(ctx, members, now)
+}
+
 // Name implements timeout.Timed.
 func (d *Deadlines) Name() string { return "group" }
 

@@ -52,6 +52,10 @@ type GroupTx interface {
 	GroupNextWakeAt(ctx context.Context) (wakeAt time.Time, ok bool, err error)
 	// GroupsOverdueCount counts forming groups whose wake_at is before before.
 	GroupsOverdueCount(ctx context.Context, before time.Time) (int64, error)
+	// GroupMembersFailing returns those of the orders that are members of a group still
+	// forming whose deadline_at <= now: a group the close path is about to fail, whose
+	// failure outranks their own payment deadlines. It is a plain read and locks nothing.
+	GroupMembersFailing(ctx context.Context, orderIDs []string, now time.Time) ([]string, error)
 
 	// GroupMemberInsert writes a member holding a seat (LeftAt nil). ECONFLICT when the
 	// user already holds a seat in the group or the order is a member already.

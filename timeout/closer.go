@@ -81,6 +81,23 @@ type Timed interface {
 	OverdueCount(ctx context.Context, tx store.Tx, before time.Time) (int64, error)
 }
 
+// Outranking is implemented by a Timed kind whose deadline takes precedence over the timed
+// event of the orders that belong to its entities (a group's failure over its members'
+// payment timeouts). Passes run concurrently on several instances, so "fire the kind
+// first" within one pass does not order them: the close of an order asks, in the
+// transaction that claimed it, whether an entity outranking it is due at the same instant.
+type Outranking interface {
+	// Outranked returns those of the due orders whose own timed event must not fire at now
+	// because an entity of this kind that they belong to is due too: its firing moves them.
+	// It reads in tx and locks nothing.
+	Outranked(ctx context.Context, tx store.Tx, due []*store.DueOrder, now time.Time) ([]string, error)
+}
+
+// outrankedBackoff is how long an order left to the entity that outranks it waits before the
+// close path claims it again: that entity fires at once in the same or another pass; should
+// its transaction fail, the order is looked at again soon after.
+const outrankedBackoff = time.Second
+
 // Config configures a Closer. Zero values mean the documented defaults.
 type Config struct {
 	Store store.Store
@@ -343,6 +360,9 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 			}
 		}
 		res.Claimed = len(due)
+		if due, err = c.outranked(ctx, tx, due, now); err != nil {
+			return err
+		}
 		// Group by flow, state and whether the event may take a paying order (its
 		// inspection hold expired): each group is one guarded transition.
 		type group struct {
@@ -436,6 +456,46 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		}
 	}
 	return res, paying, nil
+}
+
+// outranked returns due without the orders whose close an entity of a Config.Timed kind
+// outranks (Outranking): their wake_at moves outrankedBackoff on, so that the rest of this
+// pass does not claim them again, and that entity's firing moves them instead. It runs
+// before any transition of the batch, as the inspection's wake_at update does (lock order).
+func (c *Closer) outranked(ctx context.Context, tx store.Tx, due []*store.DueOrder, now time.Time) ([]*store.DueOrder, error) {
+	if len(due) == 0 {
+		return due, nil
+	}
+	skip := map[string]bool{}
+	for _, t := range c.cfg.Timed {
+		o, ok := t.(Outranking)
+		if !ok {
+			continue
+		}
+		ids, err := o.Outranked(ctx, tx, due, now)
+		if err != nil {
+			return nil, fmt.Errorf("%s deadlines outranking due orders: %w", t.Name(), err)
+		}
+		for _, id := range ids {
+			skip[id] = true
+		}
+	}
+	if len(skip) == 0 {
+		return due, nil
+	}
+	ids := make([]string, 0, len(skip))
+	kept := make([]*store.DueOrder, 0, len(due))
+	for _, d := range due {
+		if skip[d.ID] {
+			ids = append(ids, d.ID)
+		} else {
+			kept = append(kept, d)
+		}
+	}
+	if err := tx.OrdersSetWakeAt(ctx, ids, now.Add(outrankedBackoff)); err != nil {
+		return nil, err
+	}
+	return kept, nil
 }
 
 // inspectAsync hands paying orders to the background inspection workers, without

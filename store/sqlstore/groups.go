@@ -39,6 +39,11 @@ var (
 	qGroupIDsOfOrders = newQuery(func(d *dialect) string {
 		return `SELECT DISTINCT group_id FROM group_members WHERE order_id IN (` + d.ids + `)`
 	})
+	// qGroupMembersFailing is a plain read, as qGroupIDsOfOrders.
+	qGroupMembersFailing = newQuery(func(d *dialect) string {
+		return `SELECT m.order_id FROM group_members m JOIN deal_groups g ON g.id = m.group_id
+			WHERE m.order_id IN (` + d.ids + `) AND g.state = 'forming' AND g.deadline_at <= ? ORDER BY m.order_id`
+	})
 	qGroupsLock = newQuery(func(d *dialect) string {
 		return d.selectByIDs("deal_groups.id", "deal_groups", "id", d.ids, "1 = 1", ` ORDER BY deal_groups.id`+d.lockRows)
 	})
@@ -179,6 +184,18 @@ func (t *tx) GroupsLockByOrders(ctx context.Context, orderIDs []string) ([]strin
 		return nil, err
 	}
 	return t.strings(ctx, qGroupsLock, idList(ids))
+}
+
+// GroupMembersFailing implements store.Tx.
+func (t *tx) GroupMembersFailing(ctx context.Context, orderIDs []string, now time.Time) ([]string, error) {
+	if len(orderIDs) == 0 {
+		return nil, nil
+	}
+	ids, err := t.strings(ctx, qGroupMembersFailing, jsonList(orderIDs), ms(now))
+	if err != nil {
+		return nil, fmt.Errorf("members of failing groups: %w", err)
+	}
+	return ids, nil
 }
 
 // strings runs a query of one text column.

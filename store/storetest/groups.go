@@ -15,6 +15,7 @@ func testGroups(t *testing.T, open opener) {
 	t.Run("SetStateAndDue", func(t *testing.T) { testGroupSetStateAndDue(t, open) })
 	t.Run("DueSkipsLocked", func(t *testing.T) { testGroupDueSkipsLocked(t, open) })
 	t.Run("List", func(t *testing.T) { testGroupList(t, open) })
+	t.Run("MembersFailing", func(t *testing.T) { testGroupMembersFailing(t, open) })
 }
 
 // insertGroup inserts a deal (min 2, max members) and a forming group of it with deadline.
@@ -325,6 +326,38 @@ func testGroupDueSkipsLocked(t *testing.T, open opener) {
 	}
 	if len(locked) != 1 || locked[0] != a.ID || len(due) != 1 || due[0].ID != b.ID {
 		t.Fatalf("locked %v, claimed %+v; want %s locked and only %s claimed", locked, due, a.ID, b.ID)
+	}
+}
+
+// testGroupMembersFailing: of the orders asked about, only the members of forming groups
+// whose deadline has come are returned (in id order), whatever locks others hold: a member
+// of a group not due yet, of a group no longer forming, and an order of no group are not.
+func testGroupMembersFailing(t *testing.T, open opener) {
+	ctx, s := setup(t, open)
+	due := insertGroup(t, s, 3, t0)
+	notYet := insertGroup(t, s, 3, t0.Add(time.Millisecond))
+	done := insertGroup(t, s, 3, t0)
+	a, b := insertMember(t, s, due, "user-1"), insertMember(t, s, due, "user-2")
+	c, d := insertMember(t, s, notYet, "user-3"), insertMember(t, s, done, "user-4")
+	loner := insertOrder(t, s, &orderOpts{UserID: "user-5"})
+	inTx(t, s, func(tx store.Tx) error {
+		_, err := tx.GroupSetState(ctx, &store.GroupSetStateParams{ID: done.ID, From: orderly.GroupForming, To: orderly.GroupSucceeded, At: t0})
+		return err
+	})
+	var got, none []string
+	inTx(t, s, func(tx store.Tx) (err error) {
+		if got, err = tx.GroupMembersFailing(ctx, []string{loner.ID, d.ID, c.ID, b.ID, a.ID}, t0); err != nil {
+			return err
+		}
+		none, err = tx.GroupMembersFailing(ctx, nil, t0)
+		return err
+	})
+	want := []string{a.ID, b.ID}
+	if b.ID < a.ID {
+		want = []string{b.ID, a.ID}
+	}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] || len(none) != 0 {
+		t.Fatalf("members failing at the deadline: %v (none asked: %v), want %v", got, none, want)
 	}
 }
 
