@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/verify"
 )
 
 // post sends a JSON body and returns the status and the decoded answer.
@@ -133,5 +137,46 @@ func TestMemberInputOverHTTP(t *testing.T) {
 	var got map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || got["seats_taken"] != float64(1) {
 		t.Fatalf("group after the refusals: %v, %v; want the leader's seat only", got, err)
+	}
+}
+
+// TestLastLeaverEndsGroupOverHTTP: the only member of a forming group leaves; the group
+// ends (failed, no seat taken) instead of staying forming under nobody, and a join is
+// refused. Before, it stayed forming until its deadline, open to joins.
+func TestLastLeaverEndsGroupOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := enginetest.Serve(t, enginetest.ServerOptions{CallbackSecret: []byte("secret")})
+	req, _ := http.NewRequest(http.MethodPut, s.URL+"/v1/inventory/SKU-L", bytes.NewReader([]byte(`{"available":10}`)))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("set stock: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	code, deal := post(t, s.URL+"/v1/deals", map[string]any{"sku": "SKU-L", "group_price": 700, "currency": "EUR",
+		"min_members": 2, "max_members": 3, "group_time_limit_seconds": 3600})
+	if code != 201 {
+		t.Fatalf("create deal: %d %v", code, deal)
+	}
+	code, opened := post(t, s.URL+"/v1/groups", map[string]any{"deal_id": deal["id"], "user_id": "leader"})
+	if code != 201 {
+		t.Fatalf("open group: %d %v", code, opened)
+	}
+	id := opened["group"].(map[string]any)["id"].(string)
+	code, left := post(t, s.URL+"/v1/groups/"+id+"/leave", map[string]any{"user_id": "leader"})
+	if code != 200 || left["state"] != "failed" || left["seats_taken"] != float64(0) || left["paid_members"] != float64(0) {
+		t.Fatalf("the only member leaves: %d %v, want 200 with the group failed and no seat taken", code, left)
+	}
+	if code, body := post(t, s.URL+"/v1/groups/"+id+"/join", map[string]any{"user_id": "late"}); code != 409 {
+		t.Fatalf("join the ended group: %d %v, want 409", code, body)
+	}
+	// verify accepts a group that failed before its deadline once nobody held a seat in it.
+	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := verify.Check(t.Context(), s.Store, verify.Options{Flows: flows, Groups: verify.ReadGroups})
+	if err != nil || !rep.OK() || rep.Groups["failed"] != 1 {
+		t.Fatalf("verify: %v, groups %v, violations:\n%s", err, rep.Groups, strings.Join(rep.Violations, "\n"))
 	}
 }

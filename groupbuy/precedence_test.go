@@ -3,6 +3,7 @@ package groupbuy_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/verify"
 )
 
 // instance opens another engine on e's database, with e's clock: one more instance of a
@@ -203,6 +205,40 @@ func TestGroupDeadlineOutranksUnderConcurrency(t *testing.T) {
 		e.Drain(t)
 		if s := e.StockOf(t, sku); s.Available != groups*members || s.Held != 0 || s.Sold != 0 {
 			t.Errorf("stock after the failures: %+v, want all %d available", s, groups*members)
+		}
+	})
+}
+
+// TestPaidLastLeaverEndsGroup: the only member of a forming group, who paid, leaves: the
+// payment is refunded, the group counts no paid member and ends (failed, no seat taken)
+// instead of staying forming under nobody; verify finds nothing wrong. Before, the group
+// stayed forming until its deadline.
+func TestPaidLastLeaverEndsGroup(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, dialect string) {
+		ctx := context.Background()
+		e, d := setup(t, dialect, 2, 3)
+		g, leader := open(t, e, d, "u1")
+		p := pay(t, e, leader)
+		got, err := e.Groups.LeaveGroup(ctx, g.ID, "u1", "buyer", "")
+		if err != nil || got.State != orderly.GroupFailed || got.SeatsTaken != 0 || got.PaidMembers != 0 || got.FailedAt == nil {
+			t.Fatalf("the only, paid member leaves: %+v, %v; want the group failed, no seat taken, no paid member", got, err)
+		}
+		e.Drain(t)
+		if o := e.OrderOf(t, leader.ID); o.State != orderly.StateRefunded {
+			t.Fatalf("the leaver's order: %s, want refunded", o.State)
+		}
+		assertRefundedOnce(t, e, p)
+		flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := verify.Check(ctx, e.Store, verify.Options{Flows: flows, Groups: verify.ReadGroups, RequireDrained: true})
+		if err != nil || !rep.OK() {
+			t.Fatalf("verify: %v, violations:\n%s", err, strings.Join(rep.Violations, "\n"))
+		}
+		if s := e.StockOf(t, sku); s.Available != initial || s.Held != 0 || s.Sold != 0 {
+			t.Errorf("stock: %+v, want all %d available", s, initial)
 		}
 	})
 }

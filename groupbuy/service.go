@@ -488,14 +488,37 @@ func (s *Service) LeaveGroup(ctx context.Context, groupID, userID, actor, traceI
 		}
 		if unpaid == "" {
 			s.cfg.WakeRelay()
-			return s.Group(ctx, groupID)
+		} else {
+			_, err = s.cfg.Orders.CancelOrder(ctx, unpaid, actor, traceID)
+			if orderly.ErrorCode(err) == orderly.EILLEGAL && round < leaveRounds {
+				continue // paid meanwhile: leave as a paid member
+			} else if err != nil {
+				return nil, fmt.Errorf("leave group %s: %w", groupID, err)
+			}
 		}
-		_, err = s.cfg.Orders.CancelOrder(ctx, unpaid, actor, traceID)
-		if orderly.ErrorCode(err) == orderly.EILLEGAL && round < leaveRounds {
-			continue // paid meanwhile: leave as a paid member
-		} else if err != nil {
+		if err := s.endIfEmpty(ctx, groupID); err != nil {
 			return nil, fmt.Errorf("leave group %s: %w", groupID, err)
 		}
 		return s.Group(ctx, groupID)
 	}
+}
+
+// endIfEmpty fails forming group id when no member holds a seat any more (its last member
+// left): a group nobody is in must not stay forming, open to joins, until its deadline.
+// It runs after the leave's own transaction (an unpaid member's seat is freed by its
+// cancel, which never takes the group row); a join that took the seat meanwhile keeps the
+// group forming.
+func (s *Service) endIfEmpty(ctx context.Context, id string) error {
+	return s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		g, err := tx.GroupLock(ctx, id)
+		if err != nil || g.State != orderly.GroupForming || g.SeatsTaken > 0 {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = tx.GroupSetState(ctx, &store.GroupSetStateParams{ID: id, From: orderly.GroupForming, To: orderly.GroupFailed, At: now})
+		return err
+	})
 }
