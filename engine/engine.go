@@ -171,10 +171,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	if e.orders, err = order.NewService(order.Config{
 		Store: st, Machine: e.machine, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
-		OnCreated: func(ctx context.Context, id string, closeAt time.Time) {
-			e.closer.Created(ctx, id, closeAt)
-			e.metrics.OrdersCreated.Inc()
-		},
+		OnCreated: func(ctx context.Context, id string, closeAt time.Time) { e.closer.Created(ctx, id, closeAt) },
 		WakeRelay: wakeRelay, Payments: e.payments, Logger: log, CreateBatch: cfg.CreateBatch, CreateQueue: cfg.CreateQueue,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: order service: %w", err)

@@ -372,7 +372,7 @@ func (s *Service) createTogether(ctx context.Context, tx store.Tx, live []*creat
 	if len(written) == 0 {
 		return refused, nil
 	}
-	if err := tx.OrdersInsertMany(ctx, orders); err != nil {
+	if err := s.cfg.Machine.Insert(ctx, tx, orders...); err != nil {
 		return false, err
 	}
 	if err := tx.TransitionsInsertMany(ctx, audits); err != nil {

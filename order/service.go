@@ -300,7 +300,7 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 		return n.replay, false, nil
 	}
 	o, timed := n.order, n.timed
-	if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: n.hash, NoDeadline: !timed}); err != nil {
+	if err := s.cfg.Machine.Insert(ctx, tx, &store.OrderInsertParams{Order: o, IdempotencyKey: p.IdempotencyKey, RequestHash: n.hash, NoDeadline: !timed}); err != nil {
 		return nil, false, err
 	}
 	if err := tx.TransitionInsert(ctx, n.audit(ctx, p)); err != nil {

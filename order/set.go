@@ -65,7 +65,7 @@ func (s *Service) CreateSetInTx(ctx context.Context, tx store.Tx, ps []*orderly.
 	if len(inserts) == 0 {
 		return orders, created, errs, nil
 	}
-	if err := tx.OrdersInsertMany(ctx, inserts); err != nil {
+	if err := s.cfg.Machine.Insert(ctx, tx, inserts...); err != nil {
 		return nil, nil, nil, err
 	}
 	if err := tx.TransitionsInsertMany(ctx, audits); err != nil {

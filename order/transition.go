@@ -12,6 +12,7 @@ import (
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/telemetry"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Effect is a named effect of transitions (orderly.FlowTransition.Effects). It runs in the
@@ -141,9 +142,7 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 	if len(changed) == 0 {
 		return changed, nil
 	}
-	if m.metrics != nil {
-		m.metrics.OrderTransitions.WithLabelValues(flow.Name, string(p.From), string(p.To)).Add(float64(len(changed)))
-	}
+	m.countTransition(tx, flow, p, len(changed))
 	ctx, spans, err := startTransitionSpans(ctx, tx, flow, p, changed)
 	defer func() { spans.end(err) }()
 	if err != nil {
@@ -169,6 +168,59 @@ func (m *Machine) Transition(ctx context.Context, tx store.Tx, flow *orderly.Flo
 		}
 	}
 	return changed, nil
+}
+
+// Insert is the only way orders are written: it inserts params in tx (one statement for
+// one order, a few multi-row ones for many) and, once tx commits, counts each order in
+// orderly_orders_created_total{flow}, whatever path created it (an API create, a batch, a
+// wallet checkout later compensated, a trip).
+func (m *Machine) Insert(ctx context.Context, tx store.Tx, params ...*store.OrderInsertParams) error {
+	var err error
+	switch len(params) {
+	case 0:
+		return nil
+	case 1:
+		err = tx.OrderInsert(ctx, params[0])
+	default:
+		err = tx.OrdersInsertMany(ctx, params)
+	}
+	if err != nil || m.metrics == nil {
+		return err
+	}
+	byFlow := map[string]int{}
+	for _, p := range params {
+		byFlow[cmp.Or(p.Order.Flow, orderly.FlowStandard)]++
+	}
+	created := m.metrics.OrdersCreated
+	tx.AfterCommit(func() {
+		for flow, n := range byFlow {
+			created.WithLabelValues(flow).Add(float64(n))
+		}
+	})
+	return nil
+}
+
+// countTransition counts n orders that p moved, once tx commits: a rolled-back or retried
+// attempt counts nothing. A move to closed also counts in
+// orderly_orders_closed_total{flow,reason,trigger}, whichever path closed them (the
+// closer, the buyer, a saga's compensation, a group's failure, a trip's cancel); trigger
+// is the transition's actor (timer, sweep, buyer, checkout, rider, …).
+func (m *Machine) countTransition(tx store.Tx, flow *orderly.Flow, p *store.OrdersTransitionParams, n int) {
+	if m.metrics == nil {
+		return
+	}
+	moved := m.metrics.OrderTransitions.WithLabelValues(flow.Name, string(p.From), string(p.To))
+	var closed prometheus.Counter
+	if p.To == orderly.StateClosed {
+		reason := cmp.Or(string(p.CloseReason), string(p.Event))
+		closed = m.metrics.OrdersClosed.WithLabelValues(flow.Name, reason, cmp.Or(p.Actor, "unknown"))
+	}
+	tx.AfterCommit(func() {
+		moved.Add(float64(n))
+		if closed != nil {
+			closed.Add(float64(n))
+		}
+	})
 }
 
 // Effects returns the built-in effects, implemented here because package order owns

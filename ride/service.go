@@ -169,7 +169,7 @@ func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (
 		o := &orderly.Order{ID: id, UserID: p.RiderID, Flow: FlowName, State: StateRequested, PayStatus: orderly.PayUnpaid,
 			Items: []orderly.Item{}, Currency: p.Currency, CreatedAt: now, ExpiresAt: t.HoldExpiresAt,
 			CloseAt: t.HoldExpiresAt, Version: 1}
-		if err := tx.OrderInsert(ctx, &store.OrderInsertParams{Order: o}); err != nil {
+		if err := s.cfg.Machine.Insert(ctx, tx, &store.OrderInsertParams{Order: o}); err != nil {
 			return err
 		}
 		if err := tx.TransitionInsert(ctx, &orderly.Transition{OrderID: id, To: StateRequested, Event: orderly.EventCreate,

@@ -36,6 +36,12 @@ type Tx interface {
 	// Savepoint runs fn inside a savepoint of this transaction: when fn returns an error,
 	// only fn's changes are rolled back and the error is returned; the transaction goes on.
 	Savepoint(ctx context.Context, fn func() error) error
+	// AfterCommit registers fn to run once after this transaction commits, in the order
+	// registered, on the goroutine that called InTx, before InTx returns. It never runs on a
+	// rollback, for an attempt that the store ran again (a deadlock, a serialization failure),
+	// or when registered inside a Savepoint whose fn failed: counters and wake-ups that must
+	// say what was committed, once, go here.
+	AfterCommit(fn func())
 
 	// Now returns the database's clock, truncated to the millisecond (never rounded up, so a
 	// due check with it can never be early), never ahead of it and never a time read before

@@ -11,10 +11,12 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	// OrdersCreated counts created orders.
-	OrdersCreated prometheus.Counter
-	// OrdersClosed counts orders closed, by reason and by trigger (timer, sweep, deep_check,
-	// inspection, buyer).
+	// OrdersCreated counts created orders by flow, once their transaction committed, whatever
+	// path created them (order.Machine.Insert).
+	OrdersCreated *prometheus.CounterVec
+	// OrdersClosed counts orders closed, by flow, reason and trigger (the closer's timer,
+	// sweep, deep_check, delay_queue, inspection; buyer, checkout, rider, …: the
+	// transition's actor), once the close committed (order.Machine.Transition).
 	OrdersClosed *prometheus.CounterVec
 	// CloseLateness observes closed_at − close_at of orders closed at their deadline, in
 	// seconds (the lateness of I5), by trigger (timer, sweep, deep_check, delay_queue,
@@ -115,12 +117,12 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		OrdersCreated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orderly_orders_created_total", Help: "Orders created.",
-		}),
+		OrdersCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_orders_created_total", Help: "Orders created, by flow.",
+		}, []string{"flow"}),
 		OrdersClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orderly_orders_closed_total", Help: "Orders closed, by close reason and trigger.",
-		}, []string{"reason", "trigger"}),
+			Name: "orderly_orders_closed_total", Help: "Orders closed, by flow, close reason and trigger.",
+		}, []string{"flow", "reason", "trigger"}),
 		CloseLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "orderly_close_lateness_seconds",
 			Help:    "closed_at - close_at of orders closed at their deadline, by trigger.",

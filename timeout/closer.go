@@ -341,9 +341,8 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		closed []*store.DueOrder
 		now    time.Time
 	)
-	var reasons map[string]int // orders whose timed event fired, by close reason (or event)
 	err = c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		res, paying, closed, reasons = PassResult{}, nil, nil, map[string]int{}
+		res, paying, closed = PassResult{}, nil, nil
 		if fence != nil {
 			if err := fence(ctx, tx); err != nil {
 				return err
@@ -434,9 +433,6 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 			for _, id := range changed {
 				closed = append(closed, byID[id])
 			}
-			if len(changed) > 0 {
-				reasons[cmp.Or(string(timed.CloseReason), string(timed.Event))] += len(changed)
-			}
 		}
 		return nil
 	})
@@ -447,9 +443,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 	span.SetAttributes(attribute.Int("orderly.claimed", res.Claimed), attribute.Int("orderly.closed", res.Closed))
 	if len(closed) > 0 {
 		c.cfg.WakeRelay()
-		for reason, n := range reasons {
-			c.cfg.Metrics.OrdersClosed.WithLabelValues(reason, trigger).Add(float64(n))
-		}
+		// orderly_orders_closed_total is counted by the machine's transition, after the commit.
 		lateness := c.cfg.Metrics.CloseLateness.WithLabelValues(trigger)
 		for _, d := range closed {
 			lateness.Observe(now.Sub(d.CloseAt).Seconds())

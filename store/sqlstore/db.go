@@ -523,5 +523,8 @@ func (db *DB) run(ctx context.Context, h *sql.DB, stmts []*sql.Stmt, opts *sql.T
 	if err := sqlTx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	for _, f := range t.afterCommit {
+		f()
+	}
 	return nil
 }

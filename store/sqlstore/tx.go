@@ -36,6 +36,8 @@ type tx struct {
 	// statement that failed (SAVEPOINT, ROLLBACK TO SAVEPOINT) is recorded here too, and
 	// run returns it; InTx runs again only a deadlock or a serialization failure.
 	aborted error
+	// afterCommit are the functions of AfterCommit, run by run after the commit.
+	afterCommit []func()
 }
 
 // check records err in t.aborted when it aborted the whole transaction, and returns it.
@@ -121,7 +123,11 @@ func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
 	if t.aborted != nil {
 		return fmt.Errorf("savepoint: the transaction was aborted: %w", t.aborted)
 	}
+	hooks := len(t.afterCommit)
 	ferr := fn()
+	if ferr != nil {
+		t.afterCommit = t.afterCommit[:hooks] // fn's changes are undone: so are its hooks
+	}
 	if t.opened < level {
 		return ferr // nothing was sent inside: nothing to undo or release
 	}
@@ -149,6 +155,10 @@ func (t *tx) Savepoint(ctx context.Context, fn func() error) error {
 	}
 	return nil
 }
+
+// AfterCommit implements store.Tx. Each attempt of InTx has its own tx, so the hooks of an
+// attempt that rolled back are dropped with it.
+func (t *tx) AfterCommit(fn func()) { t.afterCommit = append(t.afterCommit, fn) }
 
 // openSavepoints sends the savepoints entered and not sent yet, outermost first, before a
 // statement inside them.

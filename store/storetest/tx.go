@@ -234,6 +234,89 @@ func testTx(t *testing.T, open opener) {
 		}
 		equal(t, "SKUs committed", skus, []string{"after", "before", "inner-kept", "inside-kept", "outer-kept"})
 	})
+
+	t.Run("AfterCommit", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		var ran []string
+		var inside int
+		inTx(t, s, func(tx store.Tx) error {
+			tx.AfterCommit(func() { ran = append(ran, "first") })
+			// A failed savepoint drops the hooks it registered, a kept one keeps them.
+			_ = tx.Savepoint(ctx, func() error {
+				tx.AfterCommit(func() { ran = append(ran, "failed savepoint") })
+				_, err := tx.StockSet(ctx, "sku-1", 1)
+				return errors.Join(err, errors.New("undo"))
+			})
+			_ = tx.Savepoint(ctx, func() error {
+				tx.AfterCommit(func() { ran = append(ran, "kept savepoint") })
+				return nil
+			})
+			_, err := tx.StockSet(ctx, "sku-2", 1)
+			inside = len(ran)
+			return err
+		})
+		err := txErr(t, s, func(tx store.Tx) error {
+			tx.AfterCommit(func() { ran = append(ran, "rolled back") })
+			return errors.New("roll back")
+		})
+		if err == nil {
+			t.Fatal("InTx of a failing fn returned nil")
+		}
+		if err := s.Read(ctx, func(tx store.Tx) error {
+			tx.AfterCommit(func() { ran = append(ran, "read") })
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if inside != 0 {
+			t.Errorf("%d hooks ran before the commit", inside)
+		}
+		equal(t, "hooks run", ran, []string{"first", "kept savepoint", "read"})
+	})
+
+	t.Run("AfterCommitOnceAcrossAttempts", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		if s.Dialect() == "sqlite" {
+			t.Skip("SQLite runs one write transaction at a time: InTx never runs an attempt again")
+		}
+		setStock(t, s, "sku-1", 10)
+		insertOrder(t, s, &orderOpts{ID: "o1"})
+		insertOrder(t, s, &orderOpts{ID: "o2"})
+		// A holds sku-1's row; B's first attempt meets it, rolls back and runs again once A
+		// committed. B's hook must run once, for the attempt that committed.
+		holds, release, aDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			aDone <- s.InTx(ctx, func(tx store.Tx) error {
+				if _, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: "o1", SKU: "sku-1", Quantity: 1, Now: t0}); err != nil {
+					return err
+				}
+				close(holds)
+				<-release
+				return nil
+			})
+		}()
+		<-holds
+		attempts, hooks := 0, 0
+		inTx(t, s, func(tx store.Tx) error {
+			attempts++
+			tx.AfterCommit(func() { hooks++ })
+			_, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: "o2", SKU: "sku-1", Quantity: 1, Now: t0})
+			if attempts == 1 {
+				close(release)
+			}
+			return err
+		})
+		if err := <-aDone; err != nil {
+			t.Fatalf("transaction A: %v", err)
+		}
+		if attempts < 2 {
+			t.Errorf("B ran %d attempt(s); want a second one after meeting A's lock", attempts)
+		}
+		if hooks != 1 {
+			t.Errorf("B's hook ran %d times over %d attempts, want once", hooks, attempts)
+		}
+		equal(t, "stock", getStock(t, s, "sku-1"), &orderly.Stock{SKU: "sku-1", Available: 8, Held: 2})
+	})
 }
 
 // insertOrderTx inserts an order inside a test transaction whose outcome is checked by
