@@ -16,6 +16,16 @@ import (
 	"github.com/orderlyhq/orderly/internal/testdb"
 )
 
+// TestMain removes the orderly binary the tests built: each run of the package left one
+// in the temporary directory.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // orderlyBinary builds cmd/orderly once per test binary; it skips under -short.
 func orderlyBinary(t *testing.T) string {
 	t.Helper()
@@ -28,7 +38,7 @@ func orderlyBinary(t *testing.T) string {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "orderly")
+		binDir, binPath = dir, filepath.Join(dir, "orderly")
 		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/orderly").CombinedOutput()
 		if err != nil {
 			binErr = err
@@ -185,6 +195,7 @@ func TestTableRatios(t *testing.T) {
 
 var (
 	binOnce sync.Once
+	binDir  string // holds the built binary (about 58 MB); TestMain removes it
 	binPath string
 	binErr  error
 )

@@ -30,7 +30,11 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 // TestCommandLineErrors: a command line the program does not take, or a command that
 // fails, prints one line on stderr, "orderly: <message>", nothing on stdout (no help, no
-// secret), and exits 2 for a usage error, 1 for a failure.
+// secret), and exits 2 for a usage or input error (README.md "Exit statuses"): unknown
+// commands, flags and arguments, bad flag values, an unsupported database URL, a database
+// file or directory that does not exist. Before, extra arguments were ignored (exit 0),
+// an unknown keys subcommand exited 3, bad log flags passed unnoticed by the commands that
+// log nothing, and the database input errors exited 1.
 func TestCommandLineErrors(t *testing.T) {
 	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
@@ -76,15 +80,29 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"verify", "--tolerance", "0s"}, 2, "--tolerance must be positive, got 0 (leave it out for the default, 1m0s); 1ms is the strictest"},
 		// A SQLite file in a missing directory: the directory is named, once, and no
 		// secret was printed for a server that never ran.
-		{[]string{"serve", "--addr", "127.0.0.1:0", "--database-url", filepath.Join(missing, "o.db")}, 1,
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--database-url", filepath.Join(missing, "o.db")}, 2,
 			"database file " + filepath.Join(missing, "o.db") + ": directory " + missing + " does not exist; create it or give another path"},
-		{[]string{"migrate", "--database-url", filepath.Join(missing, "o.db")}, 1,
+		{[]string{"migrate", "--database-url", filepath.Join(missing, "o.db")}, 2,
 			"database file " + filepath.Join(missing, "o.db") + ": directory " + missing + " does not exist; create it or give another path"},
-		{[]string{"verify", "--database-url", filepath.Join(missing, "o.db")}, 1,
+		{[]string{"verify", "--database-url", filepath.Join(missing, "o.db")}, 2,
 			"database file " + filepath.Join(missing, "o.db") + " does not exist"},
 		// A mistyped path must not pass for an empty shop in agreement (reconcile said
 		// "0 findings" and created the file).
-		{[]string{"reconcile", "--database-url", typo}, 1, "database file " + typo + " does not exist"},
+		{[]string{"reconcile", "--database-url", typo}, 2, "database file " + typo + " does not exist"},
+		{[]string{"keys", "list", "--database-url", typo}, 2, "open " + typo + ": database file " + typo + " does not exist"},
+		{[]string{"keys", "revoke", "--database-url", typo, "k1"}, 2, "open " + typo + ": database file " + typo + " does not exist"},
+		{[]string{"migrate", "--database-url", "ftp://x"}, 2, `unsupported database URL "ftp://x": use a file path, sqlite:, postgres:// or mysql://`},
+		{[]string{"verify", "--database-url", "ftp://x"}, 2, `unsupported database URL "ftp://x": use a file path, sqlite:, postgres:// or mysql://`},
+		// Arguments a command does not take are refused, not ignored.
+		{[]string{"migrate", "extra"}, 2, `unexpected argument "extra" (migrate takes flags only); see 'orderly migrate --help'`},
+		{[]string{"serve", "extra"}, 2, `unexpected argument "extra" (serve takes flags only); see 'orderly serve --help'`},
+		{[]string{"simulate", "extra"}, 2, `unexpected argument "extra" (simulate takes flags only); see 'orderly simulate --help'`},
+		{[]string{"verify", "extra"}, 2, `unexpected argument "extra" (verify takes flags only); see 'orderly verify --help'`},
+		{[]string{"reconcile", "extra"}, 2, `unexpected argument "extra" (reconcile takes flags only); see 'orderly reconcile --help'`},
+		{[]string{"keys", "list", "extra"}, 2, `unexpected argument "extra" (list takes flags only); see 'orderly keys list --help'`},
+		{[]string{"keys", "nope"}, 2, `unknown command "nope"; see 'orderly keys --help'`},
+		{[]string{"--log-level", "loud", "migrate"}, 2, `--log-level: slog: level string "loud": unknown name; see 'orderly --help'`},
+		{[]string{"--log-format", "xml", "verify"}, 2, "--log-format must be text or json; see 'orderly --help'"},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		if code != tc.wantCode || stderr != "orderly: "+tc.want+"\n" || stdout != "" {

@@ -53,7 +53,7 @@ func keysCommand() *cli.Command {
 							}
 						}
 					}
-					return withKeys(ctx, cmd, func(svc *apikey.Service) error {
+					return withKeys(ctx, cmd, false, func(svc *apikey.Service) error {
 						k, key, err := svc.Create(ctx, cmd.String("name"), scopes)
 						if err != nil {
 							return cli.Exit(err.Error(), exitUsage)
@@ -69,7 +69,7 @@ func keysCommand() *cli.Command {
 				Usage: "list the keys (never their secrets), revoked ones too",
 				Flags: []cli.Flag{dbFlag(), &cli.BoolFlag{Name: "json", Usage: `print [{"id","name","scopes","created_at","last_used_at"?,"revoked_at"?}]`}},
 				Action: func(ctx context.Context, cmd *cli.Command) error {
-					return withKeys(ctx, cmd, func(svc *apikey.Service) error {
+					return withKeys(ctx, cmd, true, func(svc *apikey.Service) error {
 						keys, err := svc.List(ctx)
 						if err != nil {
 							return err
@@ -94,7 +94,7 @@ func keysCommand() *cli.Command {
 					if cmd.Args().Len() != 1 {
 						return usagef(cmd, "revoke takes one key id (see 'orderly keys list')")
 					}
-					return withKeys(ctx, cmd, func(svc *apikey.Service) error {
+					return withKeys(ctx, cmd, true, func(svc *apikey.Service) error {
 						k, err := svc.Revoke(ctx, cmd.Args().First())
 						if err != nil {
 							return err
@@ -113,14 +113,16 @@ func keysCommand() *cli.Command {
 }
 
 // withKeys opens the database of --database-url (applying migrations) and runs fn with
-// its key service.
-func withKeys(ctx context.Context, cmd *cli.Command, fn func(svc *apikey.Service) error) error {
+// its key service. mustExist refuses a SQLite file that does not exist (list and revoke
+// read keys: a mistyped path must not pass for a database without keys); create makes it,
+// as serve and migrate do.
+func withKeys(ctx context.Context, cmd *cli.Command, mustExist bool, fn func(svc *apikey.Service) error) error {
 	logger, err := newLogger(cmd.Root(), cmd.Root().ErrWriter)
 	if err != nil {
 		return err
 	}
 	url := cmd.String("database-url")
-	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url})
+	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: url, MustExist: mustExist})
 	if err != nil {
 		return fmt.Errorf("open %s: %w", redact.URL(url), err)
 	}

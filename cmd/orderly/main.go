@@ -43,11 +43,14 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit statuses of the program.
+// Exit statuses of the program, the same for every command (README.md "Exit statuses").
 const (
 	exitOK      = 0
-	exitFailure = 1 // the command failed, or found violations (simulate, verify)
-	exitUsage   = 2 // a command line the program does not take: nothing was done
+	exitFailure = 1 // the command failed, or found violations or findings (simulate, verify, reconcile, bench)
+	// exitUsage: a command line or input the program does not take (an unknown command,
+	// flag or argument, a bad flag value, an unsupported database URL, a database file that
+	// does not exist for a command that reads one): nothing was done.
+	exitUsage = 2
 )
 
 // run runs the program with args (args[0] is its name) and returns its exit status. An
@@ -68,6 +71,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
 		return ec.ExitCode()
+	}
+	// Input the program refused before doing anything (the store's EINVALID: a database
+	// URL it does not take, a file or directory that does not exist) is a usage error.
+	if orderly.ErrorCode(err) == orderly.EINVALID {
+		return exitUsage
 	}
 	return exitFailure
 }
@@ -192,10 +200,44 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 			return cli.ShowRootCommandHelp(cmd)
 		},
 	}
+	// The log flags are checked before any command runs, also by commands that log nothing.
+	app.Before = func(ctx context.Context, cmd *cli.Command) (context.Context, error) {
+		if _, err := newLogger(cmd, io.Discard); err != nil {
+			return ctx, usagef(cmd, "%v", err)
+		}
+		return ctx, nil
+	}
+	strictArgs(app.Commands)
 	for _, c := range append([]*cli.Command{app}, app.Commands...) {
 		c.OnUsageError = onUsageError
 	}
 	return app
+}
+
+// strictArgs makes every command in cmds (and below) refuse what it does not take: a
+// command with subcommands an unknown one, a command without ArgsUsage any argument
+// (cli would otherwise ignore them, or exit 3 for an unknown subcommand).
+func strictArgs(cmds []*cli.Command) {
+	for _, c := range cmds {
+		strictArgs(c.Commands)
+		switch {
+		case len(c.Commands) > 0 && c.Action == nil:
+			c.Action = func(_ context.Context, cmd *cli.Command) error {
+				if name := cmd.Args().First(); name != "" {
+					return usagef(cmd, "unknown command %q", name)
+				}
+				return cli.ShowSubcommandHelp(cmd)
+			}
+		case strings.TrimSpace(c.ArgsUsage) == "" && c.Action != nil:
+			action := c.Action
+			c.Action = func(ctx context.Context, cmd *cli.Command) error {
+				if cmd.Args().Present() {
+					return usagef(cmd, "unexpected argument %q (%s takes flags only)", cmd.Args().First(), cmd.Name)
+				}
+				return action(ctx, cmd)
+			}
+		}
+	}
 }
 
 // serveFlags are the flags of `serve`, shared with `simulate` for its in-process server.

@@ -22,7 +22,8 @@ func reconcileCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "reconcile",
 		Usage: "find (and with --repair, repair) disagreements between orders, payments, stock, coupons and the outbox",
-		Description: "Exits 0 when nothing is left to do (no finding, or every finding repaired), 1 when a finding needs an operator.\n" +
+		Description: "Exits 0 when nothing is left to do (no finding, or every finding repaired), 1 when a finding needs an operator,\n" +
+			"2 for a usage or input error (nothing was done).\n" +
 			"Repairs go through the services and are audited (operator \"reconcile\"); refunds they request leave through the\n" +
 			"outbox of the running instances. A repair that fails leaves its finding with the error and the others go on.\n" +
 			"With --statement and --channel, also compares that channel's settlement CSV (channel_txn_id, amount, currency,\n" +
