@@ -137,12 +137,15 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	// One machine over one flow registry, shared by every service that changes an order's
 	// state (README.md "Flows").
-	effects, timed := cfg.Effects, cfg.Timed
+	effects, timed := map[string]order.Effect{}, cfg.Timed
 	_, groupBuy := cfg.Flows[groupbuy.FlowName]
 	if groupBuy {
-		effects = groupbuy.Effects()
-		maps.Copy(effects, cfg.Effects)
+		maps.Copy(effects, groupbuy.Effects())
 	}
+	if cfg.Flows[ride.FlowName] != nil {
+		maps.Copy(effects, ride.Effects())
+	}
+	maps.Copy(effects, cfg.Effects)
 	if e.machine, err = order.NewMachine(cfg.Flows, effects); err != nil {
 		return nil, fmt.Errorf("engine: flows: %w", err)
 	}
@@ -311,7 +314,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	if e.recon, err = reconcile.New(reconcile.Config{
 		Store: st, Machine: e.machine, Payments: e.payments, WakeRelay: wakeRelay, Registerer: e.metrics.Registry, Logger: log,
-		Checks: wallet.ReconcileChecks(), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
+		Checks: append(wallet.ReconcileChecks(), ride.ReconcileChecks()...), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
 		CloseDue: func(ctx context.Context) error {
 			_, err := e.closer.CloseDue(ctx, reconcile.OperatorReconcile)
 			return err

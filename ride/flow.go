@@ -44,12 +44,17 @@ const (
 
 var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed}
 
+// EffectReleaseHold records, on the trips a transition closed without a capture (the
+// hold's expiry), that the whole hold went back to the card: released = held − captured.
+// Without it an expired trip showed captured 0 and released 0 against its hold.
+const EffectReleaseHold = "ride_release_hold"
+
 // Flow is the ride-hailing flow (README.md "Ride-hailing"):
 //
 //	requested --assign--> driver_assigned --start--> in_trip --end--> trip_ended
 //	trip_ended --pay--> paid --settle--> settled          (the payment saga)
 //	requested|driver_assigned|in_trip --cancel--> closed  (rider_cancelled; the hold is released, less the fee after assignment)
-//	requested --timeout--> closed                         (hold_expired: at the hold's expiry, database clock)
+//	requested --timeout--> closed                         (hold_expired: at the hold's expiry, database clock; the hold released)
 //	settled --refund--> refunding --refund_complete--> refunded
 //	refunding --refund_fail--> settled                    (the refund saga was compensated)
 //
@@ -65,7 +70,8 @@ var Flow = &orderly.Flow{
 	Transitions: []orderly.FlowTransition{
 		{From: StateRequested, Event: EventAssign, To: StateDriverAssigned},
 		{From: StateRequested, Event: orderly.EventCancel, To: orderly.StateClosed, Effects: closeEffects},
-		{From: StateRequested, Event: orderly.EventTimeout, To: orderly.StateClosed, Effects: closeEffects},
+		{From: StateRequested, Event: orderly.EventTimeout, To: orderly.StateClosed,
+			Effects: []string{EffectReleaseHold, orderly.EffectPublish + orderly.TopicOrderClosed}},
 		{From: StateDriverAssigned, Event: EventStart, To: StateInTrip},
 		{From: StateDriverAssigned, Event: orderly.EventCancel, To: orderly.StateClosed, Effects: closeEffects},
 		{From: StateInTrip, Event: EventEnd, To: StateTripEnded, Effects: []string{orderly.EffectPublish + TopicTripEnded}},

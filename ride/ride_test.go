@@ -26,10 +26,16 @@ type bundle struct {
 	gw    *payment.SimGateway
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { t.Helper(); return setupURL(t, "") }
+
+// setupURL is setup on the database of url (a fresh SQLite file for "").
+func setupURL(t *testing.T, url string) *bundle {
 	t.Helper()
+	if url == "" {
+		url = filepath.Join(t.TempDir(), "orderly.db")
+	}
 	e, err := engine.Open(t.Context(), engine.Config{
-		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		DatabaseURL: url, CallbackSecret: []byte("s"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

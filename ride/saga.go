@@ -171,12 +171,18 @@ func (s *Service) capture(ctx context.Context, c *saga.Call) error {
 	return gatewayOutcome(s.faults.after(err))
 }
 
-// flagCollection records that amount of trip id could not be charged.
+// flagCollection records that amount of trip id could not be charged (0: nothing was to
+// be), and that its hold went back to the card (expired, voided, or its capture refunded):
+// released = held − captured, so that the hold ends accounted.
 func (s *Service) flagCollection(ctx context.Context, id string, amount int64) error {
 	return s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		t, err := tx.TripGet(ctx, id)
-		if err != nil || t.CollectionDue == amount {
+		if err != nil {
 			return err
+		}
+		released := releaseRest(t)
+		if t.CollectionDue == amount && !released {
+			return nil
 		}
 		now, err := tx.Now(ctx)
 		if err != nil {
@@ -226,7 +232,8 @@ func (s *Service) uncapture(ctx context.Context, c *saga.Call) error {
 	if err := s.faults.after(s.undoHold(ctx, t.HoldID, c.IdempotencyKey)); err != nil {
 		return err
 	}
-	if in.Amount > 0 && (t.State == StateTripEnded || t.State == orderly.StateClosed) {
+	// A void (amount 0: a free cancellation) that was compensated released the hold too.
+	if t.State == StateTripEnded || t.State == orderly.StateClosed {
 		return s.flagCollection(ctx, t.ID, in.Amount)
 	}
 	return nil

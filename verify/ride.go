@@ -27,19 +27,24 @@ const (
 	stateRideDriverAssigned = orderly.State("driver_assigned")
 	stateRideInTrip         = orderly.State("in_trip")
 	rideViolation           = "R"
+	rideSagaRunning         = "running"
+	rideSagaCompensating    = "compensating"
 )
 
 // rideChecks checks every trip's money against the ride package's rules, and against the
 // simulated gateway's holds when they are in the same database (sim_holds):
 //
-//   - a hold is never over-captured, and once resolved held = captured + released;
+//   - a hold is never over-captured, and once resolved held = captured + released; every
+//     trip that ended (paid, closed, or trip_ended with its payment saga over) resolved it:
+//     what it did not capture it released (an expired, voided or refunded hold);
 //   - a paid trip (paid, settled, refunding, refunded) captured min(fare, hold) and charged
 //     the rest as a second payment (extra only when the whole hold was captured), its
 //     driver payout + platform fee = what was collected, nothing is due for collection;
 //   - a refunded trip refunded what was collected, no other trip refunded anything;
-//   - a trip not yet paid (requested … trip_ended) recorded no money; one cancelled by the
-//     rider captured exactly its cancellation fee (or nothing, when its capture failed) and
-//     paid out no more; one closed otherwise captured nothing;
+//   - a trip not yet paid (requested … trip_ended) captured nothing and released nothing
+//     but, once its saga is over, the whole hold; one cancelled by the rider captured
+//     exactly its cancellation fee (or nothing, when its capture failed: the fee is due for
+//     collection) and paid out no more; one closed otherwise captured nothing;
 //   - at the gateway: the hold's amount is the trip's, it was captured under at most one
 //     key (no double capture), it is no longer pending once the trip is closed or paid, and
 //     what it kept (captured − refunded) is what the trip says it kept; likewise the second
@@ -49,6 +54,7 @@ type rideChecks struct {
 	holds  map[string]*store.SimHold
 	keys   map[string][]*store.SimHoldKey // by hold id
 	orders map[string]bool                // orders of the flow seen
+	busy   map[string]bool                // sagas still running or compensating, by id
 }
 
 func (r *rideChecks) Load(ctx context.Context, tx store.Tx, _ *Options) error {
@@ -62,6 +68,22 @@ func (r *rideChecks) Load(ctx context.Context, tx store.Tx, _ *Options) error {
 			break
 		}
 		after = page[len(page)-1].ID
+	}
+	r.busy = map[string]bool{}
+	for _, state := range []string{rideSagaRunning, rideSagaCompensating} {
+		for after := ""; ; {
+			page, err := tx.SagaList(ctx, state, &store.ListParams{AfterID: after, Limit: pageSize})
+			if err != nil {
+				return err
+			}
+			for _, s := range page {
+				r.busy[s.ID] = true
+			}
+			if len(page) < pageSize {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
 	}
 	r.holds, r.keys = map[string]*store.SimHold{}, map[string][]*store.SimHoldKey{}
 	for after := ""; ; {
@@ -122,10 +144,13 @@ func (r *rideChecks) checkTrip(v *Violations, t *orderly.Trip) {
 	}
 	collected := t.Captured + t.ExtraCharged
 	resolved := t.Captured+t.Released == t.HoldAmount
+	// A trip that ended, its payment saga over, accounts for its whole hold.
+	over := !r.busy[t.PaymentSagaID]
+	ended := paidTrip(t.State) || over && (t.State == orderly.StateClosed || t.State == stateRideTripEnded && t.PaymentSagaID != "")
 	switch {
 	case t.Captured > t.HoldAmount:
 		bad("captured %d from a hold of %d", t.Captured, t.HoldAmount)
-	case !resolved && t.Captured+t.Released != 0:
+	case !resolved && (ended || t.Captured+t.Released != 0):
 		bad("held %d ≠ captured %d + released %d", t.HoldAmount, t.Captured, t.Released)
 	}
 	if t.DriverPayout+t.PlatformFee != collected {
@@ -144,11 +169,14 @@ func (r *rideChecks) checkTrip(v *Violations, t *orderly.Trip) {
 			bad("paid, yet %d due for collection", t.CollectionDue)
 		}
 	case t.State == stateRideRequested, t.State == stateRideDriverAssigned, t.State == stateRideInTrip, t.State == stateRideTripEnded:
-		if t.Captured != 0 || t.Released != 0 || t.ExtraCharged != 0 {
+		// trip_ended, its saga over, released its whole hold (the fare is due for collection).
+		if released := map[bool]int64{true: t.HoldAmount}[t.State == stateRideTripEnded && resolved]; t.Captured != 0 ||
+			t.Released != 0 && t.Released != released || t.ExtraCharged != 0 {
 			bad("not paid, yet captured %d, released %d, extra %d", t.Captured, t.Released, t.ExtraCharged)
 		}
 	case t.State == orderly.StateClosed && t.CloseReason == rideCancelled:
-		if resolved && t.Captured != t.CancellationFee || t.ExtraCharged != 0 {
+		failed := t.Captured == 0 && t.CollectionDue == t.CancellationFee // the fee's capture failed
+		if resolved && t.Captured != t.CancellationFee && !failed || t.ExtraCharged != 0 {
 			bad("cancelled with a fee of %d: captured %d, extra %d", t.CancellationFee, t.Captured, t.ExtraCharged)
 		}
 	case t.State == orderly.StateClosed:
