@@ -24,6 +24,11 @@ const (
 	// AccountSystem is one of the engine's own accounts (SystemPlatform, SystemExternal): it
 	// may go below zero, since it stands for money outside the users' wallets.
 	AccountSystem AccountKind = "system"
+	// AccountRole is an account the engine keeps for a role (the ride platform's fees, a
+	// driver's payouts): never below zero, like a user's, but in a namespace of its own, so
+	// that no buyer id addresses it (a user "ride_platform" is "user:<ccy>:ride_platform",
+	// not the platform's "role:<ccy>:ride_platform").
+	AccountRole AccountKind = "role"
 )
 
 // Names of the system accounts, one of each per currency.
@@ -48,6 +53,12 @@ type AccountRef struct {
 // UserAccount returns the reference of userID's wallet in currency.
 func UserAccount(userID, currency string) AccountRef {
 	return AccountRef{Kind: AccountUser, Owner: userID, Currency: currency}
+}
+
+// RoleAccount returns the reference of role account name in currency (name: 1–128 bytes,
+// e.g. "ride_platform", "driver:<driver id>").
+func RoleAccount(name, currency string) AccountRef {
+	return AccountRef{Kind: AccountRole, Owner: name, Currency: currency}
 }
 
 // SystemAccount returns the reference of system account name in currency.
@@ -167,9 +178,12 @@ type WalletHold struct {
 
 // WalletMoveParams is the input of WalletService.Credit and Debit: Amount minor units of
 // Currency between UserID's wallet and Counterparty (zero value: SystemExternal for a
-// credit, SystemPlatform for a debit, in Currency). IdempotencyKey is required.
+// credit, SystemPlatform for a debit, in Currency). IdempotencyKey is required. Account,
+// set by the engine's own services and never from a request, moves a role account
+// (RoleAccount) instead of a user's wallet; UserID is then empty.
 type WalletMoveParams struct {
 	UserID         string
+	Account        *AccountRef
 	Currency       string
 	Amount         int64
 	Counterparty   *AccountRef
@@ -244,4 +258,7 @@ type WalletService interface {
 	Wallet(ctx context.Context, userID, currency string, page *WalletEntriesPage) (*Wallet, error)
 	// GetHold returns a hold; ENOTFOUND if there is none.
 	GetHold(ctx context.Context, id string) (*WalletHold, error)
+	// Account returns an account by its id ("<kind>:<currency>:<owner>"); ENOTFOUND if
+	// there is none.
+	Account(ctx context.Context, id string) (*WalletAccount, error)
 }

@@ -261,6 +261,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"Group":               reflect.TypeFor[groupResponse](),
 		"GroupOrder":          reflect.TypeFor[groupOrderResponse](),
 		"Wallet":              reflect.TypeFor[walletResponse](),
+		"WalletAccount":       reflect.TypeFor[walletAccountResponse](),
 		"WalletEntry":         reflect.TypeFor[walletEntryResponse](),
 		"WalletCreditRequest": reflect.TypeFor[walletCreditRequest](),
 		"WalletTransfer":      reflect.TypeFor[walletTransferResponse](),

@@ -54,10 +54,38 @@ type walletTransferResponse struct {
 	CreatedAt      Time                 `json:"created_at"`
 }
 
+// walletAccountResponse is the JSON of an orderly.WalletAccount: any account of the
+// ledger, a role's (the ride platform's fees, a driver's payouts) or a system's.
+type walletAccountResponse struct {
+	ID        string              `json:"id"`
+	Kind      orderly.AccountKind `json:"kind"`
+	Owner     string              `json:"owner"`
+	Currency  string              `json:"currency"`
+	Available int64               `json:"available"`
+	Held      int64               `json:"held"`
+	Version   int64               `json:"version"`
+	UpdatedAt Time                `json:"updated_at"`
+}
+
 // walletRoutes registers the wallet routes.
 func (s *Server) walletRoutes(r chi.Router) {
 	r.Get("/v1/wallets/{user_id}", s.getWallet)
 	r.Post("/v1/wallets/{user_id}/credits", s.creditWallet)
+	r.Get("/v1/wallet-accounts/{account_id}", s.getWalletAccount)
+}
+
+// getWalletAccount handles GET /v1/wallet-accounts/{account_id} (merchant scope): an
+// account of the ledger by its id, "<kind>:<currency>:<owner>" (role:USD:ride_platform,
+// role:USD:driver:<id>, user:USD:<user id>). Role and system accounts are read here only:
+// /v1/wallets/{user_id} addresses users' wallets, never them.
+func (s *Server) getWalletAccount(w http.ResponseWriter, r *http.Request) {
+	a, err := s.wallets.Account(r.Context(), pathParam(r, "account_id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, &walletAccountResponse{ID: a.ID, Kind: a.Kind, Owner: a.Owner, Currency: a.Currency,
+		Available: a.Available, Held: a.Held, Version: a.Version, UpdatedAt: Time(a.UpdatedAt)})
 }
 
 // getWallet handles GET /v1/wallets/{user_id}?currency=&limit=&before=: the wallet in
@@ -154,5 +182,9 @@ func (noWallets) Credit(context.Context, *orderly.WalletMoveParams) (*orderly.Wa
 }
 
 func (noWallets) Wallet(context.Context, string, string, *orderly.WalletEntriesPage) (*orderly.Wallet, error) {
+	return nil, errNoWallets
+}
+
+func (noWallets) Account(context.Context, string) (*orderly.WalletAccount, error) {
 	return nil, errNoWallets
 }

@@ -88,16 +88,21 @@ func (b *bundle) waitState(t *testing.T, id string, want orderly.State) *orderly
 	}
 }
 
-// balance returns user's available USD balance (0 without a wallet).
-func (b *bundle) balance(t *testing.T, user string) int64 {
+// balance returns the available USD balance of driver who's role account, or of the
+// platform's for ride.DefaultPlatformAccount (0 without the account).
+func (b *bundle) balance(t *testing.T, who string) int64 {
 	t.Helper()
-	w, err := b.e.Wallets().Wallet(t.Context(), user, "USD", nil)
+	ref := ride.DriverAccount(who, "USD")
+	if who == ride.DefaultPlatformAccount {
+		ref = orderly.RoleAccount(who, "USD")
+	}
+	a, err := b.e.Wallets().Account(t.Context(), ref.ID())
 	if orderly.ErrorCode(err) == orderly.ENOTFOUND {
 		return 0
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	return w.Account.Available
+	return a.Available
 }
 
 // applied returns the calls of op on hold id that moved money (not replays, not refused).
@@ -529,7 +534,8 @@ func TestRefundAgainAfterAFailedRefund(t *testing.T) {
 	if payout != settled.DriverPayout || payout == 0 {
 		t.Fatalf("driver balance %d, payout %d", payout, settled.DriverPayout)
 	}
-	spend := &orderly.WalletMoveParams{UserID: "driver-spent", Currency: "USD", Amount: payout, IdempotencyKey: "spent"}
+	driver := ride.DriverAccount("driver-spent", "USD")
+	spend := &orderly.WalletMoveParams{Account: &driver, Currency: "USD", Amount: payout, IdempotencyKey: "spent"}
 	if _, err := b.e.Wallets().Debit(ctx, spend); err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +547,7 @@ func TestRefundAgainAfterAFailedRefund(t *testing.T) {
 		t.Fatalf("refund the wallet cannot cover: %s, refunded %d, saga %s; want settled, 0, %s:refund",
 			first.State, first.Refunded, first.RefundSagaID, tr.ID)
 	}
-	if _, err := b.e.Wallets().Credit(ctx, &orderly.WalletMoveParams{UserID: "driver-spent", Currency: "USD", Amount: payout,
+	if _, err := b.e.Wallets().Credit(ctx, &orderly.WalletMoveParams{Account: &driver, Currency: "USD", Amount: payout,
 		IdempotencyKey: "earned-back"}); err != nil {
 		t.Fatal(err)
 	}

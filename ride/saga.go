@@ -289,21 +289,33 @@ func (s *Service) recordPaid(ctx context.Context, tx store.Tx, c *saga.Call) err
 	return s.update(ctx, tx, t, now)
 }
 
-// credit is one settlement credit: amount to user's wallet under key.
+// credit is one settlement credit: amount to a role account under key.
 type credit struct {
-	user   string
-	amount int64
-	key    string
+	account orderly.AccountRef
+	amount  int64
+	key     string
+}
+
+// DriverAccount returns the role account of driver id's payouts in currency,
+// "role:<currency>:driver:<id>": a buyer naming the driver's id reaches another account.
+func DriverAccount(id, currency string) orderly.AccountRef {
+	return orderly.RoleAccount("driver:"+id, currency)
+}
+
+// PlatformAccount returns the role account of the platform's fees in currency,
+// "role:<currency>:<Config.PlatformAccount>".
+func (s *Service) PlatformAccount(currency string) orderly.AccountRef {
+	return orderly.RoleAccount(s.cfg.PlatformAccount, currency)
 }
 
 // credits returns the settlement credits of t whose action key is key (the settle step's).
 func (s *Service) credits(t *orderly.Trip, key string) []credit {
 	var out []credit
 	if t.DriverPayout > 0 && t.DriverID != "" {
-		out = append(out, credit{t.DriverID, t.DriverPayout, key + "/driver"})
+		out = append(out, credit{DriverAccount(t.DriverID, t.Currency), t.DriverPayout, key + "/driver"})
 	}
 	if t.PlatformFee > 0 {
-		out = append(out, credit{s.cfg.PlatformAccount, t.PlatformFee, key + "/platform"})
+		out = append(out, credit{s.PlatformAccount(t.Currency), t.PlatformFee, key + "/platform"})
 	}
 	return out
 }
@@ -334,7 +346,7 @@ func (s *Service) moveSettlement(ctx context.Context, c *saga.Call,
 	}
 	external := orderly.SystemAccount(orderly.SystemExternal, t.Currency)
 	for _, cr := range s.credits(t, c.IdempotencyKey) {
-		if _, err := move(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
+		if _, err := move(ctx, &orderly.WalletMoveParams{Account: &cr.account, Currency: t.Currency,
 			Amount: cr.amount, Counterparty: &external, IdempotencyKey: cr.key}); err != nil {
 			return walletOutcome(err)
 		}
@@ -353,11 +365,11 @@ func (s *Service) unsettle(ctx context.Context, c *saga.Call) error {
 	external := orderly.SystemAccount(orderly.SystemExternal, t.Currency)
 	actionKey := saga.IdempotencyKey(c.SagaID, c.StepName, saga.PhaseAction)
 	for _, cr := range s.credits(t, actionKey) {
-		if _, err := s.cfg.Wallets.Credit(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
+		if _, err := s.cfg.Wallets.Credit(ctx, &orderly.WalletMoveParams{Account: &cr.account, Currency: t.Currency,
 			Amount: cr.amount, Counterparty: &external, IdempotencyKey: cr.key}); err != nil {
 			return err
 		}
-		if _, err := s.cfg.Wallets.Debit(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
+		if _, err := s.cfg.Wallets.Debit(ctx, &orderly.WalletMoveParams{Account: &cr.account, Currency: t.Currency,
 			Amount: cr.amount, Counterparty: &external, IdempotencyKey: c.IdempotencyKey + cr.key[len(actionKey):]}); err != nil {
 			return err
 		}
@@ -404,14 +416,14 @@ func (s *Service) unreverse(ctx context.Context, c *saga.Call) error {
 	external := orderly.SystemAccount(orderly.SystemExternal, t.Currency)
 	actionKey := saga.IdempotencyKey(c.SagaID, c.StepName, saga.PhaseAction)
 	for _, cr := range s.credits(t, actionKey) {
-		_, err := s.cfg.Wallets.Debit(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
+		_, err := s.cfg.Wallets.Debit(ctx, &orderly.WalletMoveParams{Account: &cr.account, Currency: t.Currency,
 			Amount: cr.amount, Counterparty: &external, IdempotencyKey: cr.key})
 		if orderly.ErrorCode(err) == orderly.EINSUFFICIENT {
 			continue
 		} else if err != nil {
 			return err
 		}
-		if _, err := s.cfg.Wallets.Credit(ctx, &orderly.WalletMoveParams{UserID: cr.user, Currency: t.Currency,
+		if _, err := s.cfg.Wallets.Credit(ctx, &orderly.WalletMoveParams{Account: &cr.account, Currency: t.Currency,
 			Amount: cr.amount, Counterparty: &external, IdempotencyKey: c.IdempotencyKey + cr.key[len(actionKey):]}); err != nil {
 			return err
 		}

@@ -67,8 +67,9 @@ type Config struct {
 	// PlatformFeePercent of what the rider paid goes to the platform's wallet, the rest to
 	// the driver's (rounded down for the platform). 20.
 	PlatformFeePercent int64
-	// PlatformAccount owns the platform's wallet (a user account: it never goes below
-	// zero). "ride_platform".
+	// PlatformAccount names the platform's role account, "role:<currency>:<name>" (never
+	// below zero, and out of the buyers' reach: no user id addresses it). "ride_platform".
+	// A driver's payouts go to the role account "role:<currency>:driver:<driver id>".
 	PlatformAccount string
 	// Faults injects failures into the sagas' participants (tests and simulate only).
 	Faults Faults

@@ -24,8 +24,8 @@ func init() {
 
 const (
 	flowRideHailing = "ride_hailing"
-	// ridePlatform is the owner of the platform's wallet (ride.DefaultPlatformAccount).
-	ridePlatform = "ride_platform"
+	// ridePlatform is the platform's role account (ride.DefaultPlatformAccount in USD).
+	ridePlatform = "role:USD:ride_platform"
 )
 
 // Scripts of simulated trips: how far the trip goes before the rider cancels, or whether it
@@ -125,17 +125,17 @@ func (f *rideFlow) Seed(ctx context.Context, _ *runner) error {
 	return err
 }
 
-// balance returns user's USD available balance, 0 without a wallet.
-func (f *rideFlow) balance(ctx context.Context, user string) (int64, error) {
-	var w struct {
-		Balance int64 `json:"balance"`
+// balance returns wallet account id's available balance, 0 without the account.
+func (f *rideFlow) balance(ctx context.Context, id string) (int64, error) {
+	var a struct {
+		Available int64 `json:"available"`
 	}
-	err := f.c.do(ctx, http.MethodGet, "/v1/wallets/"+url.PathEscape(user)+"?currency=USD", nil, nil, &w)
+	err := f.c.do(ctx, http.MethodGet, "/v1/wallet-accounts/"+url.PathEscape(id), nil, nil, &a)
 	var he *httpError
 	if errors.As(err, &he) && he.Status == http.StatusNotFound {
 		return 0, nil
 	}
-	return w.Balance, err
+	return a.Available, err
 }
 
 func (f *rideFlow) Drive(ctx context.Context, _ *runner) {
@@ -386,7 +386,7 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 			if t.State == "refunded" {
 				want = 0
 			}
-			got, err := f.balance(ctx, t.DriverID)
+			got, err := f.balance(ctx, "role:USD:driver:"+t.DriverID)
 			if err != nil {
 				bad("HTTP", "driver wallet: %v", err)
 			} else if got != want {

@@ -103,7 +103,7 @@ func CheckWallets(ctx context.Context, tx store.Tx) ([]string, error) {
 				violate("I4", "wallet account %s: available %d held %d, its entries sum to %d and %d",
 					a.ID, a.Available, a.Held, s.Available, s.Held)
 			}
-			if a.Held < 0 || a.Kind == orderly.AccountUser && a.Available < 0 {
+			if a.Held < 0 || a.Kind != orderly.AccountSystem && a.Available < 0 {
 				violate("I4", "wallet account %s is negative: available %d held %d", a.ID, a.Available, a.Held)
 			}
 			if a.Held != pendingHeld[a.ID] {

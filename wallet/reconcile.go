@@ -83,9 +83,9 @@ func scanLedgers(ctx context.Context, r *reconcile.Reconciler, _ time.Time, emit
 				emit(&reconcile.Finding{Kind: KindLedgerMismatch, Target: a.ID,
 					Detail: fmt.Sprintf("account %s has available %d held %d %s; its entries sum to available %d held %d",
 						a.ID, a.Available, a.Held, a.Currency, l.LedgerAvailable, l.LedgerHeld)})
-			case a.Held < 0 || a.Kind == orderly.AccountUser && a.Available < 0:
+			case a.Held < 0 || a.Kind != orderly.AccountSystem && a.Available < 0:
 				emit(&reconcile.Finding{Kind: KindLedgerMismatch, Target: a.ID,
-					Detail: fmt.Sprintf("user account %s is below zero: available %d held %d %s", a.ID, a.Available, a.Held, a.Currency)})
+					Detail: fmt.Sprintf("%s account %s is below zero: available %d held %d %s", a.Kind, a.ID, a.Available, a.Held, a.Currency)})
 			}
 			after = a.ID
 		}

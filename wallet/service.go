@@ -92,6 +92,9 @@ func (s *Service) move(ctx context.Context, p *orderly.WalletMoveParams, kind or
 		return nil, err
 	}
 	user := orderly.UserAccount(p.UserID, p.Currency)
+	if p.Account != nil {
+		user = *p.Account
+	}
 	cp := orderly.SystemAccount(system, p.Currency)
 	if p.Counterparty != nil {
 		cp = *p.Counterparty
@@ -392,6 +395,16 @@ func (s *Service) Wallet(ctx context.Context, userID, currency string, page *ord
 	return &w, nil
 }
 
+// Account implements orderly.WalletService.
+func (s *Service) Account(ctx context.Context, id string) (*orderly.WalletAccount, error) {
+	var a *orderly.WalletAccount
+	err := s.cfg.Store.Read(ctx, func(tx store.Tx) (err error) {
+		a, err = tx.WalletAccountGet(ctx, id)
+		return err
+	})
+	return a, err
+}
+
 // GetHold implements orderly.WalletService.
 func (s *Service) GetHold(ctx context.Context, id string) (*orderly.WalletHold, error) {
 	var h *orderly.WalletHold
@@ -566,7 +579,10 @@ func expire(ctx context.Context, tx store.Tx, h *orderly.WalletHold, now time.Ti
 
 func validateMove(p *orderly.WalletMoveParams) error {
 	switch {
-	case !order.ValidID(p.UserID):
+	case p.Account != nil && (p.UserID != "" || p.Account.Kind != orderly.AccountRole || !order.ValidID(p.Account.Owner) ||
+		p.Account.Currency != p.Currency):
+		return orderly.Errorf(orderly.EINVALID, "account: must be a role account in %s, without a user_id", p.Currency)
+	case p.Account == nil && !order.ValidID(p.UserID):
 		return orderly.Errorf(orderly.EINVALID, "user_id: must be 1–128 bytes of UTF-8 without control characters")
 	case !orderly.ValidCurrency(p.Currency):
 		return orderly.Errorf(orderly.EINVALID, "currency: must be an ISO 4217 code of a currency of money")
