@@ -20,7 +20,7 @@ const PaymentMethodCard = "card"
 // as a second payment when the fare is more than the hold. Captured + Released equals
 // HoldAmount once the hold is resolved. CollectionDue is the part of the fare that could
 // not be charged (the hold had expired): the trip stays trip_ended, flagged for
-// collection. Settlement credits DriverPayout to the driver's wallet and PlatformFee to the
+// collection. Settlement credits DriverPayout to the driver's role account and PlatformFee to the
 // platform's; a refund (RefundSagaID) reverses both and gives Refunded back to the card.
 type Trip struct {
 	ID              string    `json:"id"`
