@@ -23,6 +23,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -126,6 +127,10 @@ type lane struct {
 	inflight sync.WaitGroup // keys in flight (CommitPerKey)
 	mu       sync.Mutex
 	busy     map[string]int // per message group, keys claimed and not yet committed (GroupLimit)
+	// late holds a slot per key handed off by a batch (callOrHandOff), bounding them to
+	// Concurrency; lateDeferred counts their messages deferred to a next batch.
+	late         chan struct{}
+	lateDeferred atomic.Int64
 }
 
 // busyGroups returns a copy of l.busy.
@@ -204,6 +209,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 	for _, l := range lanes {
 		l.wake = make(chan struct{}, 1)
 		l.slots = make(chan struct{}, l.Concurrency)
+		l.late = make(chan struct{}, l.Concurrency)
 		l.busy = map[string]int{}
 	}
 	return &Relay{cfg: cfg, lanes: lanes}, nil
@@ -343,6 +349,7 @@ func (r *Relay) drain(ctx context.Context, l *lane, wait bool) (int, error) {
 		total += n
 		if wait {
 			l.inflight.Wait()
+			deferred += int(l.lateDeferred.Swap(0))
 		}
 		if err != nil || (n < l.BatchSize && deferred == 0) {
 			return total, err
@@ -451,8 +458,16 @@ func (r *Relay) runOnce(ctx context.Context, l *lane) (claimed, deferred int, er
 	if l.CommitPerKey {
 		return len(msgs), 0, r.dispatch(ctx, l, results, callsUntil)
 	}
+	// A key whose calls outlast PollInterval (a slow gateway or broker) is handed off, if
+	// the lane has a late slot free: it gives its slot back and commits on its own when its
+	// calls end, while the batch commits the other keys and the lane claims on; its later
+	// messages stay unclaimed while its messages are leased, so its order holds.
 	var calls errgroup.Group
 	calls.SetLimit(l.Concurrency)
+	var (
+		mu   sync.Mutex
+		done []outcome // the keys whose calls ended in the batch, whole, in batch order
+	)
 	for start := 0; start < len(results); {
 		end := start + 1
 		for end < len(results) && results[end].msg.Key == results[start].msg.Key {
@@ -460,21 +475,71 @@ func (r *Relay) runOnce(ctx context.Context, l *lane) (claimed, deferred int, er
 		}
 		group := results[start:end]
 		calls.Go(func() error {
-			r.callKey(ctx, l, group, callsUntil)
+			if r.callOrHandOff(ctx, l, group, callsUntil) {
+				mu.Lock()
+				done = append(done, group...)
+				mu.Unlock()
+			}
 			return nil
 		})
 		start = end
 	}
 	_ = calls.Wait() // callKey records its errors in results
-	for i := range results {
-		if errors.Is(results[i].err, errDeferred) {
+	if len(done) == 0 {
+		return len(msgs), 0, nil
+	}
+	for i := range done {
+		if errors.Is(done[i].err, errDeferred) {
 			deferred++
 		}
 	}
-	if err := r.finish(ctx, results); err != nil {
+	if err := r.finish(ctx, done); err != nil {
 		return len(msgs), 0, err
 	}
 	return len(msgs), deferred, nil
+}
+
+// callOrHandOff runs the calls of one key of a batch (callKey) and reports whether they
+// ended in the batch. When they outlast PollInterval and a late slot of the lane is free,
+// it hands the key off: it returns false at once, and a goroutine of the lane commits the
+// key (finish) when its calls end, then wakes the lanes.
+func (r *Relay) callOrHandOff(ctx context.Context, l *lane, group []outcome, callsUntil time.Time) bool {
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		r.callKey(ctx, l, group, callsUntil)
+	}()
+	grace := time.NewTimer(r.cfg.PollInterval)
+	defer grace.Stop()
+	select {
+	case <-ended:
+		return true
+	case <-grace.C:
+	}
+	select {
+	case l.late <- struct{}{}:
+	default:
+		<-ended // every late slot is taken: the batch waits, as a bound on the calls in flight
+		return true
+	}
+	l.inflight.Go(func() {
+		defer func() { <-l.late }()
+		<-ended
+		err := r.finish(ctx, group)
+		if err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("outbox outcome not recorded; the messages are claimed again after their lease",
+				"lane", l.Name, "key", group[0].msg.Key, "error", err)
+		}
+		for i := range group {
+			if errors.Is(group[i].err, errDeferred) {
+				l.lateDeferred.Add(1)
+			}
+		}
+		for _, o := range r.lanes {
+			o.notify() // its later messages may be claimed; a delivered event may have fanned out
+		}
+	})
+	return false
 }
 
 // dispatch runs each key of results (grouped by key) in a goroutine of its own once a slot
