@@ -65,7 +65,9 @@ type Config struct {
 	// CallTimeout bounds one Handler.Call; 10 s.
 	CallTimeout time.Duration
 	// Concurrency is how many keys of a batch have their calls run at once (the messages of
-	// one key are always called one after another, in id order); 1.
+	// one key are always called one after another, in id order); 1. Up to as many keys
+	// whose calls outlast PollInterval are handed off to end and commit on their own, so a
+	// slow call does not hold back the rest of its batch nor the next ones.
 	Concurrency int
 	// Lanes are groups of topics claimed and delivered apart from the others, each by its
 	// own loop with its own batches, so that slow calls of one lane (merchant webhooks)
