@@ -55,6 +55,9 @@ type fakeOptions struct {
 	// slowWrites holds the server's lock this long at the start of every POST, before it
 	// reads the clock: a server that serves at most 1/slowWrites writes per second.
 	slowWrites time.Duration
+	// stallPayments holds every payment start this long before serving it, as an instance
+	// stopped with SIGSTOP (or a queue ahead of it) holds the requests sent to it.
+	stallPayments time.Duration
 }
 
 // fakeServer implements just enough of the HTTP contract in memory to drive the simulator:
@@ -123,6 +126,9 @@ func newFakeServer(t *testing.T, secret []byte, opts fakeOptions) (*fakeServer, 
 // handle serves pattern with h under the server's lock, after closing what is due.
 func (f *fakeServer) handle(pattern string, h func(w http.ResponseWriter, r *http.Request, now time.Time)) {
 	f.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if f.opts.stallPayments > 0 && pattern == "POST /v1/orders/{id}/payments" {
+			time.Sleep(f.opts.stallPayments) // outside the lock: only the payments stall
+		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.opts.slowWrites > 0 && r.Method == http.MethodPost {

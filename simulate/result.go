@@ -82,6 +82,15 @@ type Result struct {
 	// QueueWait is how long the run's requests waited for one of Config.Concurrency
 	// slots before being sent, in ms.
 	QueueWait Percentiles `json:"queue_wait_ms"`
+	// PaidShare is the share (0–1) of the standard flow's orders that ended paid, and
+	// PlannedPaidShare the share whose buyer meant to pay in time: the paid share of a quiet
+	// run on a machine that keeps up, the reference a faulted or loaded run is judged by.
+	// Payers counts those buyers and PayersPaid those of them whose order ended paid: far
+	// fewer says the run barely tested payments (Config.MinPaidShare).
+	PaidShare        float64 `json:"paid_share"`
+	PlannedPaidShare float64 `json:"planned_paid_share"`
+	Payers           int     `json:"payers"`
+	PayersPaid       int     `json:"payers_paid"`
 
 	// OutOfStock and CouponUnavailable count orders refused with 409 for those reasons,
 	// an expected outcome for scarce stock and contended coupons.
@@ -184,6 +193,10 @@ func (r *Result) Summary() string {
 		r.OutOfStock, r.CouponUnavailable)
 	fmt.Fprintf(&b, "  callbacks   %d late payments, %d duplicate callbacks, %d pay/close races\n",
 		r.LatePayments, r.DuplicateCallbacks, r.Races)
+	if r.Payers > 0 {
+		fmt.Fprintf(&b, "  payments    %d of %d buyers who paid in time ended paid; paid share %.1f %% of orders, planned %.1f %%\n",
+			r.PayersPaid, r.Payers, 100*r.PaidShare, 100*r.PlannedPaidShare)
+	}
 	fmt.Fprintf(&b, "  client      %d buyers reached the server after their deadline; wait for a request slot p50 %s, p99 %s, max %s\n",
 		r.MissedDeadline, ms(r.QueueWait.P50), ms(r.QueueWait.P99), ms(r.QueueWait.Max))
 	if r.PartialRefunds > 0 {

@@ -103,6 +103,12 @@ func (r *runner) evaluate() *Result {
 		violate("refused: the server created %d of the %d orders sent (%.1f %%), below the minimum share %.1f %%",
 			res.Orders, res.Sent, 100*float64(res.Orders)/float64(res.Sent), 100*share)
 	}
+	if share := r.cfg.MinPaidShare; share > 0 && res.Payers > 0 && float64(res.PayersPaid) < share*float64(res.Payers) {
+		violate("payments: %d of the %d buyers who paid in time ended paid (%.1f %%), below the minimum share %.1f %%: "+
+			"the run barely tested payments (%d buyers reached the server after their deadline; request slot wait p50 %s, p99 %s)",
+			res.PayersPaid, res.Payers, 100*float64(res.PayersPaid)/float64(res.Payers), 100*share,
+			res.MissedDeadline, ms(res.QueueWait.P50), ms(res.QueueWait.P99))
+	}
 	res.Clock = r.clock
 	res.NearDeadline.WindowMS = float64(NearDeadlineWindow / time.Millisecond)
 

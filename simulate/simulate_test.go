@@ -55,7 +55,7 @@ func TestPercentile(t *testing.T) {
 // resultKeys are the members of the result JSON, exactly.
 var resultKeys = []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes",
 	"errors", "late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid",
-	"queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
+	"paid_share", "payers", "payers_paid", "planned_paid_share", "queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
 
 // checkResultJSON checks that res encodes with exactly the documented members.
 func checkResultJSON(t *testing.T, res *Result) map[string]json.RawMessage {
@@ -98,7 +98,8 @@ func TestResultJSON(t *testing.T) {
 		Sent: 9, Created: 3, Rejected: map[string]int{"out-of-stock": 6, "coupon-unavailable": 0}, SendS: 1.5,
 		OutOfStock: 6, Behaviours: map[string]int{"cancel": 1}, MissedDeadline: 2, QueueWait: Percentiles{P90: 1, P99: 5, Max: 7},
 		Clock:        ClockOffset{Source: ClockSourceDatabase, OffsetMS: 0.25, UncertaintyMS: 0.5, MarginMS: 1},
-		NearDeadline: NearDeadline{WindowMS: 1000, Successes: 2, BeforeCloseAt: 1, Paid: 1, Closed: 1}}
+		NearDeadline: NearDeadline{WindowMS: 1000, Successes: 2, BeforeCloseAt: 1, Paid: 1, Closed: 1},
+		PaidShare:    0.25, PlannedPaidShare: 0.5, Payers: 2, PayersPaid: 1}
 	b, err := json.Marshal(res)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +109,8 @@ func TestResultJSON(t *testing.T) {
 		`"clock":{"source":"database","offset_ms":0.25,"uncertainty_ms":0.5,"margin_ms":1},` +
 		`"near_deadline":{"window_ms":1000,"successes":2,"before_close_at":1,"paid":1,"closed":1},` +
 		`"sent":9,"created":3,"rejected":{"coupon-unavailable":0,"out-of-stock":6},"errors":0,"send_s":1.5,` +
-		`"missed_deadline":2,"queue_wait_ms":{"p50":0,"p90":1,"p99":5,"max":7}}`
+		`"missed_deadline":2,"queue_wait_ms":{"p50":0,"p90":1,"p99":5,"max":7},` +
+		`"paid_share":0.25,"planned_paid_share":0.5,"payers":2,"payers_paid":1}`
 	if string(b) != want {
 		t.Errorf("result JSON\n got %s\nwant %s", b, want)
 	}
@@ -134,6 +136,7 @@ func TestConfig(t *testing.T) {
 		{cfg: Config{Target: "http://x", Orders: -1, Rate: -2}, wantErr: "orders: must not be negative"},
 		{cfg: Config{Target: "http://x", MaxLateness: -time.Second}, wantErr: "max lateness: must not be negative"},
 		{cfg: Config{Target: "http://x", MinCreatedShare: 1.5}, wantErr: "min created share: must be between 0 and 1"},
+		{cfg: Config{Target: "http://x", MinPaidShare: -0.1}, wantErr: "min paid share: must be between 0 and 1"},
 		{cfg: Config{Target: "http://x/"}, seconds: 3},
 		{cfg: Config{Target: "http://x", PaymentTimeout: 1500 * time.Millisecond}, seconds: 2},
 		{cfg: Config{Target: "http://x", PaymentTimeout: 200 * time.Millisecond}, seconds: 1},

@@ -243,11 +243,19 @@ func (r *standardFlow) Check(_ *runner, res *Result) {
 		res.Violations = append(res.Violations, fmt.Sprintf(format, args...))
 	}
 	bought := map[string]int64{}
+	var orders, paid int
 	for _, t := range r.tracked {
 		if t == nil {
 			continue
 		}
 		res.Orders++
+		orders++
+		if t.po.behaviour.paysInTime() {
+			res.Payers++
+			if t.final != nil && paidLike(t.final.State) {
+				res.PayersPaid++
+			}
+		}
 		res.Behaviours[t.po.behaviour.String()]++
 		if t.missed {
 			res.MissedDeadline++
@@ -261,6 +269,7 @@ func (r *standardFlow) Check(_ *runner, res *Result) {
 		switch {
 		case paidLike(o.State):
 			res.Paid++
+			paid++
 			for _, it := range o.Items {
 				bought[it.SKU] += it.Quantity - t.restocked(it.SKU)
 			}
@@ -298,6 +307,10 @@ func (r *standardFlow) Check(_ *runner, res *Result) {
 			violate("%s", v)
 		}
 		r.countNearDeadline(t, res)
+	}
+	if orders > 0 {
+		res.PaidShare = float64(paid) / float64(orders)
+		res.PlannedPaidShare = float64(res.Payers) / float64(orders)
 	}
 	if v := r.checkLateness(); v != "" {
 		violate("%s", v)

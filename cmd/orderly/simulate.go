@@ -82,6 +82,7 @@ func simulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "flow", Value: "standard", Usage: "the traffic: standard, group_buy (deals and groups), wallet (wallet checkouts, sagas), ride_hailing (trips: card holds, sagas) or mixed (standard, group_buy and wallet at once)"},
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
+			&cli.FloatFlag{Name: "min-paid-share", Value: simulate.DefaultMinPaidShare, Usage: "least share (0–1) of the buyers who meant to pay in time whose order must end paid, else the run barely tested payments (0: no minimum)"},
 			&cli.FloatFlag{Name: "fail-rate", Usage: "share (0–1) of saga participant calls that fail transiently (the servers' --test-saga-fail-rate)"},
 			&cli.FloatFlag{Name: "slow-rate", Usage: "share (0–1) of saga participant calls delayed (the servers' --test-saga-slow-rate)"},
 			&cli.FloatFlag{Name: "timeout-after-apply-rate", Usage: "share (0–1) of saga participant calls that apply and then time out (the servers' --test-saga-timeout-after-apply-rate)"},
@@ -131,7 +132,7 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		Target: cmd.String("target"), CallbackSecret: []byte(cmd.String("callback-secret")), APIKey: cmd.String("api-key"),
 		Orders: cmd.Int("orders"), Rate: cmd.Float("rate"), PaymentTimeout: cmd.Duration("payment-timeout"),
 		Seed: cmd.Int64("seed"), Concurrency: cmd.Int("concurrency"),
-		MaxLateness: cmd.Duration("max-lateness"), MinCreatedShare: cmd.Float("min-created-share"),
+		MaxLateness: cmd.Duration("max-lateness"), MinCreatedShare: cmd.Float("min-created-share"), MinPaidShare: cmd.Float("min-paid-share"),
 		FailRate: cmd.Float("fail-rate"), SlowRate: cmd.Float("slow-rate"), TimeoutAfterApplyRate: cmd.Float("timeout-after-apply-rate"),
 	}
 	flows, err := simulate.ParseFlows(cmd.String("flow"))
