@@ -18,7 +18,8 @@ import (
 //	 "clock":{"source":"database","offset_ms":x,"uncertainty_ms":x,"margin_ms":x},
 //	 "near_deadline":{"window_ms":1000,"successes":N,"before_close_at":N,"paid":N,"closed":N},
 //	 "sent":N,"created":N,"rejected":{"coupon-unavailable":N,"out-of-stock":N},"errors":N,
-//	 "send_s":x,"missed_deadline":N,"queue_wait_ms":{"p50":x,"p90":x,"p99":x,"max":x}}
+//	 "send_s":x,"missed_deadline":N,"queue_wait_ms":{"p50":x,"p90":x,"p99":x,"max":x},
+//	 "paid_share":x,"planned_paid_share":x,"payers":N,"payers_paid":N}
 //
 // The order requests reconcile: sent = created + Σ rejected + errors.
 //

@@ -104,7 +104,7 @@ func decodeCluster(t *testing.T, stdout []byte) *clusterResult {
 	}
 	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors", "gateway",
 		"instances", "kills", "late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid",
-		"queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
+		"paid_share", "payers", "payers_paid", "planned_paid_share", "queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
 	got := make([]string, 0, len(keys))
 	for k := range keys {
 		got = append(got, k)

@@ -99,8 +99,8 @@ func TestSimulateCommand(t *testing.T) {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
 	}
 	want := []string{"cancelled", "clock", "closed", "created", "duplicate_callbacks", "duration_s", "early_closes", "errors", "gateway",
-		"late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid", "queue_wait_ms",
-		"refunded", "rejected", "send_s", "sent", "violations"}
+		"late_payments", "lateness_ms", "missed_deadline", "near_deadline", "orders", "orders_per_s", "paid", "paid_share",
+		"payers", "payers_paid", "planned_paid_share", "queue_wait_ms", "refunded", "rejected", "send_s", "sent", "violations"}
 	got := make([]string, 0, len(out))
 	for k := range out {
 		got = append(got, k)
