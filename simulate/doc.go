@@ -35,7 +35,8 @@
 //     every acknowledged partial refund succeeded once for its amount and, with
 //     Config.GatewayLedger, landed at the gateway once under its refund id); I5
 //     (no order left open); refusals (out-of-stock only for orders asking for a scarce
-//     SKU, coupon-unavailable only for orders using a coupon, Config.MinCreatedShare); and,
+//     SKU, coupon-unavailable only for orders using a coupon, Config.MinCreatedShare); payments
+//     tested (Config.MinPaidShare of the buyers who meant to pay in time ended paid); and,
 //     when Config.Store is set, verify.Check on the database (all of I1–I7).
 //
 // The traffic goes to Config.Targets, one server or several instances sharing one
