@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/orderlyhq/orderly"
@@ -227,6 +228,9 @@ func (gb *fakeGroups) leave(w http.ResponseWriter, r *http.Request, now time.Tim
 			gb.refund(o, now)
 		}
 		g.Members[i].LeftAt = &now
+		if !slices.ContainsFunc(g.Members, gb.seated) {
+			g.State, g.FailedAt = groupFailed, &now // the leave freed the last seat: the group ends
+		}
 		writeJSON(w, http.StatusOK, gb.view(g))
 		return
 	}

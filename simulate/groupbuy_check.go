@@ -177,7 +177,8 @@ func (g *groupFlow) Payments() ([]FinalPayment, []string) {
 // violations are the group rules, the others the order invariants):
 //   - every group ended: succeeded no later than its deadline with min..max members who
 //     kept their payment, and none of its members refunded but those who left it first;
-//     or failed, not before its deadline (an early failure, like an early close), no
+//     or failed, not before its deadline (an early failure, like an early close) unless
+//     a leave freed its last seat, no
 //     member keeping a payment: every paid member refunded — exactly once, by the
 //     gateway's ledger — and nothing shipped;
 //   - no member order shipped in a group that did not succeed;
@@ -277,7 +278,11 @@ func (g *groupFlow) Check(_ *runner, res *Result) {
 				break
 			}
 			late := gr.FailedAt.Sub(gr.DeadlineAt)
-			groupLateness = append(groupLateness, float64(late)/float64(time.Millisecond))
+			if late < 0 && emptied(gr, finals(tg), *gr.FailedAt) {
+				late = 0 // its last member left: the group ends then, before its deadline
+			} else {
+				groupLateness = append(groupLateness, float64(late)/float64(time.Millisecond))
+			}
 			if late < 0 {
 				gres.EarlyFailures++
 				res.EarlyCloses++
@@ -531,4 +536,32 @@ func succeededRefunds(refunds []*orderly.Refund) int64 {
 		}
 	}
 	return sum
+}
+
+// emptied reports whether a member had left group gr by at and no member held a seat
+// then (each had left or its order was closed): the leave that frees the last seat ends
+// a forming group failed at once, before its deadline.
+func emptied(gr *group, orders map[string]*orderly.Order, at time.Time) bool {
+	left := false
+	for _, m := range gr.Members {
+		if m.LeftAt != nil && !m.LeftAt.After(at) {
+			left = true
+			continue
+		}
+		if o := orders[m.OrderID]; o == nil || o.ClosedAt == nil || o.ClosedAt.After(at) {
+			return false
+		}
+	}
+	return left
+}
+
+// finals maps the group's member orders, as read at rest, by id.
+func finals(tg *trackedGroup) map[string]*orderly.Order {
+	out := make(map[string]*orderly.Order, len(tg.members))
+	for _, m := range tg.members {
+		if m.final != nil {
+			out[m.final.ID] = m.final
+		}
+	}
+	return out
 }

@@ -80,7 +80,7 @@ type groupOrder struct {
 //     their payment (group_succeeded, shipped, completed), and none of its members was
 //     refunded but those who left before the success;
 //   - a failed group failed no sooner than its deadline (an early failure counts as an
-//     early close) unless every member had left it by then (its last member left), none of its members kept a payment, and every payment of its members
+//     early close) unless a leave had freed its last seat (every member left or closed), none of its members kept a payment, and every payment of its members
 //     that succeeded was refunded (the payment refunded, or succeeded refunds for all of
 //     it);
 //   - no member order is shipped or completed in a group that did not succeed.
@@ -111,10 +111,21 @@ func refundedAfter(refunds []*orderly.Refund, at *time.Time) bool {
 	return at != nil && len(refunds) > 0 && !slices.ContainsFunc(refunds, func(f *orderly.Refund) bool { return f.CreatedAt.Before(*at) })
 }
 
-// emptied reports whether every member of a group had left it by at: a group its last
-// member left ends then, before its deadline.
-func emptied(members []GroupMemberRow, at time.Time) bool {
-	return len(members) > 0 && !slices.ContainsFunc(members, func(m GroupMemberRow) bool { return m.LeftAt == nil || m.LeftAt.After(at) })
+// emptied reports whether a member had left group gr by at and no member held a seat
+// then (each had left or its order was closed): the leave that frees the last seat ends
+// a forming group at once, before its deadline.
+func (g *groupChecks) emptied(gr *GroupRow, at time.Time) bool {
+	left := false
+	for _, m := range gr.Members {
+		if m.LeftAt != nil && !m.LeftAt.After(at) {
+			left = true
+			continue
+		}
+		if mo := g.orders[m.OrderID]; mo == nil || mo.o.ClosedAt == nil || mo.o.ClosedAt.After(at) {
+			return false
+		}
+	}
+	return left
 }
 
 func kept(s orderly.State) bool {
@@ -164,7 +175,7 @@ func (g *groupChecks) Finish(v *Violations) {
 		case groupFailed:
 			if gr.FailedAt == nil {
 				v.Add("G", "group %s failed without failed_at", gr.ID)
-			} else if gr.FailedAt.Before(gr.DeadlineAt) && !emptied(gr.Members, *gr.FailedAt) {
+			} else if gr.FailedAt.Before(gr.DeadlineAt) && !g.emptied(gr, *gr.FailedAt) {
 				v.EarlyClose()
 				v.Add("G", "group %s failed at %s, %s before its deadline %s", gr.ID, stamp(*gr.FailedAt), gr.DeadlineAt.Sub(*gr.FailedAt), stamp(gr.DeadlineAt))
 			}
