@@ -6,6 +6,12 @@ package orderly
 // int64 overflow (9.2 × 10^18); a larger value is refused with EINVALID naming the field.
 const MaxAmount = 1_000_000_000_000_000
 
+// AmountRule is what ValidAmount checks, for error messages ("amount " + AmountRule).
+const AmountRule = "must be 1 to 1000000000000000 minor units"
+
+// ValidAmount reports whether v is a positive amount no larger than MaxAmount.
+func ValidAmount(v int64) bool { return v >= 1 && v <= MaxAmount }
+
 // currencyExponents maps every ISO 4217 code of a currency of money in use to its minor-unit
 // exponent: an amount of 1250 means 12.50 in EUR (exponent 2), 1250 yen in JPY (0) and
 // 1.250 dinars in KWD (3). Source: ISO 4217 list one ("current currency & funds code

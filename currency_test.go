@@ -1,6 +1,8 @@
 package orderly_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/orderlyhq/orderly"
@@ -30,5 +32,17 @@ func TestCurrencyExponent(t *testing.T) {
 	}
 	if !orderly.ValidCurrency("EUR") {
 		t.Error("ValidCurrency(EUR) = false")
+	}
+}
+
+func TestValidAmount(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[int64]bool{0: false, -1: false, 1: true, orderly.MaxAmount: true, orderly.MaxAmount + 1: false} {
+		if got := orderly.ValidAmount(v); got != want {
+			t.Errorf("ValidAmount(%d) = %t, want %t", v, got, want)
+		}
+	}
+	if want := fmt.Sprintf("1 to %d minor units", int64(orderly.MaxAmount)); !strings.Contains(orderly.AmountRule, want) {
+		t.Errorf("AmountRule %q does not say %q", orderly.AmountRule, want)
 	}
 }

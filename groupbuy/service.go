@@ -88,8 +88,8 @@ func validateDeal(p *orderly.CreateDealParams) error {
 	switch {
 	case !order.ValidID(p.SKU):
 		return orderly.Errorf(orderly.EINVALID, "sku must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
-	case p.GroupPrice < 1 || p.GroupPrice > orderly.MaxAmount:
-		return orderly.Errorf(orderly.EINVALID, "group_price must be 1 to %d minor units", int64(orderly.MaxAmount))
+	case !orderly.ValidAmount(p.GroupPrice):
+		return orderly.Errorf(orderly.EINVALID, "group_price %s", orderly.AmountRule)
 	case !orderly.ValidCurrency(p.Currency):
 		return orderly.Errorf(orderly.EINVALID, "currency must be the ISO 4217 code of a currency of money, such as USD")
 	case p.MinMembers < 2:

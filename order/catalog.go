@@ -36,8 +36,8 @@ func (s *Service) CreateCoupon(ctx context.Context, p *orderly.CreateCouponParam
 	switch {
 	case !ValidID(p.UserID):
 		return nil, orderly.Errorf(orderly.EINVALID, "user_id %s", idRule)
-	case p.AmountOff <= 0 || p.AmountOff > orderly.MaxAmount:
-		return nil, orderly.Errorf(orderly.EINVALID, "amount_off must be 1 to %d minor units", int64(orderly.MaxAmount))
+	case !orderly.ValidAmount(p.AmountOff):
+		return nil, orderly.Errorf(orderly.EINVALID, "amount_off %s", orderly.AmountRule)
 	case !orderly.ValidCurrency(p.Currency):
 		return nil, orderly.Errorf(orderly.EINVALID, "currency %s", currencyRule)
 	}

@@ -45,8 +45,8 @@ func RefundStates(flow *orderly.Flow) []orderly.State {
 // Errors: EINVALID.
 func validateRefund(p *orderly.CreateRefundParams) error {
 	switch {
-	case p.Amount <= 0 || p.Amount > orderly.MaxAmount:
-		return orderly.Errorf(orderly.EINVALID, "amount must be 1 to %d minor units", int64(orderly.MaxAmount))
+	case !orderly.ValidAmount(p.Amount):
+		return orderly.Errorf(orderly.EINVALID, "amount %s", orderly.AmountRule)
 	case len(p.Items) > MaxItems:
 		return orderly.Errorf(orderly.EINVALID, "items must hold at most %d lines", MaxItems)
 	case p.Restock && len(p.Items) == 0:

@@ -178,8 +178,8 @@ func (s *Service) Post(ctx context.Context, p *orderly.WalletPostParams) (*order
 	switch {
 	case !order.ValidID(p.HoldID):
 		return nil, nil, orderly.Errorf(orderly.EINVALID, "hold_id: must be a hold's id")
-	case p.Amount <= 0 || p.Amount > MaxAmount:
-		return nil, nil, orderly.Errorf(orderly.EINVALID, "amount: must be 1 to %d minor units", int64(MaxAmount))
+	case !orderly.ValidAmount(p.Amount):
+		return nil, nil, orderly.Errorf(orderly.EINVALID, "amount: %s", orderly.AmountRule)
 	}
 	if err := validateKey(p.IdempotencyKey); err != nil {
 		return nil, nil, err
@@ -299,8 +299,8 @@ func (s *Service) Refund(ctx context.Context, p *orderly.WalletRefundParams) (*o
 	switch {
 	case !order.ValidID(p.TransferID):
 		return nil, orderly.Errorf(orderly.EINVALID, "transfer_id: must be a transfer's id")
-	case p.Amount <= 0 || p.Amount > MaxAmount:
-		return nil, orderly.Errorf(orderly.EINVALID, "amount: must be 1 to %d minor units", int64(MaxAmount))
+	case !orderly.ValidAmount(p.Amount):
+		return nil, orderly.Errorf(orderly.EINVALID, "amount: %s", orderly.AmountRule)
 	}
 	if err := validateKey(p.IdempotencyKey); err != nil {
 		return nil, err
@@ -586,8 +586,8 @@ func validateMove(p *orderly.WalletMoveParams) error {
 		return orderly.Errorf(orderly.EINVALID, "user_id: must be 1–128 bytes of UTF-8 without control characters")
 	case !orderly.ValidCurrency(p.Currency):
 		return orderly.Errorf(orderly.EINVALID, "currency: must be an ISO 4217 code of a currency of money")
-	case p.Amount <= 0 || p.Amount > MaxAmount:
-		return orderly.Errorf(orderly.EINVALID, "amount: must be 1 to %d minor units", int64(MaxAmount))
+	case !orderly.ValidAmount(p.Amount):
+		return orderly.Errorf(orderly.EINVALID, "amount: %s", orderly.AmountRule)
 	}
 	return validateKey(p.IdempotencyKey)
 }
