@@ -21,6 +21,7 @@ import (
 	"github.com/orderlyhq/orderly/admin"
 	"github.com/orderlyhq/orderly/apikey"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
@@ -52,7 +53,7 @@ const timerChannel = "orderly_timer"
 type Engine struct {
 	cfg      Config // with the defaults applied
 	db       *sqlstore.DB
-	sim      *payment.SimGateway // nil when Config.Gateway was given
+	sim      orderly.Gateway // serves channel "sim" (Config.Gateway or channel/sim's); nil when not served
 	machine  *order.Machine
 	groups   *groupbuy.Service // nil when Config.Flows has no group_buy
 	rides    *ride.Service     // nil without ride_hailing or without a gateway with holds
@@ -123,14 +124,18 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	}
 	// The simulated channel is served only where Config.SimServed says so (Validate refuses
 	// a Gateway that would not be): a server with a real provider never lands on it.
-	gateway := cfg.Gateway
-	if gateway == nil && cfg.SimServed() {
-		e.sim = payment.NewSimGateway()
-		gateway = e.sim
+	if e.sim = cfg.Gateway; e.sim == nil && cfg.SimServed() {
+		e.sim = sim.New()
 	}
-	// The simulated gateway keeps its card holds in the database (any instance sees them).
-	if sim, ok := gateway.(*payment.SimGateway); ok {
-		sim.UseStore(e.db)
+	gateway := e.sim
+	// The simulated gateway keeps its card holds in tables of its own (any instance sees
+	// them), created here: a database that never serves "sim" has none.
+	if g, ok := gateway.(interface {
+		UseDatabase(context.Context, *sqlstore.DB) error
+	}); ok {
+		if err := g.UseDatabase(ctx, e.db); err != nil {
+			return nil, fmt.Errorf("engine: channel sim: %w", err)
+		}
 	}
 	log := cfg.Logger
 	wakeRelay := func() { e.relay.Notify() } // set below, before anything can call it
@@ -205,13 +210,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	// Ride-hailing trips: card holds at a gateway that has them (the simulated one), their
 	// money moved by sagas (README.md "Ride-hailing").
 	sagas := cfg.Sagas
-	var holds ride.Gateway
-	if e.sim != nil {
-		holds = e.sim
-	} else if h, ok := cfg.Gateway.(ride.Gateway); ok {
-		holds = h
-	}
-	if holds != nil && cfg.Flows[ride.FlowName] != nil {
+	if holds, ok := e.sim.(orderly.HoldGateway); ok && cfg.Flows[ride.FlowName] != nil {
 		if e.rides, err = ride.New(ride.Config{
 			Store: st, Machine: e.machine, Gateway: holds, Wallets: e.wallets, Logger: log,
 			// One set of injected faults for every saga (serve --test-saga-*): the rides'
@@ -687,8 +686,9 @@ func channelStats(router *channel.Router) func() []channel.Stat {
 // Router returns the channel router, or nil without Config.ChannelRoutes.
 func (e *Engine) Router() *channel.Router { return e.router }
 
-// SimGateway returns the built-in simulated gateway, or nil when Config.Gateway was given.
-func (e *Engine) SimGateway() *payment.SimGateway { return e.sim }
+// SimGateway returns the gateway of channel "sim" (Config.Gateway, or channel/sim's
+// *sim.Gateway when it was nil); nil when "sim" is not served.
+func (e *Engine) SimGateway() orderly.Gateway { return e.sim }
 
 // Metrics returns the engine's Prometheus collectors (served at GET /metrics).
 func (e *Engine) Metrics() *telemetry.Metrics { return e.metrics }

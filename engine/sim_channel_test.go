@@ -9,8 +9,8 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
-	"github.com/orderlyhq/orderly/payment"
 )
 
 // idleAdapter is a real channel no test calls: only its name counts here.
@@ -48,7 +48,7 @@ func TestSimChannelRule(t *testing.T) {
 		}, "", false},
 		{"real channel, sim enabled", func(c *engine.Config) { c.Channels, c.EnableSimChannel = acme, true }, "", true},
 		{"real channel, own gateway not enabled", func(c *engine.Config) {
-			c.Channels, c.DefaultChannel, c.Gateway = acme, "acme", payment.NewSimGateway()
+			c.Channels, c.DefaultChannel, c.Gateway = acme, "acme", sim.New()
 		}, "Gateway", false},
 		{"a real channel named sim", func(c *engine.Config) {
 			c.Channels, c.DefaultChannel = []channel.Adapter{idleAdapter{name: "sim"}}, "sim"

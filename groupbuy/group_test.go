@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/verify"
@@ -507,7 +507,7 @@ func TestPaymentsReachMinTogether(t *testing.T) {
 			t.Fatal("empty ledger")
 		}
 		for _, c := range e.Gateway.Ledger() {
-			if c.Op == payment.GatewayRefund {
+			if c.Op == sim.GatewayRefund {
 				t.Fatalf("a refund in a succeeded group: %+v", c)
 			}
 		}

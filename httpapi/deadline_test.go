@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
@@ -151,7 +152,7 @@ func testLockWait(t *testing.T, dbURL string, b *blocker) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	payments, err := payment.NewService(payment.Config{Store: db, Gateway: payment.NewSimGateway()})
+	payments, err := payment.NewService(payment.Config{Store: db, Gateway: sim.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

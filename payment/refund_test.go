@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
@@ -420,7 +421,7 @@ func TestConcurrentRefunds(t *testing.T) {
 }
 
 // refusingGateway is the simulated gateway, except that it refuses every refund.
-type refusingGateway struct{ *payment.SimGateway }
+type refusingGateway struct{ *sim.Gateway }
 
 func (refusingGateway) Refund(context.Context, *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
 	return nil, orderly.Errorf(orderly.EINVALID, "refund window closed")
@@ -592,7 +593,7 @@ func (s *failingRead) Read(ctx context.Context, fn func(tx store.Tx) error) erro
 // provider that accepts it without confirming it (Stripe "pending", WeChat Pay PROCESSING):
 // the outcome is only learnt by asking again (QueryRefund) once settle has decided it.
 type pendingRefundGateway struct {
-	*payment.SimGateway
+	*sim.Gateway
 	mu       sync.Mutex
 	asked    map[string]int64                        // refunds asked, by idempotency key: amount
 	settled  map[string]*orderly.GatewayRefundResult // the outcome once decided
@@ -601,8 +602,8 @@ type pendingRefundGateway struct {
 	moneyOut atomic.Int64                            // minor units returned to payers
 }
 
-func newPendingRefundGateway(sim *payment.SimGateway) *pendingRefundGateway {
-	return &pendingRefundGateway{SimGateway: sim, asked: map[string]int64{}, settled: map[string]*orderly.GatewayRefundResult{}}
+func newPendingRefundGateway(sim *sim.Gateway) *pendingRefundGateway {
+	return &pendingRefundGateway{Gateway: sim, asked: map[string]int64{}, settled: map[string]*orderly.GatewayRefundResult{}}
 }
 
 func (g *pendingRefundGateway) Refund(_ context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
@@ -34,7 +35,7 @@ func assertOneRefund(t *testing.T, e *enginetest.Env, p *orderly.Payment) {
 		t.Fatalf("gateway refunds of payment %s: %+v, want exactly one of %d", p.ID, refunds, p.Amount)
 	}
 	for _, c := range e.Gateway.Ledger() {
-		if c.Op == payment.GatewayRefund && c.PaymentID == p.ID && c.IdempotencyKey != refunds[0].IdempotencyKey {
+		if c.Op == sim.GatewayRefund && c.PaymentID == p.ID && c.IdempotencyKey != refunds[0].IdempotencyKey {
 			t.Fatalf("refund call %+v uses another key than the refund %+v", c, refunds[0])
 		}
 	}
@@ -308,7 +309,7 @@ func TestMerchantRefund(t *testing.T) {
 // they are created (orderly.AttemptValidator, as a channel that takes one currency does) and
 // that its creates fail without an answer while down is set.
 type pickyGateway struct {
-	*payment.SimGateway
+	*sim.Gateway
 	down    atomic.Bool
 	creates atomic.Int64
 }
@@ -325,7 +326,7 @@ func (g *pickyGateway) Create(ctx context.Context, p *orderly.Payment) (*orderly
 	if g.down.Load() {
 		return nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
 	}
-	return g.SimGateway.Create(ctx, p)
+	return g.Gateway.Create(ctx, p)
 }
 
 // TestStartPaymentRefusals: an attempt the channel refuses for what it says (another
@@ -337,7 +338,7 @@ func TestStartPaymentRefusals(t *testing.T) {
 	ctx := context.Background()
 	var gw *pickyGateway
 	e := enginetest.New(t, enginetest.Options{WrapGateway: func(g orderly.Gateway) orderly.Gateway {
-		gw = &pickyGateway{SimGateway: g.(*payment.SimGateway)}
+		gw = &pickyGateway{Gateway: g.(*sim.Gateway)}
 		return gw
 	}})
 	e.SetStock(t, "SKU-1", 4)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/ride"
@@ -32,7 +33,7 @@ func eachDialect(t *testing.T, fn func(t *testing.T, b *bundle)) {
 // rideViolations returns verify's violations about trips (R).
 func (b *bundle) rideViolations(t *testing.T) []string {
 	t.Helper()
-	rep, err := verify.Check(t.Context(), b.e.Store(), verify.Options{Flows: b.e.Flows(), Tolerance: time.Hour})
+	rep, err := verify.Check(t.Context(), b.e.Store(), verify.Options{Flows: b.e.Flows(), Tolerance: time.Hour, Holds: sim.ReadHolds})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
-	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 )
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type bundle struct {
 	e     *engine.Engine
 	rides *ride.Service
-	gw    *payment.SimGateway
+	gw    *sim.Gateway
 }
 
 func setup(t *testing.T) *bundle { t.Helper(); return setupURL(t, "") }
@@ -45,7 +45,7 @@ func setupURL(t *testing.T, url string) *bundle {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{e: e, rides: e.Rides(), gw: e.SimGateway()}
+	return &bundle{e: e, rides: e.Rides(), gw: e.SimGateway().(*sim.Gateway)}
 }
 
 // inTrip creates a trip of estimate 4000 (hold 5000), assigns driver d and starts it.
@@ -106,11 +106,11 @@ func (b *bundle) balance(t *testing.T, who string) int64 {
 }
 
 // applied returns the calls of op on hold id that moved money (not replays, not refused).
-func (b *bundle) calls(op payment.GatewayOp, id string) int {
+func (b *bundle) calls(op sim.GatewayOp, id string) int {
 	return len(b.gw.Calls(op, id))
 }
 
-func checkHold(t *testing.T, h *payment.SimHold, state orderly.HoldState, captured, released int64) {
+func checkHold(t *testing.T, h *orderly.Hold, state orderly.HoldState, captured, released int64) {
 	t.Helper()
 	if h.State != state || h.Captured != captured || h.Released != released {
 		t.Fatalf("hold %s: %s captured %d released %d, want %s %d %d", h.ID, h.State, h.Captured, h.Released, state, captured, released)
@@ -125,7 +125,7 @@ func TestFareWithinHold(t *testing.T) {
 	for _, lost := range []bool{false, true} {
 		b := setup(t)
 		if lost {
-			if err := b.gw.TimeoutAfterApply(t.Context(), payment.GatewayCaptureHold, 1); err != nil {
+			if err := b.gw.TimeoutAfterApply(t.Context(), sim.GatewayCaptureHold, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -142,13 +142,13 @@ func TestFareWithinHold(t *testing.T) {
 		}
 		h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 		checkHold(t, h, orderly.HoldPosted, 3820, 1180)
-		if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+		if n := b.calls(sim.GatewayCaptureHold, tr.HoldID); n != 1 {
 			t.Fatalf("lost=%v: %d captures applied, want 1", lost, n)
 		}
 		if lost {
 			var replays int
 			for _, c := range b.gw.Ledger() {
-				if c.Op == payment.GatewayCaptureHold && c.PaymentID == tr.HoldID && c.Replay {
+				if c.Op == sim.GatewayCaptureHold && c.PaymentID == tr.HoldID && c.Replay {
 					replays++
 					if c.IdempotencyKey != tr.PaymentSagaID+"/capture/action" {
 						t.Fatalf("retry key %q, want the operation's", c.IdempotencyKey)
@@ -193,7 +193,7 @@ func TestFareAboveHold(t *testing.T) {
 	}
 	checkHold(t, extra, orderly.HoldPosted, 1100, 0)
 	for _, c := range b.gw.Ledger() {
-		if c.Op == payment.GatewayCaptureHold && c.PaymentID == tr.HoldID && c.Amount > 5000 {
+		if c.Op == sim.GatewayCaptureHold && c.PaymentID == tr.HoldID && c.Amount > 5000 {
 			t.Fatalf("a capture of %d was sent for a hold of 5000", c.Amount)
 		}
 	}
@@ -230,7 +230,7 @@ func TestCaptureAfterExpiry(t *testing.T) {
 	}
 	h, _ = b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldExpired, 0, 5000)
-	if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+	if n := b.calls(sim.GatewayCaptureHold, tr.HoldID); n != 1 {
 		t.Fatalf("%d capture calls, want the 1 refused", n)
 	}
 	if got := b.balance(t, "driver-3"); got != 0 {
@@ -240,7 +240,7 @@ func TestCaptureAfterExpiry(t *testing.T) {
 	if _, err := b.rides.EndTrip(t.Context(), tr.ID, 3820); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+	if n := b.calls(sim.GatewayCaptureHold, tr.HoldID); n != 1 {
 		t.Fatalf("%d capture calls after a repeated end, want 1", n)
 	}
 }
@@ -263,13 +263,13 @@ func TestCancel(t *testing.T) {
 	}
 	h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldVoided, 0, 5000)
-	if n := b.calls(payment.GatewayVoidHold, tr.HoldID); n != 1 {
+	if n := b.calls(sim.GatewayVoidHold, tr.HoldID); n != 1 {
 		t.Fatalf("%d voids, want 1", n)
 	}
 	if _, err := b.rides.CancelTrip(ctx, tr.ID); orderly.ErrorCode(err) != orderly.EILLEGAL {
 		t.Fatalf("second cancel: %v, want EILLEGAL", err)
 	}
-	if n := b.calls(payment.GatewayVoidHold, tr.HoldID); n != 1 {
+	if n := b.calls(sim.GatewayVoidHold, tr.HoldID); n != 1 {
 		t.Fatalf("%d voids after a second cancel, want 1", n)
 	}
 
@@ -372,7 +372,7 @@ func TestInjectedFaults(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{e: e, rides: e.Rides(), gw: e.SimGateway()}
+	b := &bundle{e: e, rides: e.Rides(), gw: e.SimGateway().(*sim.Gateway)}
 	var ids []string
 	for i := range 20 {
 		tr := b.inTrip(t, "driver-f"+string(rune('a'+i)))
@@ -386,7 +386,7 @@ func TestInjectedFaults(t *testing.T) {
 		tr := b.waitState(t, id, ride.StateSettled)
 		h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 		checkHold(t, h, orderly.HoldPosted, 3820, 1180)
-		if n := b.calls(payment.GatewayCaptureHold, tr.HoldID); n != 1 {
+		if n := b.calls(sim.GatewayCaptureHold, tr.HoldID); n != 1 {
 			t.Fatalf("trip %s: %d captures applied, want 1", id, n)
 		}
 		_, log, err := e.Sagas().Get(t.Context(), tr.PaymentSagaID)
@@ -401,7 +401,7 @@ func TestInjectedFaults(t *testing.T) {
 	}
 	replays := 0
 	for _, c := range b.gw.Ledger() {
-		if c.Op == payment.GatewayCaptureHold && c.Replay {
+		if c.Op == sim.GatewayCaptureHold && c.Replay {
 			replays++
 		}
 	}
@@ -436,7 +436,7 @@ func TestUnassignedTripClosesAtHoldExpiry(t *testing.T) {
 	}
 	h, _ := b.gw.Hold(t.Context(), tr.HoldID)
 	checkHold(t, h, orderly.HoldExpired, 0, 5000)
-	if n, v := b.calls(payment.GatewayCaptureHold, tr.HoldID), b.calls(payment.GatewayVoidHold, tr.HoldID); n+v != 0 {
+	if n, v := b.calls(sim.GatewayCaptureHold, tr.HoldID), b.calls(sim.GatewayVoidHold, tr.HoldID); n+v != 0 {
 		t.Fatalf("%d captures and %d voids of an expired hold, want none", n, v)
 	}
 	if _, err := b.rides.AssignDriver(t.Context(), tr.ID, "late-driver"); orderly.ErrorCode(err) != orderly.EILLEGAL {
@@ -567,7 +567,7 @@ func TestRefundAgainAfterAFailedRefund(t *testing.T) {
 	keys, err := b.gw.HoldKeys(ctx, tr.HoldID)
 	var refundKeys []string
 	for _, k := range keys {
-		if k.Op == string(payment.GatewayRefund) {
+		if k.Op == string(sim.GatewayRefund) {
 			refundKeys = append(refundKeys, k.Key)
 		}
 	}

@@ -3,11 +3,12 @@ package ride
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -137,7 +138,7 @@ func loadTx(ctx context.Context, tx store.Tx, c *saga.Call) (*sagaInput, *orderl
 // gatewayOutcome classifies a gateway error: a domain refusal is a business failure, the
 // rest (a lost reply, an injected failure) transient.
 func gatewayOutcome(err error) error {
-	if err == nil || payment.IsGatewayTimeout(err) {
+	if err == nil || errors.Is(err, orderly.ErrGatewayTimeout) {
 		return err
 	}
 	if code := orderly.ErrorCode(err); code != "" && code != orderly.EINTERNAL && code != orderly.EUNAVAILABLE {

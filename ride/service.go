@@ -12,7 +12,6 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/order"
-	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -28,31 +27,11 @@ const (
 	MaxEstimate = 1_000_000_000_000
 )
 
-// Gateway is what trips need of the payment gateway: holds (card pre-authorisation) with
-// partial capture, void and expiry, and refunds of what a hold captured, each idempotent
-// per key. *payment.SimGateway implements it (its holds in the store: any instance sees
-// them).
-type Gateway interface {
-	// Authorize places a hold of amount minor units until ttl from now; the hold id is
-	// its idempotency key.
-	Authorize(ctx context.Context, holdID string, amount int64, ttl time.Duration) (*payment.SimHold, error)
-	// CaptureHold captures amount (≤ the hold) once per key and releases the rest.
-	CaptureHold(ctx context.Context, holdID, key string, amount int64) (*payment.SimHold, error)
-	// VoidHold releases a pending hold once per key.
-	VoidHold(ctx context.Context, holdID, key string) (*payment.SimHold, error)
-	// Hold returns the hold as the gateway sees it now; ENOTFOUND if there is none.
-	Hold(ctx context.Context, holdID string) (*payment.SimHold, error)
-	// RefundHold refunds amount of what hold holdID captured, once per key.
-	RefundHold(ctx context.Context, holdID, key string, amount int64) error
-}
-
-var _ Gateway = (*payment.SimGateway)(nil)
-
 // Config configures a Service. Zero values mean the documented defaults.
 type Config struct {
 	Store   store.Store           // required
 	Machine *order.Machine        // required; its flows hold Flow
-	Gateway Gateway               // required
+	Gateway orderly.HoldGateway   // required: the card holds
 	Wallets orderly.WalletService // required: settlement credits
 	// HoldMarginPercent is added to the estimate for the hold: hold = ⌈estimate × (100 +
 	// margin) / 100⌉. 25.
@@ -142,13 +121,13 @@ func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (
 		return nil, err
 	}
 	amount := s.HoldFor(p.Estimate)
-	var h *payment.SimHold
+	var h *orderly.Hold
 	for attempt := 0; ; attempt++ { // Authorize is idempotent on the hold id: a lost reply is retried
-		if h, err = s.cfg.Gateway.Authorize(ctx, id, amount, s.cfg.HoldTTL); err == nil || !payment.IsGatewayTimeout(err) || attempt == 2 {
+		if h, err = s.cfg.Gateway.Authorize(ctx, id, amount, s.cfg.HoldTTL); err == nil || !errors.Is(err, orderly.ErrGatewayTimeout) || attempt == 2 {
 			break
 		}
 	}
-	if payment.IsGatewayTimeout(err) {
+	if errors.Is(err, orderly.ErrGatewayTimeout) {
 		return nil, orderly.Errorf(orderly.EUNAVAILABLE, "the gateway did not answer the hold of trip %s; retry", id)
 	} else if err != nil {
 		return nil, fmt.Errorf("hold of trip %s: %w", id, err)

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -43,7 +45,7 @@ func TestVerifyTrips(t *testing.T) {
 	}
 	check := func() []string {
 		t.Helper()
-		rep, err := verify.Check(ctx, b.e.Store(), verify.Options{Flows: b.e.Flows(), Tolerance: time.Hour})
+		rep, err := verify.Check(ctx, b.e.Store(), verify.Options{Flows: b.e.Flows(), Tolerance: time.Hour, Holds: sim.ReadHolds})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +91,9 @@ func TestVerifyTrips(t *testing.T) {
 			func() { edit(cancelled.ID, func(tr *orderly.Trip) { tr.Captured, tr.Released = 500, 4500 }) }, "cancelled with a fee of 500: captured 600"},
 		{"double capture", func() {
 			if err := b.e.Store().InTx(ctx, func(tx store.Tx) error {
-				return tx.SimHoldKeyInsert(ctx, &store.SimHoldKey{Key: "again", HoldID: settled.HoldID, Op: "capture_hold", Amount: 3820, CreatedAt: time.Now()})
+				_, err := sqlstore.Exec(ctx, tx, "key again", `INSERT INTO sim_hold_keys (idempotency_key, hold_id, op, amount, created_at)
+					VALUES (?, ?, ?, ?, ?)`, "again", settled.HoldID, "capture_hold", 3820, time.Now().UnixMilli())
+				return err
 			}); err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -114,10 +114,10 @@ type Config struct {
 	// tested payments, however clean its invariants. 0: no minimum.
 	MinPaidShare float64
 	// GatewayLedger, when set, returns every call the server's payment gateway received
-	// (payment.SimGateway.Ledger, when the server runs in this process): the run then
+	// (sim.Gateway.Ledger, when the server runs in this process): the run then
 	// checks that every refunded payment was refunded exactly once, for its amount, and
 	// nothing else was refunded.
-	GatewayLedger func() []payment.GatewayCall
+	GatewayLedger func() []sim.GatewayCall
 	// Provider, when set, stands for the server's payment provider: buyers' outcomes are
 	// played at it and reach the server as its signed webhooks instead of orderly callbacks
 	// (StripeProvider: `orderly simulate --gateway stripe`). The server must create its

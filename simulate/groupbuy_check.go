@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 )
 
 // keptLike reports whether a member order in state s kept its payment: its group
@@ -511,7 +511,7 @@ func (g *groupFlow) checkMember(res *Result, gres *GroupResult, tg *trackedGroup
 	}
 	if g.cfg.GatewayLedger != nil {
 		for _, f := range m.finalRefunds {
-			var moved []payment.GatewayCall
+			var moved []sim.GatewayCall
 			for _, c := range g.refundCalls()[f.ID] {
 				if !c.Replay {
 					moved = append(moved, c)

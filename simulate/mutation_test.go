@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -94,8 +94,8 @@ func TestMutants(t *testing.T) {
 			// (e) every refund sent to the gateway twice, under two idempotency keys.
 			name: "refunds twice",
 			setup: func(broken *atomic.Bool) (enginetest.ServerOptions, func(*enginetest.Server)) {
-				return enginetest.ServerOptions{WrapGateway: func(g *payment.SimGateway) orderly.Gateway {
-					return &refundTwice{SimGateway: g, broken: broken}
+				return enginetest.ServerOptions{WrapGateway: func(g *sim.Gateway) orderly.Gateway {
+					return &refundTwice{Gateway: g, broken: broken}
 				}}, nil
 			},
 			want: []string{"I3: payment ", "the gateway refunded it 2 times"},
@@ -241,12 +241,12 @@ func (r *refuseEveryThird) CreateOrder(ctx context.Context, p *orderly.CreateOrd
 // refundTwice sends every refund to the gateway twice, the second time under another
 // idempotency key, so the money goes back twice.
 type refundTwice struct {
-	*payment.SimGateway
+	*sim.Gateway
 	broken *atomic.Bool
 }
 
 func (g *refundTwice) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
-	res, err := g.SimGateway.Refund(ctx, r)
+	res, err := g.Gateway.Refund(ctx, r)
 	if err != nil || !g.broken.Load() {
 		return res, err
 	}

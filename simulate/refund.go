@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 )
 
 // Refund traffic: a share of the orders whose buyer pays get one or two partial refunds
@@ -228,7 +228,7 @@ func (r *standardFlow) checkMoney(t *tracked) []string {
 	if r.cfg.GatewayLedger != nil {
 		for _, f := range t.finalRefunds {
 			calls := r.refundCalls()[f.ID]
-			var moved []payment.GatewayCall
+			var moved []sim.GatewayCall
 			for _, c := range calls {
 				if !c.Replay {
 					moved = append(moved, c)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -356,9 +356,9 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 				var refunded int64
 				for _, k := range keys {
 					switch k.Op {
-					case string(payment.GatewayCaptureHold):
+					case string(sim.GatewayCaptureHold):
 						captureKeys++
-					case string(payment.GatewayRefund):
+					case string(sim.GatewayRefund):
 						refunded += k.Amount
 					}
 				}
@@ -409,26 +409,10 @@ func (f *rideFlow) Check(_ *runner, res *Result) {
 }
 
 // gatewayHold reads a hold of the simulated gateway from the database as the gateway sees
-// it now (a pending hold past its expiry is expired, released in full) and the keys that
-// applied something to it.
-func (f *rideFlow) gatewayHold(ctx context.Context, id string) (*store.SimHold, []*store.SimHoldKey, error) {
-	var (
-		h    *store.SimHold
-		keys []*store.SimHoldKey
-	)
-	err := f.cfg.Store.Read(ctx, func(tx store.Tx) error {
-		var err error
-		if h, err = tx.SimHoldGet(ctx, id); err != nil {
-			return err
-		}
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		if h.State == orderly.HoldPending && !now.Before(h.ExpiresAt) {
-			h.State, h.Released = orderly.HoldExpired, h.Amount
-		}
-		keys, err = tx.SimHoldKeys(ctx, id)
+// it now and the keys that applied something to it (sim.ReadHold).
+func (f *rideFlow) gatewayHold(ctx context.Context, id string) (h *orderly.Hold, keys []*sim.HoldKey, err error) {
+	err = f.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		h, keys, err = sim.ReadHold(ctx, tx, id)
 		return err
 	})
 	return h, keys, err
@@ -449,7 +433,7 @@ func (f *rideFlow) Payments() ([]FinalPayment, []string) {
 	}
 	var keys []string
 	for _, c := range f.cfg.GatewayLedger() {
-		if c.Op == payment.GatewayRefund && ids[c.PaymentID] && !slices.Contains(keys, c.IdempotencyKey) {
+		if c.Op == sim.GatewayRefund && ids[c.PaymentID] && !slices.Contains(keys, c.IdempotencyKey) {
 			keys = append(keys, c.IdempotencyKey)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 )
 
 // Run seeds the catalogue, sends the orders and plays their buyers against cfg.Targets,
@@ -50,7 +50,7 @@ type runner struct {
 
 	phase       atomic.Pointer[string]
 	ledgerOnce  sync.Once
-	ledgerByKey map[string][]payment.GatewayCall // refund calls by idempotency key
+	ledgerByKey map[string][]sim.GatewayCall // refund calls by idempotency key
 	// refundIDs are the ids of every flow's merchant refunds, read once after settling.
 	refundIDsOnce sync.Once
 	refundIDs     map[string]bool

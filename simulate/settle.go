@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/verify"
 )
@@ -139,7 +139,7 @@ func (r *runner) evaluate() *Result {
 // verify runs verify.Check on the Store and adds its findings to res.
 func (r *runner) verify(ctx context.Context, res *Result) error {
 	rep, err := verify.Check(ctx, r.cfg.Store, verify.Options{InitialStock: r.initial, RequireDrained: true, Flows: r.cfg.VerifyFlows,
-		Groups: verify.ReadGroups})
+		Groups: verify.ReadGroups, Holds: sim.ReadHolds})
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}
@@ -166,10 +166,10 @@ func stampPtr(t *time.Time) string {
 // refunded payment was refunded exactly once at the gateway, for its amount; no other
 // payment was refunded at all. A refund call replayed with the same idempotency key moves
 // no money and is not counted.
-func (r *runner) checkRefundLedger(ledger []payment.GatewayCall) []string {
-	refunds := map[string][]payment.GatewayCall{}
+func (r *runner) checkRefundLedger(ledger []sim.GatewayCall) []string {
+	refunds := map[string][]sim.GatewayCall{}
 	for _, c := range ledger {
-		if c.Op == payment.GatewayRefund && !c.Replay && !r.isRefundKey(c.IdempotencyKey) {
+		if c.Op == sim.GatewayRefund && !c.Replay && !r.isRefundKey(c.IdempotencyKey) {
 			refunds[c.PaymentID] = append(refunds[c.PaymentID], c)
 		}
 	}
@@ -202,11 +202,11 @@ func (r *runner) checkRefundLedger(ledger []payment.GatewayCall) []string {
 
 // refundCalls returns the gateway's refund calls by idempotency key, read once from
 // Config.GatewayLedger (after the run settled).
-func (r *runner) refundCalls() map[string][]payment.GatewayCall {
+func (r *runner) refundCalls() map[string][]sim.GatewayCall {
 	r.ledgerOnce.Do(func() {
-		r.ledgerByKey = map[string][]payment.GatewayCall{}
+		r.ledgerByKey = map[string][]sim.GatewayCall{}
 		for _, c := range r.cfg.GatewayLedger() {
-			if c.Op == payment.GatewayRefund {
+			if c.Op == sim.GatewayRefund {
 				r.ledgerByKey[c.IdempotencyKey] = append(r.ledgerByKey[c.IdempotencyKey], c)
 			}
 		}

@@ -245,7 +245,6 @@ type Tx interface {
 	RefundTx
 	GroupTx
 	TripTx
-	SimHoldTx
 	WalletTx
 	SagaTx
 	AdminTx

@@ -2,7 +2,6 @@ package verify
 
 import (
 	"context"
-	"strings"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/store"
@@ -17,8 +16,6 @@ const (
 	flowRideHailing         = "ride_hailing"
 	rideCancelled           = "rider_cancelled"
 	rideExtraSuffix         = "/extra" // the second payment of a fare above the hold: <hold id>/extra
-	rideCaptureOp           = "capture_hold"
-	rideRefundOp            = "refund"
 	stateRideTripEnded      = orderly.State("trip_ended")
 	stateRideSettled        = orderly.State("settled")
 	stateRideRefunding      = orderly.State("refunding")
@@ -32,7 +29,7 @@ const (
 )
 
 // rideChecks checks every trip's money against the ride package's rules, and against the
-// simulated gateway's holds when they are in the same database (sim_holds):
+// gateway's holds when Options.Holds reads them:
 //
 //   - a hold is never over-captured, and once resolved held = captured + released; every
 //     trip that ended (paid, closed, or trip_ended with its payment saga over) resolved it:
@@ -45,19 +42,19 @@ const (
 //     but, once its saga is over, the whole hold; one cancelled by the rider captured
 //     exactly its cancellation fee (or nothing, when its capture failed: the fee is due for
 //     collection) and paid out no more; one closed otherwise captured nothing;
-//   - at the gateway: the hold's amount is the trip's, it was captured under at most one
-//     key (no double capture), it is no longer pending once the trip is closed or paid, and
+//   - at the gateway: the hold's amount is the trip's, its books show no fault (no double
+//     capture), it is no longer pending once the trip is closed or paid, and
 //     what it kept (captured − refunded) is what the trip says it kept; likewise the second
 //     payment.
 type rideChecks struct {
 	trips  []*orderly.Trip
-	holds  map[string]*store.SimHold
-	keys   map[string][]*store.SimHoldKey // by hold id
-	orders map[string]bool                // orders of the flow seen
-	busy   map[string]bool                // sagas still running or compensating, by id
+	holds  map[string]*orderly.Hold
+	faults []string        // of the gateway's books
+	orders map[string]bool // orders of the flow seen
+	busy   map[string]bool // sagas still running or compensating, by id
 }
 
-func (r *rideChecks) Load(ctx context.Context, tx store.Tx, _ *Options) error {
+func (r *rideChecks) Load(ctx context.Context, tx store.Tx, opts *Options) error {
 	for after := ""; ; {
 		page, err := tx.TripList(ctx, &store.ListParams{AfterID: after, Limit: pageSize})
 		if err != nil {
@@ -85,34 +82,12 @@ func (r *rideChecks) Load(ctx context.Context, tx store.Tx, _ *Options) error {
 			after = page[len(page)-1].ID
 		}
 	}
-	r.holds, r.keys = map[string]*store.SimHold{}, map[string][]*store.SimHoldKey{}
-	for after := ""; ; {
-		page, err := tx.SimHoldList(ctx, &store.ListParams{AfterID: after, Limit: pageSize})
-		if err != nil {
-			return err
-		}
-		for _, h := range page {
-			r.holds[h.ID] = h
-		}
-		if len(page) < pageSize {
-			break
-		}
-		after = page[len(page)-1].ID
+	if opts.Holds == nil {
+		return nil
 	}
-	for after := ""; ; {
-		page, err := tx.SimHoldKeyList(ctx, &store.ListParams{AfterID: after, Limit: pageSize})
-		if err != nil {
-			return err
-		}
-		for _, k := range page {
-			r.keys[k.HoldID] = append(r.keys[k.HoldID], k)
-		}
-		if len(page) < pageSize {
-			break
-		}
-		after = page[len(page)-1].Key
-	}
-	return nil
+	var err error
+	r.holds, r.faults, err = opts.Holds(ctx, tx)
+	return err
 }
 
 func (r *rideChecks) Order(_ *Violations, o *orderly.Order, _ []*orderly.Payment, _ []*orderly.Refund) {
@@ -120,6 +95,9 @@ func (r *rideChecks) Order(_ *Violations, o *orderly.Order, _ []*orderly.Payment
 }
 
 func (r *rideChecks) Finish(v *Violations) {
+	for _, f := range r.faults {
+		v.Add(rideViolation, "%s", f)
+	}
 	for _, t := range r.trips {
 		if !r.orders[t.ID] {
 			v.Add(rideViolation, "trip %s has no order of flow %s", t.ID, flowRideHailing)
@@ -194,9 +172,9 @@ func (r *rideChecks) checkTrip(v *Violations, t *orderly.Trip) {
 	}
 }
 
-// checkGatewayHold compares one hold of the simulated gateway with the trip, when the
-// database has the gateway's holds (any hold at all): amount, capture keys, state, and
-// what the gateway kept against kept (what the trip says it captured there) less refunds.
+// checkGatewayHold compares one hold of the gateway with the trip, when Options.Holds read
+// any hold at all: amount, state, and what the gateway kept against kept (what the trip
+// says it captured there) less refunds.
 func (r *rideChecks) checkGatewayHold(v *Violations, bad func(string, ...any), t *orderly.Trip, id string, amount, kept int64) {
 	if len(r.holds) == 0 {
 		return // another gateway: its holds are not in this database
@@ -208,22 +186,6 @@ func (r *rideChecks) checkGatewayHold(v *Violations, bad func(string, ...any), t
 	}
 	if h.Amount != amount {
 		bad("gateway hold %s of %d, the trip says %d", id, h.Amount, amount)
-	}
-	var captures []string
-	var refunded int64
-	for _, k := range r.keys[id] {
-		switch k.Op {
-		case rideCaptureOp:
-			captures = append(captures, k.Key)
-		case rideRefundOp:
-			refunded += k.Amount
-		}
-	}
-	if len(captures) > 1 {
-		bad("gateway hold %s captured under %d keys (%s): a double capture", id, len(captures), strings.Join(captures, ", "))
-	}
-	if refunded != h.Refunded {
-		bad("gateway hold %s refunded %d, its refund keys add up to %d", id, h.Refunded, refunded)
 	}
 	// A pending hold past its expiry is expired (the gateway's clock decides on the next call).
 	if h.State == orderly.HoldPending && (t.State == orderly.StateClosed || paidTrip(t.State)) && v.Now().Before(h.ExpiresAt) {

@@ -50,6 +50,11 @@ type Options struct {
 	// database, a fixture in tests; nil skips the checks that span a group (Report.Groups
 	// stays nil).
 	Groups func(ctx context.Context, tx store.Tx) ([]*GroupRow, error)
+	// Holds, when set, reads in the check's read transaction the card holds of a gateway
+	// that keeps them in this database (channel/sim's ReadHolds), by id, with the faults its
+	// own books show (a hold captured under two keys); the ride_hailing checks compare
+	// every trip with its holds. nil, or no holds, skips that comparison.
+	Holds func(ctx context.Context, tx store.Tx) (holds map[string]*orderly.Hold, faults []string, err error)
 	// MaxViolations caps the number of violation texts kept in the report; the rest are
 	// counted in Report.ViolationsOmitted. Default DefaultMaxViolations (1000).
 	MaxViolations int

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/simulate"
 )
@@ -31,7 +32,7 @@ func TestSimulateWithKey(t *testing.T) {
 	}
 	cfg := simulate.Config{
 		Target: srv.URL(), CallbackSecret: []byte("e2e-secret"), Orders: 30, Rate: 60,
-		PaymentTimeout: time.Second, Seed: 3, Store: srv.Store(), GatewayLedger: srv.SimGateway().Ledger,
+		PaymentTimeout: time.Second, Seed: 3, Store: srv.Store(), GatewayLedger: srv.SimGateway().(*sim.Gateway).Ledger,
 		MaxLateness: e2eMaxLateness, Drain: 10 * time.Second,
 	}
 	res, err := simulate.Run(ctx, cfg)

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/simulate"
 )
@@ -55,7 +56,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	res, err := simulate.Run(ctx, simulate.Config{
 		Target: srv.URL(), CallbackSecret: []byte("e2e-secret"), Orders: 120, Rate: 60,
-		PaymentTimeout: time.Second, Seed: 7, Store: srv.Store(), GatewayLedger: srv.SimGateway().Ledger,
+		PaymentTimeout: time.Second, Seed: 7, Store: srv.Store(), GatewayLedger: srv.SimGateway().(*sim.Gateway).Ledger,
 		MaxLateness: e2eMaxLateness, MinCreatedShare: 0.8, Drain: 10 * time.Second,
 	})
 	if err != nil {

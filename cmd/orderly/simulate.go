@@ -22,6 +22,7 @@ import (
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/alipay"
 	"github.com/orderlyhq/orderly/channel/alipay/alipaytest"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/channel/wechatpay"
@@ -193,6 +194,9 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	}
 	var fake *stripetest.Server
 	switch cmd.String("gateway") {
+	case "sim":
+		g := sim.New()
+		ecfg.Gateway, cfg.GatewayLedger = g, g.Ledger
 	case "stripe":
 		fake = stripetest.NewServer()
 		defer fake.Close()
@@ -232,8 +236,6 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	cfg.Target, cfg.CallbackSecret, cfg.Store = e.URL(), secret, e.Store()
 	if fake != nil {
 		fake.SetWebhook(e.URL() + "/v1/channels/stripe/webhook")
-	} else if cmd.String("gateway") == "sim" {
-		cfg.GatewayLedger = e.SimGateway().Ledger
 	}
 	res, err := simulate.Run(ctx, cfg)
 	if err != nil {
@@ -522,7 +524,7 @@ func verifyCommand() *cli.Command {
 			defer db.Close()
 			rep, err := verify.Check(ctx, store.Store(db), verify.Options{
 				Tolerance: cmd.Duration("tolerance"), RequireDrained: cmd.Bool("require-drained"),
-				Flows: engine.DefaultFlows(), Groups: verify.ReadGroups,
+				Flows: engine.DefaultFlows(), Groups: verify.ReadGroups, Holds: sim.ReadHolds,
 			})
 			if err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/testdb"
@@ -61,7 +62,7 @@ type Env struct {
 	Clock    *Clock
 	Engine   *engine.Engine
 	Store    *sqlstore.DB
-	Gateway  *payment.SimGateway
+	Gateway  *sim.Gateway
 	Orders   *order.Service
 	Payments *payment.Service
 	Groups   *groupbuy.Service
@@ -120,10 +121,10 @@ func New(t testing.TB, opts Options) *Env {
 	if opts.Dialect != "" && opts.Dialect != "sqlite" {
 		url = testdb.Fresh(t, testdb.URL(t, opts.Dialect))
 	}
-	sim := payment.NewSimGateway()
-	var gateway orderly.Gateway = sim
+	simGW := sim.New()
+	var gateway orderly.Gateway = simGW
 	if opts.WrapGateway != nil {
-		gateway = opts.WrapGateway(sim)
+		gateway = opts.WrapGateway(simGW)
 	}
 	if opts.NoSimChannel && len(opts.Channels) > 0 {
 		gateway = nil
@@ -144,7 +145,7 @@ func New(t testing.TB, opts Options) *Env {
 		t.Fatalf("open engine: %v", err)
 	}
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
-	return &Env{Clock: clock, Engine: e, Store: e.Store(), Gateway: sim, Orders: e.Orders(), Payments: e.Payments(),
+	return &Env{Clock: clock, Engine: e, Store: e.Store(), Gateway: simGW, Orders: e.Orders(), Payments: e.Payments(),
 		Groups: e.Groups(), Closer: e.Closer(), Relay: e.Relay(), Metrics: e.Metrics()}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/order"
@@ -39,7 +40,7 @@ type ServerOptions struct {
 	// WrapPayments wraps the payment service behind the HTTP API.
 	WrapPayments func(orderly.PaymentService) orderly.PaymentService
 	// WrapGateway wraps the simulated gateway the payment service calls.
-	WrapGateway func(*payment.SimGateway) orderly.Gateway
+	WrapGateway func(*sim.Gateway) orderly.Gateway
 	// SagaFaults are injected into the wallet checkout's participants
 	// (engine.Config.SagaFaults).
 	SagaFaults saga.Faults
@@ -53,7 +54,7 @@ type Server struct {
 	URL      string
 	Engine   *engine.Engine
 	Store    *sqlstore.DB
-	Gateway  *payment.SimGateway // the simulated gateway, also when WrapGateway wraps it
+	Gateway  *sim.Gateway // the simulated gateway, also when WrapGateway wraps it
 	Orders   *order.Service
 	Payments *payment.Service
 	Groups   *groupbuy.Service
@@ -64,10 +65,10 @@ type Server struct {
 func Serve(t testing.TB, opts ServerOptions) *Server {
 	t.Helper()
 	ctx := context.Background()
-	sim := payment.NewSimGateway()
-	var gateway orderly.Gateway = sim
+	simGW := sim.New()
+	var gateway orderly.Gateway = simGW
 	if opts.WrapGateway != nil {
-		gateway = opts.WrapGateway(sim)
+		gateway = opts.WrapGateway(simGW)
 	}
 	e, err := engine.Open(ctx, engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: opts.CallbackSecret,
@@ -90,5 +91,5 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 	if opts.NoTimer {
 		e.Closer().Stop() // a dead timer: the sweep still runs, and inspects inline
 	}
-	return &Server{URL: e.URL(), Engine: e, Store: e.Store(), Gateway: sim, Orders: e.Orders(), Payments: e.Payments(), Groups: e.Groups(), Closer: e.Closer()}
+	return &Server{URL: e.URL(), Engine: e, Store: e.Store(), Gateway: simGW, Orders: e.Orders(), Payments: e.Payments(), Groups: e.Groups(), Closer: e.Closer()}
 }

@@ -343,13 +343,19 @@ func prepareAll(ctx context.Context, d *dialect, h *sql.DB) ([]*sql.Stmt, error)
 
 // Migrate applies every pending migration of the dialect.
 func (db *DB) Migrate(ctx context.Context) error {
-	fsys, err := fs.Sub(migrations, "migrations/"+db.d.name)
+	return db.migrate(ctx, migrations, "migrations", goose.DefaultTablename)
+}
+
+// migrate applies the pending goose migrations of folder dir/<dialect> of fsys, recorded in
+// version table table.
+func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table string) error {
+	fsys, err := fs.Sub(fsys, dir+"/"+db.d.name)
 	if err != nil {
 		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
 	}
 	// Instances starting at once on a fresh database take turns: an advisory lock
 	// serializes their migrations (goose's session locker on PostgreSQL, GET_LOCK on MySQL).
-	var opts []goose.ProviderOption
+	opts := []goose.ProviderOption{goose.WithTableName(table)}
 	switch db.d {
 	case postgresDialect:
 		l, err := lock.NewPostgresSessionLocker()

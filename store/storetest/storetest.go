@@ -70,7 +70,6 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Refunds", testRefunds},
 		{"Groups", testGroups},
 		{"Trips", testTrips},
-		{"SimHolds", testSimHolds},
 		{"Wallets", testWallets},
 		{"Sagas", testSagas},
 		{"Sets", testSets},

@@ -1,41 +1,12 @@
--- The simulated gateway's card holds (payment.SimGateway, README.md "Ride-hailing"): kept in
--- the database so that every instance sees the holds the others placed and a killed instance
--- loses none. A hold is pending until it is captured (posted: captured <= amount, the rest
--- released), voided or expired (released in full), once; refunded never exceeds what it
--- captured. sim_hold_keys records what each capture, void or refund key applied (the same
--- key again is a replay and moves nothing); sim_gateway_faults counts the armed "apply, then
--- time out" faults per operation (a test tool, SimGateway.TimeoutAfterApply).
+-- No-op. This migration created the simulated gateway's tables (sim_holds, sim_hold_keys,
+-- sim_gateway_faults) in every database; they moved to the simulated channel's own
+-- migrations (channel/sim, version table goose_sim_version), applied only where the channel
+-- "sim" is served. A database that ran the old version keeps the tables (unused unless it
+-- serves "sim", whose migration then keeps their rows). The version stays so that goose's
+-- numbering is unchanged.
 
 -- +goose Up
-CREATE TABLE sim_holds (
-    id          VARCHAR(128) NOT NULL PRIMARY KEY,
-    amount      BIGINT NOT NULL CHECK (amount > 0),
-    captured    BIGINT NOT NULL DEFAULT 0 CHECK (captured >= 0),
-    released    BIGINT NOT NULL DEFAULT 0 CHECK (released >= 0),
-    refunded    BIGINT NOT NULL DEFAULT 0 CHECK (refunded >= 0),
-    state       VARCHAR(128) NOT NULL CHECK (state IN ('pending', 'posted', 'voided', 'expired')),
-    expires_at  BIGINT NOT NULL,
-    created_at  BIGINT NOT NULL,
-    resolved_at BIGINT,
-    CONSTRAINT sim_holds_capture_check CHECK (captured + released <= amount),
-    CONSTRAINT sim_holds_refund_check CHECK (refunded <= captured)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
-CREATE TABLE sim_hold_keys (
-    idempotency_key VARCHAR(255) NOT NULL PRIMARY KEY,
-    hold_id         VARCHAR(128) NOT NULL,
-    op              VARCHAR(128) NOT NULL CHECK (op IN ('capture_hold', 'void_hold', 'refund')),
-    amount          BIGINT NOT NULL CHECK (amount >= 0),
-    created_at      BIGINT NOT NULL
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-CREATE INDEX sim_hold_keys_hold ON sim_hold_keys (hold_id, created_at);
-
-CREATE TABLE sim_gateway_faults (
-    op        VARCHAR(128) NOT NULL PRIMARY KEY,
-    remaining BIGINT NOT NULL CHECK (remaining >= 0)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+SELECT 1;
 
 -- +goose Down
-DROP TABLE sim_gateway_faults;
-DROP TABLE sim_hold_keys;
-DROP TABLE sim_holds;
+SELECT 1;

@@ -1,4 +1,7 @@
-package payment
+// Package sim is the simulated payment channel "sim", the default of `orderly serve` when no
+// real channel is configured: a gateway that moves no money, with card holds kept in tables
+// of its own (migrations/), created only in databases that serve the channel.
+package sim
 
 import (
 	"context"
@@ -6,10 +9,10 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
-// SimGateway is the built-in simulated payment gateway, the default of `orderly serve`. It
+// Gateway is the simulated payment gateway of channel "sim". It
 // keeps attempts in memory (one small entry per attempt, for the process's life): Create
 // makes an attempt pending, Capture (called by tests and demos) captures it, Cancel fails a
 // pending attempt, Refund moves money back once per idempotency key. Callbacks are not sent
@@ -19,14 +22,14 @@ import (
 // them, so that tests and `orderly simulate` (in process) can count what the engine asked
 // for: one refund per refunded payment, for its amount. The ledger grows by one entry per
 // call for the process's life; it is a test and demo tool, like the gateway itself.
-type SimGateway struct {
+type Gateway struct {
 	mu       sync.Mutex
 	payments map[string]*simPayment
 	refunds  map[string]int64 // idempotency key → amount of the refund it moved
 	ledger   []GatewayCall
-	// Holds (simhold.go) live in st (UseStore); now is the test clock (nil: the
+	// Holds (hold.go) live in db (UseDatabase); now is the test clock (nil: the
 	// database's for holds, time.Now for the ledger).
-	st  store.Store
+	db  *sqlstore.DB
 	now func() time.Time
 	// refusals: payment id → why every refund of it is refused (RefuseRefunds).
 	refusals map[string]string
@@ -39,7 +42,7 @@ type simPayment struct {
 	refunded int64
 }
 
-// GatewayOp names the kind of a call in SimGateway's ledger.
+// GatewayOp names the kind of a call in the ledger.
 type GatewayOp string
 
 // Calls of orderly.Gateway, as recorded in the ledger.
@@ -62,7 +65,7 @@ type GatewayCall struct {
 	Amount int64 `json:"amount"`
 	// IdempotencyKey is what the gateway de-duplicates a refund on: the refund id of a
 	// merchant refund, "payment:<id>" for the refund of a whole payment (see
-	// PaymentRefundKey). "" for the other calls.
+	// payment.PaymentRefundKey). "" for the other calls.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Replay is true for a refund whose idempotency key an earlier refund used: the gateway
 	// answered as before and moved no money.
@@ -73,15 +76,18 @@ type GatewayCall struct {
 	At time.Time `json:"at"`
 }
 
-var _ orderly.Gateway = (*SimGateway)(nil)
+var (
+	_ orderly.Gateway     = (*Gateway)(nil)
+	_ orderly.HoldGateway = (*Gateway)(nil)
+)
 
-// NewSimGateway returns an empty simulated gateway; its holds need UseStore.
-func NewSimGateway() *SimGateway {
-	return &SimGateway{payments: map[string]*simPayment{}, refunds: map[string]int64{}}
+// New returns an empty simulated gateway; its holds need UseDatabase.
+func New() *Gateway {
+	return &Gateway{payments: map[string]*simPayment{}, refunds: map[string]int64{}}
 }
 
 // record appends a call to the ledger; g.mu is held.
-func (g *SimGateway) record(c GatewayCall) {
+func (g *Gateway) record(c GatewayCall) {
 	c.Seq = int64(len(g.ledger)) + 1
 	c.At = g.clock()
 	g.ledger = append(g.ledger, c)
@@ -89,7 +95,7 @@ func (g *SimGateway) record(c GatewayCall) {
 
 // Create implements orderly.Gateway.
 // The simulated gateway needs no handoff: its client step is the signed callback.
-func (g *SimGateway) Create(_ context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
+func (g *Gateway) Create(_ context.Context, p *orderly.Payment) (*orderly.GatewayAttempt, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.record(GatewayCall{Op: GatewayCreate, PaymentID: p.ID, Amount: p.Amount})
@@ -101,7 +107,7 @@ func (g *SimGateway) Create(_ context.Context, p *orderly.Payment) (*orderly.Gat
 
 // Query implements orderly.Gateway; an attempt it never saw (created before a restart)
 // is pending, so that inspection cancels it instead of holding its order open.
-func (g *SimGateway) Query(_ context.Context, pay *orderly.Payment) (*orderly.GatewayPayment, error) {
+func (g *Gateway) Query(_ context.Context, pay *orderly.Payment) (*orderly.GatewayPayment, error) {
 	paymentID := pay.ID
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -115,7 +121,7 @@ func (g *SimGateway) Query(_ context.Context, pay *orderly.Payment) (*orderly.Ga
 // Cancel implements orderly.Gateway. An attempt the simulated gateway never saw (its
 // memory starts empty at every restart) is recorded as cancelled: nobody can pay it
 // through this gateway any more, and money arriving by callback later is refunded.
-func (g *SimGateway) Cancel(_ context.Context, pay *orderly.Payment) (*orderly.GatewayPayment, error) {
+func (g *Gateway) Cancel(_ context.Context, pay *orderly.Payment) (*orderly.GatewayPayment, error) {
 	paymentID := pay.ID
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -134,7 +140,7 @@ func (g *SimGateway) Cancel(_ context.Context, pay *orderly.Payment) (*orderly.G
 // Refund implements orderly.Gateway: RefundWithKey with the refund's idempotency key, so
 // the outbox calling it again after a crash refunds once. The simulated gateway confirms a
 // refund at once.
-func (g *SimGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+func (g *Gateway) Refund(ctx context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
 	if err := g.RefundWithKey(ctx, r.PaymentID, r.IdempotencyKey, r.Amount); err != nil {
 		return nil, err
 	}
@@ -143,7 +149,7 @@ func (g *SimGateway) Refund(ctx context.Context, r *orderly.GatewayRefund) (*ord
 
 // QueryRefund implements orderly.Gateway: a refund made under r's key is succeeded; one
 // never asked is ENOTFOUND.
-func (g *SimGateway) QueryRefund(_ context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
+func (g *Gateway) QueryRefund(_ context.Context, r *orderly.GatewayRefund) (*orderly.GatewayRefundResult, error) {
 	if _, ok := g.RefundedFor(r.IdempotencyKey); ok {
 		return &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, nil
 	}
@@ -152,7 +158,7 @@ func (g *SimGateway) QueryRefund(_ context.Context, r *orderly.GatewayRefund) (*
 
 // RefundedFor returns the amount refunded under one idempotency key (a refund id), in
 // minor units, and whether any refund was made under it.
-func (g *SimGateway) RefundedFor(key string) (int64, bool) {
+func (g *Gateway) RefundedFor(key string) (int64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	amount, ok := g.refunds[key]
@@ -163,7 +169,7 @@ func (g *SimGateway) RefundedFor(key string) (int64, bool) {
 // providers do: a second call with the same key and amount is a replay (recorded, no money
 // moves); with the same key and another amount it fails with ECONFLICT. Payments captured
 // outside the gateway's view (callbacks posted by a demo) are refunded too.
-func (g *SimGateway) RefundWithKey(_ context.Context, paymentID, key string, amount int64) error {
+func (g *Gateway) RefundWithKey(_ context.Context, paymentID, key string, amount int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	prev, replay := g.refunds[key]
@@ -192,7 +198,7 @@ func (g *SimGateway) RefundWithKey(_ context.Context, paymentID, key string, amo
 // *orderly.Error, EILLEGAL: a refusal, not an unknown outcome), as a provider does for a
 // trade it no longer refunds (Alipay's TRADE_FINISHED, a refund window that closed); no
 // money moves. reason "" accepts its refunds again. A test and demo tool.
-func (g *SimGateway) RefuseRefunds(paymentID, reason string) {
+func (g *Gateway) RefuseRefunds(paymentID, reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if reason == "" {
@@ -207,7 +213,7 @@ func (g *SimGateway) RefuseRefunds(paymentID, reason string) {
 
 // Capture marks a pending attempt captured with the given channel transaction id and
 // reports whether it did (false when unknown, failed or already captured).
-func (g *SimGateway) Capture(paymentID, channelTxnID string) bool {
+func (g *Gateway) Capture(paymentID, channelTxnID string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, ok := g.payments[paymentID]
@@ -220,7 +226,7 @@ func (g *SimGateway) Capture(paymentID, channelTxnID string) bool {
 
 // Refunded returns the amount refunded for a payment, in minor units: the sum of its
 // refunds that moved money (replays excluded).
-func (g *SimGateway) Refunded(paymentID string) int64 {
+func (g *Gateway) Refunded(paymentID string) int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if p, ok := g.payments[paymentID]; ok {
@@ -230,14 +236,14 @@ func (g *SimGateway) Refunded(paymentID string) int64 {
 }
 
 // Ledger returns a copy of every call received so far, in order of arrival.
-func (g *SimGateway) Ledger() []GatewayCall {
+func (g *Gateway) Ledger() []GatewayCall {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return append([]GatewayCall(nil), g.ledger...)
 }
 
 // Refunds returns the refunds of a payment that moved money (replays and refusals excluded), in order.
-func (g *SimGateway) Refunds(paymentID string) []GatewayCall {
+func (g *Gateway) Refunds(paymentID string) []GatewayCall {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []GatewayCall
@@ -249,7 +255,7 @@ func (g *SimGateway) Refunds(paymentID string) []GatewayCall {
 	return out
 }
 
-func (g *SimGateway) view(paymentID string) *orderly.GatewayPayment {
+func (g *Gateway) view(paymentID string) *orderly.GatewayPayment {
 	p, ok := g.payments[paymentID]
 	if !ok {
 		return &orderly.GatewayPayment{Status: orderly.GatewayUnknown}

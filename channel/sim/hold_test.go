@@ -1,6 +1,7 @@
-package payment_test
+package sim_test
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -25,10 +26,10 @@ func newSimClock(t time.Time) *simClock { return &simClock{now: t} }
 
 var holdT0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
-func newHoldGateway(t *testing.T, amount int64, ttl time.Duration) (*payment.SimGateway, *simClock) {
+func newHoldGateway(t *testing.T, amount int64, ttl time.Duration) (*sim.Gateway, *simClock) {
 	t.Helper()
-	g := payment.NewSimGateway()
-	g.UseStore(openHoldStore(t))
+	g := sim.New()
+	useDatabase(t, g, openHoldStore(t))
 	clock := newSimClock(holdT0)
 	g.SetClock(clock.Now)
 	h, err := g.Authorize(t.Context(), "hold-1", amount, ttl)
@@ -36,6 +37,14 @@ func newHoldGateway(t *testing.T, amount int64, ttl time.Duration) (*payment.Sim
 		t.Fatalf("authorize: %+v, %v", h, err)
 	}
 	return g, clock
+}
+
+// useDatabase gives g db for its holds.
+func useDatabase(t *testing.T, g *sim.Gateway, db *sqlstore.DB) {
+	t.Helper()
+	if err := g.UseDatabase(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // openHoldStore opens a fresh SQLite database for the gateway's holds.
@@ -55,11 +64,11 @@ func openHoldStore(t *testing.T) *sqlstore.DB {
 func TestSimHoldCaptureTimesOutAfterApply(t *testing.T) {
 	t.Parallel()
 	g, _ := newHoldGateway(t, 5000, time.Hour)
-	if err := g.TimeoutAfterApply(t.Context(), payment.GatewayCaptureHold, 1); err != nil {
+	if err := g.TimeoutAfterApply(t.Context(), sim.GatewayCaptureHold, 1); err != nil {
 		t.Fatal(err)
 	}
 	_, err := g.CaptureHold(t.Context(), "hold-1", "trip-1:capture", 3820)
-	if !payment.IsGatewayTimeout(err) {
+	if !errors.Is(err, orderly.ErrGatewayTimeout) {
 		t.Fatalf("first capture: %v, want a gateway timeout", err)
 	}
 	for i := range 2 {
@@ -68,7 +77,7 @@ func TestSimHoldCaptureTimesOutAfterApply(t *testing.T) {
 			t.Fatalf("retry %d: %+v, %v", i, h, err)
 		}
 	}
-	if calls := g.Calls(payment.GatewayCaptureHold, "hold-1"); len(calls) != 1 || calls[0].Amount != 3820 {
+	if calls := g.Calls(sim.GatewayCaptureHold, "hold-1"); len(calls) != 1 || calls[0].Amount != 3820 {
 		t.Errorf("captures that were not replays: %+v, want one of 3820", calls)
 	}
 	_, err = g.CaptureHold(t.Context(), "hold-1", "trip-1:capture-2", 100)
@@ -88,20 +97,20 @@ func TestSimHoldRules(t *testing.T) {
 	cases := []struct {
 		name     string
 		at       time.Duration // gateway clock after authorize
-		op       payment.GatewayOp
+		op       sim.GatewayOp
 		amount   int64
 		code     string
 		state    orderly.HoldState
 		captured int64
 		released int64
 	}{
-		{"capture 6100 of 5000", 0, payment.GatewayCaptureHold, 6100, orderly.EHOLDEXCEEDED, orderly.HoldPending, 0, 0},
-		{"capture all", 0, payment.GatewayCaptureHold, 5000, "", orderly.HoldPosted, 5000, 0},
-		{"capture 1 ms before the expiry", 10*time.Minute - time.Millisecond, payment.GatewayCaptureHold, 3820, "", orderly.HoldPosted, 3820, 1180},
-		{"capture at the expiry", 10 * time.Minute, payment.GatewayCaptureHold, 3820, orderly.EHOLDEXPIRED, orderly.HoldExpired, 0, 5000},
-		{"capture 1 ms after the expiry", 10*time.Minute + time.Millisecond, payment.GatewayCaptureHold, 3820, orderly.EHOLDEXPIRED, orderly.HoldExpired, 0, 5000},
-		{"void", time.Minute, payment.GatewayVoidHold, 0, "", orderly.HoldVoided, 0, 5000},
-		{"void after the expiry", time.Hour, payment.GatewayVoidHold, 0, orderly.EHOLDEXPIRED, orderly.HoldExpired, 0, 5000},
+		{"capture 6100 of 5000", 0, sim.GatewayCaptureHold, 6100, orderly.EHOLDEXCEEDED, orderly.HoldPending, 0, 0},
+		{"capture all", 0, sim.GatewayCaptureHold, 5000, "", orderly.HoldPosted, 5000, 0},
+		{"capture 1 ms before the expiry", 10*time.Minute - time.Millisecond, sim.GatewayCaptureHold, 3820, "", orderly.HoldPosted, 3820, 1180},
+		{"capture at the expiry", 10 * time.Minute, sim.GatewayCaptureHold, 3820, orderly.EHOLDEXPIRED, orderly.HoldExpired, 0, 5000},
+		{"capture 1 ms after the expiry", 10*time.Minute + time.Millisecond, sim.GatewayCaptureHold, 3820, orderly.EHOLDEXPIRED, orderly.HoldExpired, 0, 5000},
+		{"void", time.Minute, sim.GatewayVoidHold, 0, "", orderly.HoldVoided, 0, 5000},
+		{"void after the expiry", time.Hour, sim.GatewayVoidHold, 0, orderly.EHOLDEXPIRED, orderly.HoldExpired, 0, 5000},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,7 +118,7 @@ func TestSimHoldRules(t *testing.T) {
 			g, clock := newHoldGateway(t, 5000, 10*time.Minute)
 			clock.Set(holdT0.Add(c.at))
 			var err error
-			if c.op == payment.GatewayCaptureHold {
+			if c.op == sim.GatewayCaptureHold {
 				_, err = g.CaptureHold(t.Context(), "hold-1", "k", c.amount)
 			} else {
 				_, err = g.VoidHold(t.Context(), "hold-1", "k")
@@ -144,7 +153,7 @@ func TestSimHoldRules(t *testing.T) {
 		if _, err := g.Authorize(t.Context(), "hold-1", 5001, time.Minute); orderly.ErrorCode(err) != orderly.EIDEMPOTENCY {
 			t.Errorf("another amount: %v", err)
 		}
-		if n := len(g.Calls(payment.GatewayAuthorize, "hold-1")); n != 1 {
+		if n := len(g.Calls(sim.GatewayAuthorize, "hold-1")); n != 1 {
 			t.Errorf("%d authorisations that were not replays, want 1", n)
 		}
 	})
@@ -158,16 +167,16 @@ func TestSimHoldRules(t *testing.T) {
 func TestSimHoldSharedByInstances(t *testing.T) {
 	t.Parallel()
 	ctx, db := t.Context(), openHoldStore(t)
-	a, b := payment.NewSimGateway(), payment.NewSimGateway()
-	a.UseStore(db)
-	b.UseStore(db)
+	a, b := sim.New(), sim.New()
+	useDatabase(t, a, db)
+	useDatabase(t, b, db)
 	if _, err := a.Authorize(ctx, "hold-1", 5000, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.TimeoutAfterApply(ctx, payment.GatewayCaptureHold, 1); err != nil {
+	if err := a.TimeoutAfterApply(ctx, sim.GatewayCaptureHold, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.CaptureHold(ctx, "hold-1", "trip-1:capture", 3820); !payment.IsGatewayTimeout(err) {
+	if _, err := b.CaptureHold(ctx, "hold-1", "trip-1:capture", 3820); !errors.Is(err, orderly.ErrGatewayTimeout) {
 		t.Fatalf("capture on b: %v, want a gateway timeout", err)
 	}
 	h, err := a.CaptureHold(ctx, "hold-1", "trip-1:capture", 3820)
@@ -177,7 +186,7 @@ func TestSimHoldSharedByInstances(t *testing.T) {
 	if _, err := b.CaptureHold(ctx, "hold-1", "other-key", 100); orderly.ErrorCode(err) != orderly.EHOLDNOTPENDING {
 		t.Errorf("a capture under another key: %v, want %s", err, orderly.EHOLDNOTPENDING)
 	}
-	for i, g := range []*payment.SimGateway{a, b, a} {
+	for i, g := range []*sim.Gateway{a, b, a} {
 		if err := g.RefundHold(ctx, "hold-1", "trip-1:refund", 3820); err != nil {
 			t.Fatalf("refund %d: %v", i, err)
 		}
@@ -210,9 +219,9 @@ func TestSimHoldSharedByInstances(t *testing.T) {
 func TestSimHoldConcurrentCaptures(t *testing.T) {
 	t.Parallel()
 	ctx, db := t.Context(), openHoldStore(t)
-	gws := []*payment.SimGateway{payment.NewSimGateway(), payment.NewSimGateway()}
+	gws := []*sim.Gateway{sim.New(), sim.New()}
 	for _, g := range gws {
-		g.UseStore(db)
+		useDatabase(t, g, db)
 	}
 	if _, err := gws[0].Authorize(ctx, "hold-1", 5000, time.Hour); err != nil {
 		t.Fatal(err)
@@ -247,10 +256,10 @@ func TestSimHoldConcurrentCaptures(t *testing.T) {
 	}
 }
 
-// TestSimHoldNeedsStore: without UseStore a hold call fails and changes nothing.
+// TestSimHoldNeedsStore: without UseDatabase a hold call fails and changes nothing.
 func TestSimHoldNeedsStore(t *testing.T) {
 	t.Parallel()
-	if _, err := payment.NewSimGateway().Authorize(t.Context(), "hold-1", 5000, time.Hour); err == nil {
+	if _, err := sim.New().Authorize(t.Context(), "hold-1", 5000, time.Hour); err == nil {
 		t.Fatal("a hold without a store was placed")
 	}
 }

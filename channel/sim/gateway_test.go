@@ -1,11 +1,11 @@
-package payment_test
+package sim_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/channel/sim"
 )
 
 // TestSimGatewayLedger: every call is in the ledger, in order; a refund moves money once
@@ -14,7 +14,7 @@ import (
 func TestSimGatewayLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	g := payment.NewSimGateway()
+	g := sim.New()
 	if _, err := g.Create(ctx, &orderly.Payment{ID: "p1", Amount: 900}); err != nil {
 		t.Fatal(err)
 	}
@@ -36,20 +36,20 @@ func TestSimGatewayLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	type row struct {
-		op     payment.GatewayOp
+		op     sim.GatewayOp
 		id     string
 		amount int64
 		key    string
 		replay bool
 	}
 	want := []row{
-		{payment.GatewayCreate, "p1", 900, "", false},
-		{payment.GatewayQuery, "p1", 0, "", false},
-		{payment.GatewayCancel, "p2", 0, "", false},
-		{payment.GatewayRefund, "p1", 900, "p1", false},
-		{payment.GatewayRefund, "p1", 900, "p1", true},
-		{payment.GatewayRefund, "p1", 100, "p1", true},
-		{payment.GatewayRefund, "p1", 900, "p1-second", false},
+		{sim.GatewayCreate, "p1", 900, "", false},
+		{sim.GatewayQuery, "p1", 0, "", false},
+		{sim.GatewayCancel, "p2", 0, "", false},
+		{sim.GatewayRefund, "p1", 900, "p1", false},
+		{sim.GatewayRefund, "p1", 900, "p1", true},
+		{sim.GatewayRefund, "p1", 100, "p1", true},
+		{sim.GatewayRefund, "p1", 900, "p1-second", false},
 	}
 	got := g.Ledger()
 	if len(got) != len(want) {
