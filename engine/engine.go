@@ -618,7 +618,7 @@ func (e *Engine) Payments() *payment.Service { return e.payments }
 func (e *Engine) Groups() *groupbuy.Service { return e.groups }
 
 // Rides returns the ride-hailing service; nil when Config.Flows has no ride_hailing flow or
-// Config.Gateway has no holds (ride.Gateway).
+// the gateway of "sim" has no holds (orderly.HoldGateway).
 func (e *Engine) Rides() *ride.Service { return e.rides }
 
 // Wallets returns the wallet service (accounts, ledger, holds; package wallet).
