@@ -180,9 +180,9 @@ type Config struct {
 	// --test-saga-slow-rate, --test-saga-timeout-after-apply-rate). Zero: none.
 	SagaFaults saga.Faults
 	// Gateway serves the payment channel "sim" (payment.SimChannel): nil → the built-in
-	// simulated gateway (channel/sim, see Engine.SimGateway), which moves no money.
-	// A gateway with UseDatabase (channel/sim's) is given the engine's database for its card holds
-	// (its own tables, created then). "sim" is served only when no real channel is configured
+	// simulated gateway (channel/sim, see Engine.SimGateway), which moves no money. A
+	// gateway with UseDatabase (channel/sim's) is given the engine's database for its card
+	// holds (its own tables, created then). "sim" is served only when no real channel is configured
 	// (Channels empty) or EnableSimChannel is set; Start then logs one warning that payments
 	// are simulated. It serves no other channel name: an attempt naming a channel that is
 	// not served ("Stripe", "stripe@v9", "paypal") is refused with EINVALID (422) and
