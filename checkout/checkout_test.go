@@ -19,6 +19,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
@@ -262,11 +263,11 @@ func between(s, from, to string) string {
 	return s
 }
 
-// failNth returns a Faults draw that fails (transiently) the calls whose 1-based numbers
-// are in fail, and lets the others through.
-func failNth(fail ...int64) *saga.Faults {
+// failNth returns the engine.Wrap of saga faults that fail (transiently) the calls whose
+// 1-based numbers are in fail, and let the others through.
+func failNth(fail ...int64) engine.Wrap {
 	var n atomic.Int64
-	return &saga.Faults{FailRate: 0.5, Float64: func() float64 {
+	return engine.Wrap{Participant: (&fault.Saga{FailRate: 0.5, Float64: func() float64 {
 		k := n.Add(1)
 		for _, f := range fail {
 			if k == f {
@@ -274,7 +275,7 @@ func failNth(fail ...int64) *saga.Faults {
 			}
 		}
 		return 0.99
-	}}
+	}}).Wrap}
 }
 
 // waitSaga polls the saga until it ends (the engine's timer runs its retries).
@@ -302,7 +303,7 @@ func waitSaga(t *testing.T, e *engine.Engine, id string) *saga.Instance {
 func TestCheckoutTransientThenSuccess(t *testing.T) {
 	t.Parallel()
 	cfg := sqliteConfig(t)
-	cfg.SagaFaults = *failNth(4)
+	cfg.Wrap = failNth(4)
 	b := setup(t, cfg, true, 5, 10_000)
 	o, created, err := b.e.Checkout().Checkout(t.Context(), b.params(true))
 	if err != nil || !created || o.State != orderly.StatePendingPayment {
@@ -329,7 +330,7 @@ func TestCheckoutTransientThenSuccess(t *testing.T) {
 func TestCheckoutCrashResumes(t *testing.T) {
 	t.Parallel()
 	cfg := sqliteConfig(t)
-	cfg.SagaFaults = *failNth(4)
+	cfg.Wrap = failNth(4)
 	b := setup(t, cfg, false, 5, 10_000)
 	o, _, err := b.e.Checkout().Checkout(t.Context(), b.params(true))
 	if err != nil || o.State != orderly.StatePendingPayment {
@@ -342,7 +343,7 @@ func TestCheckoutCrashResumes(t *testing.T) {
 	if err := b.e.Close(context.Background()); err != nil { // the process stops
 		t.Fatal(err)
 	}
-	cfg.SagaFaults = saga.Faults{}
+	cfg.Wrap = engine.Wrap{}
 	e2, err := engine.Open(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +376,7 @@ func TestCheckoutCrashResumes(t *testing.T) {
 func TestCheckoutCancelledWhilePaying(t *testing.T) {
 	t.Parallel()
 	cfg := sqliteConfig(t)
-	cfg.SagaFaults = *failNth(4)
+	cfg.Wrap = failNth(4)
 	b := setup(t, cfg, false, 5, 10_000)
 	o, _, err := b.e.Checkout().Checkout(t.Context(), b.params(true))
 	if err != nil || o.State != orderly.StatePendingPayment {

@@ -43,9 +43,6 @@ const (
 type Deps struct {
 	Orders  *order.Service
 	Wallets *wallet.Service
-	// Faults are injected into every step's action and compensation (tests and simulate
-	// only; zero: none).
-	Faults *saga.Faults
 }
 
 // input is the saga's input: the order as requested.
@@ -67,10 +64,10 @@ func Definition(d Deps) (saga.Definition, error) {
 	step := func(name string, action func(ctx context.Context, tx store.Tx, c *saga.Call) error, set saga.SetFunc,
 		comp func(ctx context.Context, tx store.Tx, c *saga.Call) error,
 	) saga.Step {
-		st := saga.Step{Name: name, Action: saga.WithFaults(saga.LocalTxSet(action, set), d.Faults), Timeout: StepTimeout, Retry: retry,
+		st := saga.Step{Name: name, Action: saga.LocalTxSet(action, set), Timeout: StepTimeout, Retry: retry,
 			MaxCompensationAttempts: MaxCompensationAttempts}
 		if comp != nil {
-			st.Compensation = saga.WithFaults(saga.LocalTx(comp), d.Faults)
+			st.Compensation = saga.LocalTx(comp)
 		}
 		return st
 	}

@@ -175,10 +175,6 @@ type Config struct {
 	// step deadlines and retries are timed on the closer's one timer, and GET
 	// /v1/sagas/{id} and the admin re-drive serve their instances. README.md "Sagas".
 	Sagas []saga.Definition
-	// SagaFaults injects failures into the wallet checkout's participants (package
-	// checkout): for tests and `orderly simulate` only (serve --test-saga-fail-rate,
-	// --test-saga-slow-rate, --test-saga-timeout-after-apply-rate). Zero: none.
-	SagaFaults saga.Faults
 	// Gateway serves the payment channel "sim" (payment.SimChannel): nil → the built-in
 	// simulated gateway (channel/sim, see Engine.SimGateway), which moves no money. A
 	// gateway with UseDatabase (channel/sim's) is given the engine's database for its card
@@ -246,6 +242,9 @@ type Wrap struct {
 	Orders func(orderly.OrderService) orderly.OrderService
 	// Payments wraps the payment service behind the HTTP API.
 	Payments func(orderly.PaymentService) orderly.PaymentService
+	// Participant wraps every action and compensation of the sagas (saga.Config.Wrap):
+	// `orderly simulate` injects its saga faults through it (internal/fault.Saga).
+	Participant func(saga.Participant) saga.Participant
 }
 
 // ConfigError is a Config that Open refuses: which field, and why. Error names fields as
@@ -284,9 +283,6 @@ func (c *Config) Validate() error {
 	if c.AdminToken != "" && (strings.TrimSpace(c.AdminToken) != c.AdminToken || strings.ContainsFunc(c.AdminToken, unicode.IsControl)) {
 		// " " turned the admin routes on with a token no client sends (a header value is trimmed).
 		return configErrorf("AdminToken", "%s must not have spaces or control characters at either end or control characters within")
-	}
-	if err := c.SagaFaults.Validate(); err != nil {
-		return configErrorf("SagaFaults", "%s: %v", err)
 	}
 	switch c.Timer {
 	case "", TimerDB:

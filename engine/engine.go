@@ -213,10 +213,6 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if holds, ok := e.sim.(orderly.HoldGateway); ok && cfg.Flows[ride.FlowName] != nil {
 		if e.rides, err = ride.New(ride.Config{
 			Store: st, Machine: e.machine, Gateway: holds, Wallets: e.wallets, Logger: log,
-			// One set of injected faults for every saga (serve --test-saga-*): the rides'
-			// participants and gateway calls (lost replies) take the same rates.
-			Faults: ride.Faults{FailRate: cfg.SagaFaults.FailRate, SlowRate: cfg.SagaFaults.SlowRate,
-				TimeoutAfterApplyRate: cfg.SagaFaults.TimeoutAfterApplyRate},
 			OnCreated: func(ctx context.Context, id string, closeAt time.Time) { e.closer.Created(ctx, id, closeAt) },
 		}); err != nil {
 			return nil, fmt.Errorf("engine: ride-hailing: %w", err)
@@ -226,14 +222,14 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	// The saga orchestrator: its due instances are one more timed kind of the closer. The
 	// wallet checkout (package checkout) is one of its definitions.
-	walletCheckout, err := checkout.Definition(checkout.Deps{Orders: e.orders, Wallets: e.wallets, Faults: &cfg.SagaFaults})
+	walletCheckout, err := checkout.Definition(checkout.Deps{Orders: e.orders, Wallets: e.wallets})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	if e.sagas, err = saga.New(saga.Config{
 		Store: st, Definitions: append(slices.Clone(sagas), walletCheckout), Logger: log, Metrics: e.metrics,
 		Wake:     func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
-		JoinRuns: joinRuns, JoinOnlySets: st.Dialect() != "sqlite",
+		JoinRuns: joinRuns, JoinOnlySets: st.Dialect() != "sqlite", Wrap: cfg.Wrap.Participant,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: sagas: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 )
@@ -355,15 +356,15 @@ func TestIllegalAndInvalid(t *testing.T) {
 }
 
 // TestInjectedFaults: with 30 % of the gateway replies lost after the call applied and
-// 10 % of the participant calls failing first (engine.Config.SagaFaults), every trip
+// 10 % of the participant calls failing first (fault.Saga), every trip
 // still ends settled, each hold captured under one key and for its fare once; the lost
 // replies were retried (replays at the gateway) and the failures logged as transient.
 func TestInjectedFaults(t *testing.T) {
 	t.Parallel()
 	e, err := engine.Open(t.Context(), engine.Config{
 		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		SagaFaults: saga.Faults{FailRate: 0.1, TimeoutAfterApplyRate: 0.3},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Wrap:   engine.Wrap{Participant: (&fault.Saga{FailRate: 0.1, TimeoutAfterApplyRate: 0.3}).Wrap},
 	})
 	if err != nil {
 		t.Fatal(err)

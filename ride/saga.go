@@ -152,15 +152,12 @@ func (s *Service) capture(ctx context.Context, c *saga.Call) error {
 	if err != nil {
 		return err
 	}
-	if err := s.faults.before(ctx); err != nil {
-		return err
-	}
 	if in.Amount == 0 {
 		_, err = s.cfg.Gateway.VoidHold(ctx, t.HoldID, c.IdempotencyKey)
 		if orderly.ErrorCode(err) == orderly.EHOLDEXPIRED {
 			return nil // released by its expiry
 		}
-		return gatewayOutcome(s.faults.after(err))
+		return gatewayOutcome(err)
 	}
 	captured, _, _ := split(t.HoldAmount, in.Amount)
 	_, err = s.cfg.Gateway.CaptureHold(ctx, t.HoldID, c.IdempotencyKey, captured)
@@ -169,7 +166,7 @@ func (s *Service) capture(ctx context.Context, c *saga.Call) error {
 			return ferr // transient: flagged on the retry, which is refused the same way
 		}
 	}
-	return gatewayOutcome(s.faults.after(err))
+	return gatewayOutcome(err)
 }
 
 // flagCollection records that amount of trip id could not be charged (0: nothing was to
@@ -227,10 +224,7 @@ func (s *Service) uncapture(ctx context.Context, c *saga.Call) error {
 	if err != nil {
 		return err
 	}
-	if err := s.faults.before(ctx); err != nil {
-		return err
-	}
-	if err := s.faults.after(s.undoHold(ctx, t.HoldID, c.IdempotencyKey)); err != nil {
+	if err := s.undoHold(ctx, t.HoldID, c.IdempotencyKey); err != nil {
 		return err
 	}
 	// A void (amount 0: a free cancellation) that was compensated released the hold too.
@@ -249,15 +243,12 @@ func (s *Service) chargeExtra(ctx context.Context, c *saga.Call) error {
 	if extra == 0 {
 		return nil
 	}
-	if err := s.faults.before(ctx); err != nil {
-		return err
-	}
 	id := extraHoldID(t)
 	if _, err := s.cfg.Gateway.Authorize(ctx, id, extra, s.cfg.HoldTTL); err != nil {
 		return gatewayOutcome(err)
 	}
 	_, err = s.cfg.Gateway.CaptureHold(ctx, id, c.IdempotencyKey, extra)
-	return gatewayOutcome(s.faults.after(err))
+	return gatewayOutcome(err)
 }
 
 func (s *Service) unchargeExtra(ctx context.Context, c *saga.Call) error {
@@ -335,14 +326,11 @@ func (s *Service) settle(ctx context.Context, c *saga.Call) error {
 
 // moveSettlement moves each settlement leg of the trip (the driver's payout, the platform's
 // fee) with move (a credit to settle, a debit to reverse) under the call's keys, after the
-// injected faults; a wallet's refusal is a business failure (walletOutcome).
+// a wallet's refusal is a business failure (walletOutcome).
 func (s *Service) moveSettlement(ctx context.Context, c *saga.Call,
 	move func(context.Context, *orderly.WalletMoveParams) (*orderly.WalletTransfer, error)) error {
 	_, t, err := s.load(ctx, c)
 	if err != nil {
-		return err
-	}
-	if err := s.faults.before(ctx); err != nil {
 		return err
 	}
 	external := orderly.SystemAccount(orderly.SystemExternal, t.Currency)
@@ -446,9 +434,6 @@ func (s *Service) refundCard(ctx context.Context, c *saga.Call) error {
 	if err != nil {
 		return err
 	}
-	if err := s.faults.before(ctx); err != nil {
-		return err
-	}
 	key := cardRefundKey(t)
 	if t.Captured > 0 {
 		if err := s.cfg.Gateway.RefundHold(ctx, t.HoldID, key, t.Captured); err != nil {
@@ -460,7 +445,7 @@ func (s *Service) refundCard(ctx context.Context, c *saga.Call) error {
 			return err
 		}
 	}
-	return s.faults.after(nil)
+	return nil
 }
 
 func (s *Service) recordRefunded(ctx context.Context, tx store.Tx, c *saga.Call) error {

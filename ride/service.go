@@ -50,8 +50,6 @@ type Config struct {
 	// below zero, and out of the buyers' reach: no user id addresses it). "ride_platform".
 	// A driver's payouts go to the role account "role:<currency>:driver:<driver id>".
 	PlatformAccount string
-	// Faults injects failures into the sagas' participants (tests and simulate only).
-	Faults Faults
 	// OnCreated tells the timer about a new trip's deadline (timeout.Closer.Created).
 	OnCreated func(ctx context.Context, id string, closeAt time.Time)
 	Logger    *slog.Logger
@@ -60,10 +58,9 @@ type Config struct {
 // Service implements orderly.TripService. Build it with New, give Definitions to the saga
 // orchestrator, then UseSagas.
 type Service struct {
-	cfg    Config
-	flow   *orderly.Flow
-	sagas  *saga.Orchestrator
-	faults *faults
+	cfg   Config
+	flow  *orderly.Flow
+	sagas *saga.Orchestrator
 }
 
 var _ orderly.TripService = (*Service)(nil)
@@ -87,10 +84,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.OnCreated == nil {
 		cfg.OnCreated = func(context.Context, string, time.Time) {}
 	}
-	if err := cfg.Faults.validate(); err != nil {
-		return nil, err
-	}
-	return &Service{cfg: cfg, flow: flow, faults: newFaults(cfg.Faults)}, nil
+	return &Service{cfg: cfg, flow: flow}, nil
 }
 
 // UseSagas gives the service the orchestrator that runs Definitions.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,8 +54,11 @@ type Config struct {
 	// set (its saga must be compensated, or the set's transaction failed) runs in a
 	// transaction of its own too, after the set.
 	JoinOnlySets bool
-	Metrics      *telemetry.Metrics
-	Logger       *slog.Logger
+	// Wrap, when set, decorates every action and compensation of Definitions (Around):
+	// tracing, or a test kit's fault injection. nil: none.
+	Wrap    func(Participant) Participant
+	Metrics *telemetry.Metrics
+	Logger  *slog.Logger
 }
 
 // Orchestrator runs the sagas of its definitions. Run and Begin start instances; Timed
@@ -88,12 +92,25 @@ func New(cfg Config) (*Orchestrator, error) {
 	cfg.LeaseMargin = cmp.Or(cfg.LeaseMargin, 2*time.Second)
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Definitions = slices.Clone(cfg.Definitions) // Wrap replaces steps: the caller's stay as given
 	o := &Orchestrator{cfg: cfg, defs: map[string]*Definition{}}
 	if cfg.JoinRuns > 1 {
 		o.joiner = &runJoiner{o: o, max: cfg.JoinRuns, lanes: max(cfg.JoinLanes, 1)}
 	}
 	for i := range cfg.Definitions {
 		d := &cfg.Definitions[i]
+		if cfg.Wrap != nil {
+			d.Steps = slices.Clone(d.Steps)
+			for j := range d.Steps {
+				st := &d.Steps[j]
+				if st.Action != nil {
+					st.Action = cfg.Wrap(st.Action)
+				}
+				if st.Compensation != nil {
+					st.Compensation = cfg.Wrap(st.Compensation)
+				}
+			}
+		}
 		if err := d.validate(); err != nil {
 			return nil, err
 		}

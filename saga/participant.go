@@ -105,7 +105,7 @@ func (p *localTxSet) call(ctx context.Context, tx store.Tx, c *Call) error { ret
 func (*localTxSet) inTx() bool                                             { return true }
 func (p *localTxSet) setFunc() SetFunc                                     { return p.set }
 
-// setter is a participant that can run as a set (LocalTxSet, and WithFaults of one).
+// setter is a participant that can run as a set (LocalTxSet).
 type setter interface{ setFunc() SetFunc }
 
 // setOf returns p's SetFunc, or nil when p runs one call at a time.
@@ -114,6 +114,25 @@ func setOf(p Participant) SetFunc {
 		return s.setFunc()
 	}
 	return nil
+}
+
+// Around returns p with each attempt run by fn, which runs p's attempt by calling next (or
+// does not): a decorator for Config.Wrap (tracing, a test kit's fault injection). It runs
+// in p's place, in the recording transaction when p does; a LocalTxSet so wrapped runs one
+// call at a time.
+func Around(p Participant, fn func(ctx context.Context, c *Call, next func(context.Context) error) error) Participant {
+	return &around{p: p, fn: fn}
+}
+
+type around struct {
+	p  Participant
+	fn func(ctx context.Context, c *Call, next func(context.Context) error) error
+}
+
+func (a *around) inTx() bool { return a.p.inTx() }
+
+func (a *around) call(ctx context.Context, tx store.Tx, c *Call) error {
+	return a.fn(ctx, c, func(ctx context.Context) error { return a.p.call(ctx, tx, c) })
 }
 
 // Local is a participant that runs fn outside the orchestrator's transactions, typically

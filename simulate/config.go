@@ -84,10 +84,10 @@ type Config struct {
 	// rejected, paid, closed, … Nil prints nothing.
 	Progress io.Writer
 	// FailRate, SlowRate and TimeoutAfterApplyRate (shares 0 … 1) are the faults the
-	// servers inject into saga participants and the ride-hailing gateway calls, per call:
+	// servers inject into saga participants (the ride-hailing gateway calls too), per call:
 	// a transient failure before anything is done, a slow call, a call applied whose reply
-	// is lost (engine.Config.SagaFaults, serve --test-saga-*). `orderly simulate` starts
-	// its servers with them; Run itself only checks that they are within 0 … 1.
+	// is lost (internal/fault.Saga). `orderly simulate` starts its servers with them
+	// (hidden `orderly simulate instance`); Run itself only checks that they are within 0 … 1.
 	FailRate, SlowRate, TimeoutAfterApplyRate float64
 	// HTTPClient sends the requests. Default: a client with a 30 s timeout and a pool of
 	// keep-alive connections sized for Concurrency.

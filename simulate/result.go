@@ -118,6 +118,9 @@ type Result struct {
 	Wallet *WalletResult `json:"wallet,omitempty"`
 	// Rides is what the ride_hailing flow did and found; absent when the run drove no trips.
 	Rides *RideResult `json:"rides,omitempty"`
+	// SagaFaults is how many faults (Config.FailRate, …) the server injected into saga
+	// participants, when simulate runs it in process; its instances log theirs.
+	SagaFaults int64 `json:"saga_faults_injected,omitempty"`
 
 	// lateness collects closed_at − close_at of every flow's orders closed for payment
 	// timeout, in ms, for Lateness.

@@ -27,7 +27,7 @@ func init() {
 // not all of the demand, one coupon per buyer named by two of their checkouts. Each
 // checkout is one POST /v1/orders with payment_method wallet and an Idempotency-Key; the
 // server's participants fail, slow down or lose their answers at the rates it was started
-// with (engine.Config.SagaFaults). At rest it checks I8 and money conservation (Check).
+// with (internal/fault.Saga). At rest it checks I8 and money conservation (Check).
 type walletFlow struct {
 	*runner
 	buyers    []*walletBuyer

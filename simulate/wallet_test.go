@@ -9,7 +9,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/saga"
+	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -32,7 +32,7 @@ func TestWalletFlow(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := enginetest.Serve(t, enginetest.ServerOptions{CallbackSecret: mutantSecret,
-				SagaFaults: saga.Faults{FailRate: 0.1, SlowRate: 0.1, TimeoutAfterApplyRate: 0.1}})
+				WrapParticipant: (&fault.Saga{FailRate: 0.1, SlowRate: 0.1, TimeoutAfterApplyRate: 0.1}).Wrap})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var strayUser string

@@ -381,3 +381,34 @@ func TestSimulateStripe(t *testing.T) {
 		t.Errorf("gateway %q, created %d, paid %d, violations %v; want stripe, orders created and paid, violations []", res.Gateway, res.Created, res.Paid, res.Violations)
 	}
 }
+
+// TestServeHasNoTestFlag: serve carries no test switch (issue 24): no flag of serve --help
+// names a test, while the hidden `simulate instance` that simulate starts takes the saga
+// fault rates and is not listed by simulate --help.
+func TestServeHasNoTestFlag(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runCLI(t, "serve", "--help")
+	if code != 0 || !strings.Contains(out, "--database-url") {
+		t.Fatalf("serve --help: exit %d\n%s", code, out)
+	}
+	for _, f := range serveCommand(nil).Flags {
+		for _, name := range f.Names() {
+			if strings.Contains(name, "test") || !strings.Contains(out, "--"+name) {
+				t.Errorf("serve flag --%s: names a test or is not in --help", name)
+			}
+		}
+	}
+	if strings.Contains(strings.ToLower(out), "-test") {
+		t.Errorf("serve --help shows a test flag:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "simulate", "instance", "--help")
+	if code != 0 || !strings.Contains(out, "--fail-rate") || !strings.Contains(out, "--timeout-after-apply-rate") {
+		t.Errorf("simulate instance --help: exit %d\n%s", code, out)
+	}
+	if _, out, _ = runCLI(t, "simulate", "--help"); strings.Contains(out, "instance  ") || strings.Contains(out, "COMMANDS") {
+		t.Errorf("simulate --help lists the hidden instance command:\n%s", out)
+	}
+	if code, _, errOut := runCLI(t, "simulate", "instance", "--fail-rate", "2"); code != 2 || !strings.Contains(errOut, "rates must be within 0 and 1") {
+		t.Errorf("simulate instance --fail-rate 2: exit %d, %s", code, errOut)
+	}
+}

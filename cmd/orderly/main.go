@@ -32,7 +32,6 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/redact"
-	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -186,7 +185,7 @@ func newApp(stdout, stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", Sources: env("log-level")},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", Sources: env("log-format")},
 		},
-		Commands: []*cli.Command{serveCommand(), migrateCommand(), simulateCommand(), verifyCommand(), reconcileCommand(), benchCommand(), keysCommand(), imitateCommand()},
+		Commands: []*cli.Command{serveCommand(nil), migrateCommand(), simulateCommand(), verifyCommand(), reconcileCommand(), benchCommand(), keysCommand(), imitateCommand()},
 		// run prints errors and exits; cli would print an ExitCoder's message and exit itself.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -277,7 +276,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); required with a real channel; empty without one: the simulated channel sim", Sources: env("default-channel")},
 		&cli.BoolFlag{Name: "enable-sim-channel", Usage: "TESTING ONLY: also serve the simulated channel sim (moves no money) beside the real channels; without a real channel sim is served anyway", Sources: env("enable-sim-channel")},
 		&cli.DurationFlag{Name: "channel-call-timeout", Usage: "bound of each call to a payment provider (0: 10s)", Sources: env("channel-call-timeout")},
-	}, append(cnChannelFlags(), sagaFaultFlags()...)...)
+	}, cnChannelFlags()...)
 }
 
 // channels returns the payment channels serve's flags turn on: Stripe, Alipay and WeChat
@@ -336,16 +335,6 @@ func defaultOf(cmd *cli.Command, name string) string {
 	return "its default"
 }
 
-// sagaFaultFlags are serve's flags that inject failures into the wallet checkout's saga
-// participants (engine.Config.SagaFaults): for tests and `orderly simulate` only.
-func sagaFaultFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.FloatFlag{Name: "test-saga-fail-rate", Usage: "TESTING ONLY: share (0–1) of wallet checkout saga calls that fail transiently before running"},
-		&cli.FloatFlag{Name: "test-saga-slow-rate", Usage: "TESTING ONLY: share (0–1) of wallet checkout saga calls delayed 20 ms"},
-		&cli.FloatFlag{Name: "test-saga-timeout-after-apply-rate", Usage: "TESTING ONLY: share (0–1) of wallet checkout saga calls that run and then report a timeout"},
-	}
-}
-
 // engineConfig is the engine.Config of serve's flags. Errors: the payment channels' flags
 // (see channels).
 func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) {
@@ -367,8 +356,6 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
 		Channels:                         chans, DefaultChannel: cmd.String("default-channel"), EnableSimChannel: cmd.Bool("enable-sim-channel"),
 		ChannelCallTimeout: cmd.Duration("channel-call-timeout"),
-		SagaFaults: saga.Faults{FailRate: cmd.Float("test-saga-fail-rate"), SlowRate: cmd.Float("test-saga-slow-rate"),
-			TimeoutAfterApplyRate: cmd.Float("test-saga-timeout-after-apply-rate")},
 	}, err
 }
 
@@ -381,7 +368,6 @@ var flagOf = map[string]string{
 	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "CreateBatch": "create-batch", "CreateQueue": "create-queue", "OutboxMaxAttempts": "outbox-max-attempts",
 	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
-	"SagaFaults":     "test-saga-fail-rate, --test-saga-slow-rate or --test-saga-timeout-after-apply-rate",
 	"WebhookTimeout": "webhook-timeout", "WebhookConcurrency": "webhook-concurrency",
 	"DefaultChannel": "default-channel", "EnableSimChannel": "enable-sim-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
 }
@@ -423,7 +409,9 @@ func newSecret() string {
 	return hex.EncodeToString(b)
 }
 
-func serveCommand() *cli.Command {
+// serveCommand is `orderly serve`; configure, when set, changes the engine's
+// configuration of the flags (instanceCommand's saga faults).
+func serveCommand(configure func(*cli.Command, *engine.Config) error) *cli.Command {
 	cf := &configFile{}
 	return &cli.Command{
 		Name:  "serve",
@@ -446,6 +434,9 @@ func serveCommand() *cli.Command {
 				defer stop()
 			}
 			cfg, err := engineConfig(cmd, logger)
+			if err == nil && configure != nil {
+				err = configure(cmd, &cfg)
+			}
 			if err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}

@@ -28,8 +28,8 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay"
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/internal/redact"
-	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/simulate"
 	"github.com/orderlyhq/orderly/simulate/cluster"
 	"github.com/orderlyhq/orderly/store"
@@ -53,7 +53,7 @@ func simulateCommand() *cli.Command {
 		Description: "Without --target and --database-url, starts an in-process server on a temporary SQLite database.\n" +
 			"simulate writes test orders into the database it runs on: it never reads ORDERLY_DATABASE_URL, and refuses a\n" +
 			"--database-url that already holds orders unless --allow-existing-data is given.\n" +
-			"With --database-url (or --instances, --kill-every), starts --instances `orderly serve` child processes\n" +
+			"With --database-url (or --instances, --kill-every), starts --instances child processes (serve with the saga fault rates)\n" +
 			"on that database (PostgreSQL or MySQL for more than one; default: one on a temporary SQLite file),\n" +
 			"spreads the traffic over them and, with --kill-every, SIGKILLs and restarts one now and then.\n" +
 			"Exits 1 when an invariant is violated or an order closed early.",
@@ -84,12 +84,44 @@ func simulateCommand() *cli.Command {
 			&cli.DurationFlag{Name: "group-time-limit", Value: simulate.DefaultGroupTimeLimit, Usage: "shortest group time limit of the group_buy deals (whole seconds, at least 2)"},
 			&cli.FloatFlag{Name: "min-created-share", Usage: "least share (0–1) of the orders sent that must be created (0: no minimum)"},
 			&cli.FloatFlag{Name: "min-paid-share", Value: simulate.DefaultMinPaidShare, Usage: "least share (0–1) of the buyers who meant to pay in time whose order must end paid, else the run barely tested payments (0: no minimum)"},
-			&cli.FloatFlag{Name: "fail-rate", Usage: "share (0–1) of saga participant calls that fail transiently (the servers' --test-saga-fail-rate)"},
-			&cli.FloatFlag{Name: "slow-rate", Usage: "share (0–1) of saga participant calls delayed (the servers' --test-saga-slow-rate)"},
-			&cli.FloatFlag{Name: "timeout-after-apply-rate", Usage: "share (0–1) of saga participant calls that apply and then time out (the servers' --test-saga-timeout-after-apply-rate)"},
-		}, faultFlags()...),
-		Action: runSimulate,
+		}, append(sagaFaultFlags(), faultFlags()...)...),
+		Action:   runSimulate,
+		Commands: []*cli.Command{instanceCommand()},
 	}
+}
+
+// sagaFaultFlags are the saga fault rates of simulate and of its instances (internal/fault.Saga).
+func sagaFaultFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.FloatFlag{Name: "fail-rate", Usage: "share (0–1) of saga participant calls that fail transiently before running"},
+		&cli.FloatFlag{Name: "slow-rate", Usage: "share (0–1) of saga participant calls delayed 20 ms"},
+		&cli.FloatFlag{Name: "timeout-after-apply-rate", Usage: "share (0–1) of saga participant calls that run and then report a timeout"},
+	}
+}
+
+// instanceCommand is `orderly simulate instance`, what simulate's child instances run:
+// serve with the test kit's saga faults at the rates of sagaFaultFlags, whose count it logs
+// when it stops. Hidden: serve has no test switch.
+func instanceCommand() *cli.Command {
+	f := &fault.Saga{}
+	cmd := serveCommand(func(c *cli.Command, cfg *engine.Config) error {
+		f.FailRate, f.SlowRate, f.TimeoutAfterApplyRate = c.Float("fail-rate"), c.Float("slow-rate"), c.Float("timeout-after-apply-rate")
+		if f.Enabled() {
+			cfg.Wrap.Participant = f.Wrap
+		}
+		return f.Validate()
+	})
+	cmd.Name, cmd.Hidden, cmd.Usage = "instance", true, "serve with saga faults injected (simulate's child instances)"
+	cmd.Flags = append(cmd.Flags, sagaFaultFlags()...)
+	serve := cmd.Action
+	cmd.Action = func(ctx context.Context, c *cli.Command) error {
+		err := serve(ctx, c)
+		if logger, lerr := newLogger(c.Root(), c.Root().ErrWriter); lerr == nil && f.Enabled() {
+			logger.Info("saga faults injected", "count", f.Injected())
+		}
+		return err
+	}
+	return cmd
 }
 
 // passThrough returns the serve flags given to simulate for its instances, those set only.
@@ -103,13 +135,13 @@ func passThrough(cmd *cli.Command) []string {
 	return args
 }
 
-// sagaFaultArgs are the serve flags that give the instances the run's saga fault rates.
+// sagaFaultArgs are the instance flags that give the run's saga fault rates.
 func sagaFaultArgs(cfg simulate.Config) []string {
 	var args []string
 	for _, f := range []struct {
 		name string
 		rate float64
-	}{{"test-saga-fail-rate", cfg.FailRate}, {"test-saga-slow-rate", cfg.SlowRate}, {"test-saga-timeout-after-apply-rate", cfg.TimeoutAfterApplyRate}} {
+	}{{"fail-rate", cfg.FailRate}, {"slow-rate", cfg.SlowRate}, {"timeout-after-apply-rate", cfg.TimeoutAfterApplyRate}} {
 		if f.rate > 0 {
 			args = append(args, "--"+f.name, strconv.FormatFloat(f.rate, 'g', -1, 64))
 		}
@@ -187,10 +219,13 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	defer os.RemoveAll(dir)
 	logger := slog.New(slog.NewTextHandler(root.ErrWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	secret := []byte(newSecret())
+	faults := &fault.Saga{FailRate: cfg.FailRate, SlowRate: cfg.SlowRate, TimeoutAfterApplyRate: cfg.TimeoutAfterApplyRate}
 	ecfg := engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(dir, "orderly.db"), CallbackSecret: secret,
 		SweepInterval: cmd.Duration("sweep-interval"), Logger: logger,
-		SagaFaults: saga.Faults{FailRate: cfg.FailRate, SlowRate: cfg.SlowRate, TimeoutAfterApplyRate: cfg.TimeoutAfterApplyRate},
+	}
+	if faults.Enabled() {
+		ecfg.Wrap.Participant = faults.Wrap
 	}
 	var fake *stripetest.Server
 	switch cmd.String("gateway") {
@@ -241,7 +276,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 	if err != nil {
 		return err
 	}
-	res.Gateway = cmd.String("gateway")
+	res.Gateway, res.SagaFaults = cmd.String("gateway"), faults.Injected()
 	return report(cmd, res, nil)
 }
 

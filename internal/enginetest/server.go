@@ -41,9 +41,9 @@ type ServerOptions struct {
 	WrapPayments func(orderly.PaymentService) orderly.PaymentService
 	// WrapGateway wraps the simulated gateway the payment service calls.
 	WrapGateway func(*sim.Gateway) orderly.Gateway
-	// SagaFaults are injected into the wallet checkout's participants
-	// (engine.Config.SagaFaults).
-	SagaFaults saga.Faults
+	// WrapParticipant wraps every saga participant (engine.Wrap.Participant), e.g.
+	// fault.Saga's Wrap.
+	WrapParticipant func(saga.Participant) saga.Participant
 }
 
 // Server is a whole engine (package engine, as `orderly serve` composes it) on the real
@@ -73,8 +73,9 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 	e, err := engine.Open(ctx, engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: opts.CallbackSecret,
 		InstanceID: t.Name(), SweepInterval: cmp.Or(opts.SweepInterval, time.Hour), Gateway: gateway,
-		Wrap:   engine.Wrap{Store: opts.WrapStore, Orders: opts.WrapOrders, Payments: opts.WrapPayments},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SagaFaults: opts.SagaFaults,
+		Wrap: engine.Wrap{Store: opts.WrapStore, Orders: opts.WrapOrders, Payments: opts.WrapPayments,
+			Participant: opts.WrapParticipant},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatalf("open engine: %v", err)

@@ -180,9 +180,10 @@ func (c *Cluster) Crashes() []string {
 	return append([]string(nil), c.crashes...)
 }
 
-// args returns the serve arguments of an instance.
+// args returns the arguments of an instance: `orderly simulate instance`, serve with the
+// saga faults of Extra.
 func (c *Cluster) args(in *instance) []string {
-	args := []string{"serve", "--addr", in.addr, "--database-url", c.cfg.DatabaseURL, "--callback-secret", c.cfg.CallbackSecret}
+	args := []string{"simulate", "instance", "--addr", in.addr, "--database-url", c.cfg.DatabaseURL, "--callback-secret", c.cfg.CallbackSecret}
 	if c.cfg.SweepInterval > 0 {
 		args = append(args, "--sweep-interval", c.cfg.SweepInterval.String())
 	}

@@ -1,4 +1,4 @@
-package saga_test
+package fault_test
 
 import (
 	"context"
@@ -6,15 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
-// TestFaults: each injected fault does what saga.Faults says, decided by its draw: a
+// TestSaga: each injected fault does what fault.Saga says, decided by its draw: a
 // failure before the participant runs (it never runs), a slow call that then runs, a
 // timeout after the participant ran (it ran once, the attempt is transient and retried
 // with the same key), no fault; and rates outside 0 … 1 are refused.
-func TestFaults(t *testing.T) {
+func TestSaga(t *testing.T) {
 	t.Parallel()
 	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "f.db")})
 	if err != nil {
@@ -35,14 +36,14 @@ func TestFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs, keys := 0, map[string]bool{}
-			f := &saga.Faults{FailRate: 0.1, SlowRate: 0.1, TimeoutAfterApplyRate: 0.1, Slow: 30 * time.Millisecond,
+			f := &fault.Saga{FailRate: 0.1, SlowRate: 0.1, TimeoutAfterApplyRate: 0.1, Slow: 30 * time.Millisecond,
 				Float64: func() float64 { return tc.draw }}
-			p := saga.WithFaults(saga.Local(func(_ context.Context, c *saga.Call) error {
+			p := saga.Local(func(_ context.Context, c *saga.Call) error {
 				runs++
 				keys[c.IdempotencyKey] = true
 				return nil
-			}), f)
-			o, err := saga.New(saga.Config{Store: db, Definitions: []saga.Definition{{Name: "f-" + tc.name, Steps: []saga.Step{{Name: "s", Action: p}}}}})
+			})
+			o, err := saga.New(saga.Config{Store: db, Wrap: f.Wrap, Definitions: []saga.Definition{{Name: "f-" + tc.name, Steps: []saga.Step{{Name: "s", Action: p}}}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,15 +59,18 @@ func TestFaults(t *testing.T) {
 			if runs != tc.runs || len(log) != 1 || log[0].Outcome != tc.outcome || len(keys) > 1 {
 				t.Errorf("runs %d, log %+v; want %d runs, outcome %s", runs, log, tc.runs, tc.outcome)
 			}
+			if want := map[bool]int64{true: 0, false: 1}[tc.name == "none"]; f.Injected() != want {
+				t.Errorf("injected %d, want %d", f.Injected(), want)
+			}
 			if took := time.Since(start); tc.slow && took < 30*time.Millisecond {
 				t.Errorf("slow call took %s, want ≥ 30 ms", took)
 			}
 		})
 	}
-	if err := (&saga.Faults{FailRate: 1.5}).Validate(); err == nil {
+	if err := (&fault.Saga{FailRate: 1.5}).Validate(); err == nil {
 		t.Error("FailRate 1.5 accepted")
 	}
-	if (&saga.Faults{}).Enabled() || !(&saga.Faults{SlowRate: 0.01}).Enabled() {
+	if (&fault.Saga{}).Enabled() || !(&fault.Saga{SlowRate: 0.01}).Enabled() {
 		t.Error("Enabled is wrong")
 	}
 }
