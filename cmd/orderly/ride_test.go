@@ -24,6 +24,7 @@ func TestSimulateRideHailing(t *testing.T) {
 	var res struct {
 		Orders     int      `json:"orders"`
 		Violations []string `json:"violations"`
+		SagaFaults int64    `json:"saga_faults_injected"`
 		Rides      struct {
 			Trips    int            `json:"trips"`
 			ByState  map[string]int `json:"by_state"`
@@ -35,8 +36,8 @@ func TestSimulateRideHailing(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		t.Fatalf("stdout: %v\n%s", err, stdout.String())
 	}
-	if len(res.Violations) != 0 || res.Orders != 60 || res.Rides.Trips != 60 {
-		t.Fatalf("violations %v, orders %d, trips %d", res.Violations, res.Orders, res.Rides.Trips)
+	if len(res.Violations) != 0 || res.Orders != 60 || res.Rides.Trips != 60 || res.SagaFaults == 0 {
+		t.Fatalf("violations %v, orders %d, trips %d, faults injected %d", res.Violations, res.Orders, res.Rides.Trips, res.SagaFaults)
 	}
 	states := 0
 	for _, n := range res.Rides.ByState {

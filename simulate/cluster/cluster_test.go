@@ -134,13 +134,13 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
-// TestClusterArgs checks the serve arguments an instance gets.
+// TestClusterArgs checks the arguments an instance gets: serve's, to simulate instance.
 func TestClusterArgs(t *testing.T) {
 	t.Parallel()
 	c := &Cluster{cfg: Config{DatabaseURL: "postgres://db", CallbackSecret: "s3", SweepInterval: 2 * time.Second,
 		Extra: []string{"--timer", "redis", "--redis-url", "redis://r"}}}
 	got := strings.Join(c.args(&instance{addr: "127.0.0.1:4000"}), " ")
-	want := "serve --addr 127.0.0.1:4000 --database-url postgres://db --callback-secret s3 --sweep-interval 2s --timer redis --redis-url redis://r"
+	want := "simulate instance --addr 127.0.0.1:4000 --database-url postgres://db --callback-secret s3 --sweep-interval 2s --timer redis --redis-url redis://r"
 	if got != want {
 		t.Errorf("args\n got %s\nwant %s", got, want)
 	}
