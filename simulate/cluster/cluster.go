@@ -1,5 +1,6 @@
-// Package cluster runs several `orderly serve` child processes on one database for
-// `orderly simulate --instances` and the project's multi-instance tests: it starts them on
+// Package cluster runs several serve child processes (`orderly simulate instance`: serve with
+// simulate's saga faults) on one database for `orderly simulate --instances` and the
+// project's multi-instance tests: it starts them on
 // free 127.0.0.1 ports, waits until each is ready, SIGKILLs and restarts them now and then
 // (Cluster.KillLoop), and injects real faults (Faults: Redis killed, NATS cut off, an
 // instance stopped with SIGSTOP, PostgreSQL restarted) into the services it runs itself.
