@@ -146,7 +146,3 @@ func (g *guardedGateway) QueryRefund(ctx context.Context, r *orderly.GatewayRefu
 	})
 	return res, err
 }
-
-// ErrGatewayTimeout is orderly.ErrGatewayTimeout, under the name ride's fault injection
-// (ride/faults.go) still uses.
-var ErrGatewayTimeout = orderly.ErrGatewayTimeout
