@@ -109,3 +109,25 @@ type CatalogService interface {
 	// Coupon returns one coupon. Errors: ENOTFOUND.
 	Coupon(ctx context.Context, id string) (*Coupon, error)
 }
+
+// Signals is the port of post-commit wake-ups: a service calls it after its transaction
+// committed, so that the one timer and the outbox relay act now rather than at their next
+// poll. Calls never block and never fail: a lost signal costs latency only (the sweep and
+// the relay's poll find the rows).
+type Signals interface {
+	// OrderCreated says order id, due to close at closeAt, was committed (the timer re-arms
+	// and the delay queue, when configured, records it).
+	OrderCreated(ctx context.Context, id string, closeAt time.Time)
+	// Deadline says something timed with this deadline was committed (a group, a wallet
+	// hold, a saga's retry).
+	Deadline(ctx context.Context, at time.Time)
+	// OutboxWritten says a commit wrote outbox messages.
+	OutboxWritten()
+}
+
+// NoSignals is the Signals of a service built without one: it drops every signal.
+type NoSignals struct{}
+
+func (NoSignals) OrderCreated(context.Context, string, time.Time) {}
+func (NoSignals) Deadline(context.Context, time.Time)             {}
+func (NoSignals) OutboxWritten()                                  {}

@@ -46,8 +46,8 @@ type Config struct {
 	Store store.Store // required
 	// Reconciler serves the per-order reconciliation and the reports; required.
 	Reconciler *reconcile.Reconciler
-	// WakeRelay is called after a re-drive; nil means none.
-	WakeRelay func()
+	// Signals is told of outbox messages written (the relay); nil drops them.
+	Signals orderly.Signals
 	// Flows are the engine's flows: an order search by a flow or a state none of them has
 	// is refused (EINVALID) instead of answering an empty page. nil: not checked.
 	Flows orderly.Flows
@@ -69,8 +69,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Reconciler == nil {
 		return nil, errors.New("admin: Store and Reconciler are required")
 	}
-	if cfg.WakeRelay == nil {
-		cfg.WakeRelay = func() {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	return &Service{cfg: cfg}, nil
 }
@@ -222,7 +222,7 @@ func (s *Service) Redrive(ctx context.Context, id int64, by Actor) error {
 	if err != nil {
 		return fmt.Errorf("admin: re-drive message %d: %w", id, err)
 	}
-	s.cfg.WakeRelay()
+	s.cfg.Signals.OutboxWritten()
 	return nil
 }
 
@@ -266,7 +266,7 @@ func (s *Service) RedriveWhere(ctx context.Context, f store.OutboxFilter, by Act
 		}
 		total += len(ms)
 		if len(ms) > 0 {
-			s.cfg.WakeRelay()
+			s.cfg.Signals.OutboxWritten()
 			f.AfterID = ms[len(ms)-1].ID
 		}
 		if len(ms) < RedriveBatch {

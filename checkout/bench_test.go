@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/testdb"
 )
 
@@ -39,7 +41,7 @@ func BenchmarkWalletCheckout(b *testing.B) {
 func benchCheckout(b *testing.B, url string) {
 	ctx := b.Context()
 	e, err := engine.Open(ctx, engine.Config{DatabaseURL: url, CallbackSecret: []byte("s"), DatabaseMaxConns: 20,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, features.All()...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func benchCheckout(b *testing.B, url string) {
 				if n > int64(b.N) {
 					return
 				}
-				o, _, err := e.Checkout().Checkout(context.Background(), &orderly.CreateOrderParams{
+				o, _, err := e.Service("wallet_checkout").(*checkout.Service).Checkout(context.Background(), &orderly.CreateOrderParams{
 					UserID: fmt.Sprintf("buyer-%d", n%buyers), Currency: "USD", PaymentMethod: orderly.PaymentMethodWallet,
 					Items: []orderly.Item{{SKU: fmt.Sprintf("sku-%d", n%skus), Quantity: 1, UnitPrice: 1000}}})
 				if err != nil || o.State != orderly.StatePaid {

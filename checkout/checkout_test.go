@@ -20,6 +20,7 @@ import (
 	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
@@ -52,7 +53,7 @@ func config(t *testing.T, url string) engine.Config {
 func setup(t *testing.T, cfg engine.Config, start bool, stock, balance int64) *bundle {
 	t.Helper()
 	ctx := t.Context()
-	e, err := engine.Open(ctx, cfg)
+	e, err := engine.Open(ctx, cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestCheckoutTransientThenSuccess(t *testing.T) {
 	cfg := sqliteConfig(t)
 	cfg.Wrap = failNth(4)
 	b := setup(t, cfg, true, 5, 10_000)
-	o, created, err := b.e.Checkout().Checkout(t.Context(), b.params(true))
+	o, created, err := b.e.Service("wallet_checkout").(*checkout.Service).Checkout(t.Context(), b.params(true))
 	if err != nil || !created || o.State != orderly.StatePendingPayment {
 		t.Fatalf("checkout: %+v %v %v", o, created, err)
 	}
@@ -332,7 +333,7 @@ func TestCheckoutCrashResumes(t *testing.T) {
 	cfg := sqliteConfig(t)
 	cfg.Wrap = failNth(4)
 	b := setup(t, cfg, false, 5, 10_000)
-	o, _, err := b.e.Checkout().Checkout(t.Context(), b.params(true))
+	o, _, err := b.e.Service("wallet_checkout").(*checkout.Service).Checkout(t.Context(), b.params(true))
 	if err != nil || o.State != orderly.StatePendingPayment {
 		t.Fatalf("checkout: %+v %v", o, err)
 	}
@@ -344,7 +345,7 @@ func TestCheckoutCrashResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Wrap = engine.Wrap{}
-	e2, err := engine.Open(t.Context(), cfg)
+	e2, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +379,7 @@ func TestCheckoutCancelledWhilePaying(t *testing.T) {
 	cfg := sqliteConfig(t)
 	cfg.Wrap = failNth(4)
 	b := setup(t, cfg, false, 5, 10_000)
-	o, _, err := b.e.Checkout().Checkout(t.Context(), b.params(true))
+	o, _, err := b.e.Service("wallet_checkout").(*checkout.Service).Checkout(t.Context(), b.params(true))
 	if err != nil || o.State != orderly.StatePendingPayment {
 		t.Fatalf("checkout: %+v %v", o, err)
 	}
@@ -430,7 +431,7 @@ func TestCheckoutConcurrent(t *testing.T) {
 			for range 100 {
 				wg.Go(func() {
 					q := *p
-					o, _, err := b.e.Checkout().Checkout(context.Background(), &q)
+					o, _, err := b.e.Service("wallet_checkout").(*checkout.Service).Checkout(context.Background(), &q)
 					switch {
 					case err == nil && o.State == orderly.StatePaid:
 						paid.Add(1)
@@ -483,7 +484,7 @@ func TestCheckoutSetAnswers(t *testing.T) {
 				wg.Go(func() {
 					p := b.params(false)
 					p.Items[0].UnitPrice = 1000
-					o, _, err := b.e.Checkout().Checkout(ctx, p)
+					o, _, err := b.e.Service("wallet_checkout").(*checkout.Service).Checkout(ctx, p)
 					answers[i] = answer{o, err}
 				})
 			}
@@ -595,7 +596,7 @@ func TestCheckoutSetGivesBackForTheNext(t *testing.T) {
 			var mu sync.Mutex
 			run := func(tag string, p *orderly.CreateOrderParams) {
 				wg.Go(func() {
-					_, _, err := e.Checkout().Checkout(ctx, p)
+					_, _, err := e.Service("wallet_checkout").(*checkout.Service).Checkout(ctx, p)
 					mu.Lock()
 					res[tag] = err
 					mu.Unlock()

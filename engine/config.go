@@ -12,12 +12,10 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
-	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
-	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -160,16 +158,15 @@ type Config struct {
 
 	// Flows is the registry of order flows (orderly.NewFlows); Open builds one
 	// order.Machine over it and gives that to every service that changes an order's state
-	// (order, payment, the closer). nil → DefaultFlows() (standard and group_buy). When it
-	// holds group_buy, Open adds group-buy's effects, its group deadlines to Timed and its
-	// group service (Engine.Groups) behind the API. See README.md "Flows".
+	// (order, payment, the closer). nil → orderly.DefaultFlows() (standard). Open adds the
+	// flows of its features (feature.Feature). See README.md "Flows".
 	Flows orderly.Flows
 	// Effects are the named effects of flows beyond the built-in ones (order.Effects), by
 	// name, registered by a flow's own package; a name registered twice is refused.
 	Effects map[string]order.Effect
 	// Timed are the other kinds of timed entities (group deadlines, holds) the closer's
 	// timer, sweep and deep check drive besides orders (timeout.Timed). Open always adds
-	// the wallet hold expiries (wallet.Expiries) and, with group_buy, the group deadlines.
+	// the wallet hold expiries (wallet.Expiries), the sagas and the features' kinds.
 	Timed []timeout.Timed
 	// Sagas are the saga definitions the engine's orchestrator runs (Engine.Sagas): their
 	// step deadlines and retries are timed on the closer's one timer, and GET
@@ -414,8 +411,9 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 	c.DatabaseLockTimeout = cmp.Or(c.DatabaseLockTimeout, sqlstore.DefaultLockTimeout)
 	c.DatabaseIdleInTransactionTimeout = cmp.Or(c.DatabaseIdleInTransactionTimeout, sqlstore.DefaultIdleInTransactionTimeout)
 	if c.Flows == nil {
-		c.Flows = DefaultFlows()
+		c.Flows = orderly.DefaultFlows()
 	}
+	c.Flows = maps.Clone(c.Flows) // Open adds the features' flows
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -424,14 +422,4 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 		c.InstanceID = fmt.Sprintf("%s:%d", cmp.Or(host, "orderly"), pid)
 	}
 	return c
-}
-
-// DefaultFlows returns the engine's built-in flow registry: orderly.StandardFlow,
-// groupbuy.Flow and ride.Flow.
-func DefaultFlows() orderly.Flows {
-	flows, err := orderly.NewFlows(orderly.StandardFlow, groupbuy.Flow, ride.Flow)
-	if err != nil {
-		panic(err) // the built-in flows are valid; a test covers it
-	}
-	return flows
 }

@@ -22,8 +22,7 @@ import (
 	"github.com/orderlyhq/orderly/apikey"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/sim"
-	"github.com/orderlyhq/orderly/checkout"
-	"github.com/orderlyhq/orderly/groupbuy"
+	"github.com/orderlyhq/orderly/feature"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/natspub"
@@ -32,12 +31,12 @@ import (
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/redisq"
-	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/wakeup"
 	"github.com/orderlyhq/orderly/wallet"
 	"github.com/orderlyhq/orderly/webhook"
 )
@@ -55,15 +54,13 @@ type Engine struct {
 	db       *sqlstore.DB
 	sim      orderly.Gateway // serves channel "sim" (Config.Gateway or channel/sim's); nil when not served
 	machine  *order.Machine
-	groups   *groupbuy.Service // nil when Config.Flows has no group_buy
-	rides    *ride.Service     // nil without ride_hailing or without a gateway with holds
+	services map[string]any // of the features (feature.Parts.Service), by feature name
 	wallets  *wallet.Service
 	orders   *order.Service
 	payments *payment.Service
 	router   *channel.Router // nil without Config.ChannelRoutes
 	closer   *timeout.Closer
 	sagas    *saga.Orchestrator
-	checkout *checkout.Service
 	relay    *outbox.Relay
 	jobs     []*job.Runner
 	recon    *reconcile.Reconciler
@@ -91,15 +88,16 @@ type Engine struct {
 }
 
 // Open validates cfg (errors are *ConfigError, see Config.Validate), builds the one
-// order.Machine of Config.Flows and Config.Effects (a flow naming an effect nobody
-// registered is refused here: "engine: flows: …"), opens the database
+// order.Machine of Config.Flows and Config.Effects and those of features (a flow naming an
+// effect nobody registered is refused here: "engine: flows: …"), opens the database
 // (applying pending migrations), connects to Redis and NATS when configured, and builds the
-// services, the closer, the relay, the jobs and the HTTP handler. Nothing runs until
+// services, each feature on them (feature.Core), the closer, the relay, the jobs and the
+// HTTP handler. Nothing runs until
 // Start. On error everything opened so far is closed. Errors: a *ConfigError; those of
 // sqlstore.Open as they are (they name the database: "database file …", "unsupported
 // database URL …", EINVALID); the others wrapped with what failed ("engine: connect to
 // Redis: …").
-func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
+func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engine, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -138,23 +136,32 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		}
 	}
 	log := cfg.Logger
-	wakeRelay := func() { e.relay.Notify() } // set below, before anything can call it
+	sig := &wakeup.Hub{} // connected to the closer and the relay once they are built, below
 
-	// One machine over one flow registry, shared by every service that changes an order's
-	// state (README.md "Flows").
-	effects, timed := map[string]order.Effect{}, cfg.Timed
-	_, groupBuy := cfg.Flows[groupbuy.FlowName]
-	if groupBuy {
-		maps.Copy(effects, groupbuy.Effects())
+	// One machine over one flow registry (Config.Flows and the features'), shared by every
+	// service that changes an order's state (README.md "Flows").
+	effects := map[string]order.Effect{}
+	for _, f := range features {
+		for _, fl := range f.Flows {
+			if had := cfg.Flows[fl.Name]; had != nil && had != fl {
+				return nil, fmt.Errorf("engine: feature %s: flow %s is registered twice", f.Name, fl.Name)
+			}
+			cfg.Flows[fl.Name] = fl
+		}
+		for name, eff := range f.Effects {
+			if _, dup := effects[name]; dup {
+				return nil, fmt.Errorf("engine: feature %s: effect %s is registered twice", f.Name, name)
+			}
+			effects[name] = eff
+		}
 	}
-	if cfg.Flows[ride.FlowName] != nil {
-		maps.Copy(effects, ride.Effects())
-	}
+	e.cfg.Flows = cfg.Flows
 	maps.Copy(effects, cfg.Effects)
 	if e.machine, err = order.NewMachine(cfg.Flows, effects); err != nil {
 		return nil, fmt.Errorf("engine: flows: %w", err)
 	}
 	e.machine.WithMetrics(e.metrics)
+	holdGateway := gateway // uninstrumented: a feature asks it for more than orderly.Gateway
 	if gateway != nil {
 		gateway = telemetry.InstrumentGateway(gateway, e.metrics)
 	}
@@ -170,78 +177,62 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		}
 	}
 	e.router = router
+	// Wallets are core, not a feature: refunds of wallet-paid orders credit the buyer's
+	// wallet (payments), and hold expiries are one more timed kind of the closer.
+	if e.wallets, err = wallet.NewService(wallet.Config{Store: st, Logger: log, Signals: sig}); err != nil {
+		return nil, fmt.Errorf("engine: wallet service: %w", err)
+	}
+	timed := append(slices.Clone(cfg.Timed), wallet.NewExpiries(log))
 	if e.payments, err = payment.NewService(payment.Config{
-		Store: st, Gateway: gateway, Machine: e.machine, WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics,
+		Store: st, Gateway: gateway, Machine: e.machine, Signals: sig, Logger: log, Metrics: e.metrics,
 		Channels: cfg.Channels, Channel: cfg.paymentChannel(), CallTimeout: cfg.ChannelCallTimeout, Router: router,
-		Breaker: cfg.ChannelBreaker,
+		Breaker: cfg.ChannelBreaker, Wallets: e.wallets,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: payment service: %w", err)
 	}
 	if e.orders, err = order.NewService(order.Config{
 		Store: st, Machine: e.machine, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
-		OnCreated: func(ctx context.Context, id string, closeAt time.Time) { e.closer.Created(ctx, id, closeAt) },
-		WakeRelay: wakeRelay, Payments: e.payments, Logger: log, CreateBatch: cfg.CreateBatch, CreateQueue: cfg.CreateQueue,
+		Signals: sig, Payments: e.payments, Logger: log, CreateBatch: cfg.CreateBatch, CreateQueue: cfg.CreateQueue,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: order service: %w", err)
 	}
-
-	if groupBuy {
-		if e.groups, err = groupbuy.NewService(groupbuy.Config{
-			Store: st, Orders: e.orders, WakeRelay: wakeRelay, Logger: log,
-			OnDeadline: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
-		}); err != nil {
-			return nil, fmt.Errorf("engine: group-buy service: %w", err)
-		}
-		deadlines, err := groupbuy.NewDeadlines(e.machine, e.metrics, log)
-		if err != nil {
-			return nil, fmt.Errorf("engine: group deadlines: %w", err)
-		}
-		timed = append(slices.Clone(timed), deadlines)
-	}
-	// Wallets and their holds: hold expiries are one more timed kind of the closer.
-	if e.wallets, err = wallet.NewService(wallet.Config{
-		Store: st, Logger: log, OnHold: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
-	}); err != nil {
-		return nil, fmt.Errorf("engine: wallet service: %w", err)
-	}
-	e.payments.UseWallets(e.wallets) // refunds of wallet-paid orders credit the buyer's wallet
-	timed = append(slices.Clone(timed), wallet.NewExpiries(log))
-
-	// Ride-hailing trips: card holds at a gateway that has them (the simulated one), their
-	// money moved by sagas (README.md "Ride-hailing").
-	sagas := cfg.Sagas
-	if holds, ok := e.sim.(orderly.HoldGateway); ok && cfg.Flows[ride.FlowName] != nil {
-		if e.rides, err = ride.New(ride.Config{
-			Store: st, Machine: e.machine, Gateway: holds, Wallets: e.wallets, Logger: log,
-			OnCreated: func(ctx context.Context, id string, closeAt time.Time) { e.closer.Created(ctx, id, closeAt) },
-		}); err != nil {
-			return nil, fmt.Errorf("engine: ride-hailing: %w", err)
-		}
-		sagas = append(slices.Clone(sagas), e.rides.Definitions()...)
-	}
-
-	// The saga orchestrator: its due instances are one more timed kind of the closer. The
-	// wallet checkout (package checkout) is one of its definitions.
-	walletCheckout, err := checkout.Definition(checkout.Deps{Orders: e.orders, Wallets: e.wallets})
-	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
+	// The saga orchestrator: its due instances are one more timed kind of the closer.
 	if e.sagas, err = saga.New(saga.Config{
-		Store: st, Definitions: append(slices.Clone(sagas), walletCheckout), Logger: log, Metrics: e.metrics,
-		Wake:     func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+		Store: st, Definitions: cfg.Sagas, Logger: log, Metrics: e.metrics, Signals: sig,
 		JoinRuns: joinRuns, JoinOnlySets: st.Dialect() != "sqlite", Wrap: cfg.Wrap.Participant,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: sagas: %w", err)
 	}
-	timed = append(slices.Clone(timed), e.sagas.Timed())
-	if e.checkout, err = checkout.NewService(st, e.orders, e.sagas); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	if e.rides != nil {
-		e.rides.UseSagas(e.sagas)
+	timed = append(timed, e.sagas.Timed())
+
+	core := &feature.Core{Store: st, Machine: e.machine, Orders: e.orders, Payments: e.payments, Wallets: e.wallets,
+		Sagas: e.sagas, Gateway: holdGateway, Signals: sig, Logger: log, Metrics: e.metrics}
+	handlers := order.ReleaseHandlers()
+	var checks []reconcile.Check
+	e.services = map[string]any{}
+	var wrapOrders []func(orderly.OrderService) orderly.OrderService
+	for _, f := range features {
+		if f.Build == nil {
+			continue
+		}
+		parts, err := f.Build(core)
+		if err != nil {
+			return nil, fmt.Errorf("engine: feature %s: %w", f.Name, err)
+		}
+		if err := e.sagas.Define(parts.Sagas...); err != nil {
+			return nil, fmt.Errorf("engine: feature %s: sagas: %w", f.Name, err)
+		}
+		timed = append(timed, parts.Timed...)
+		maps.Copy(handlers, parts.Handlers)
+		checks = append(checks, parts.Reconcile...)
+		if parts.Service != nil {
+			e.services[f.Name] = parts.Service
+		}
+		if parts.Orders != nil {
+			wrapOrders = append(wrapOrders, parts.Orders)
+		}
 	}
 
-	handlers := order.ReleaseHandlers()
 	handlers[orderly.TopicPaymentRefund] = e.payments.RefundHandler()
 	handlers[orderly.TopicPaymentCancel] = e.payments.CancelHandler()
 	handlers[orderly.TopicRefundExecute] = e.payments.RefundExecuteHandler()
@@ -274,7 +265,7 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 
 	tcfg := timeout.Config{
 		Store: st, Machine: e.machine, Timed: timed, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
-		WakeRelay: wakeRelay, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
+		Signals: sig, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
 	}
 	if e.db.Dialect() == "mysql" {
 		// No cross-instance wake-up: other instances' earlier deadlines are seen by polling.
@@ -306,18 +297,20 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if e.closer, err = timeout.NewCloser(tcfg); err != nil {
 		return nil, fmt.Errorf("engine: closer: %w", err)
 	}
+	sig.Connect(e.closer, e.relay) // before any service can commit: Open has not returned
+	closer := e.closer
 
 	if e.recon, err = reconcile.New(reconcile.Config{
-		Store: st, Machine: e.machine, Payments: e.payments, WakeRelay: wakeRelay, Registerer: e.metrics.Registry, Logger: log,
-		Checks: append(wallet.ReconcileChecks(), ride.ReconcileChecks()...), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
+		Store: st, Machine: e.machine, Payments: e.payments, Signals: sig, Registerer: e.metrics.Registry, Logger: log,
+		Checks: append(wallet.ReconcileChecks(), checks...), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
 		CloseDue: func(ctx context.Context) error {
-			_, err := e.closer.CloseDue(ctx, reconcile.OperatorReconcile)
+			_, err := closer.CloseDue(ctx, reconcile.OperatorReconcile)
 			return err
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("engine: reconciler: %w", err)
 	}
-	if e.admin, err = admin.New(admin.Config{Store: st, Reconciler: e.recon, WakeRelay: wakeRelay, Flows: cfg.Flows,
+	if e.admin, err = admin.New(admin.Config{Store: st, Reconciler: e.recon, Signals: sig, Flows: cfg.Flows,
 		Jobs: []string{"sweep", "deep_check", "outbox_retention", "reconcile"}, Lateness: e.metrics.CloseLateness}); err != nil {
 		return nil, fmt.Errorf("engine: admin service: %w", err)
 	}
@@ -345,7 +338,10 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 		e.jobs = append(e.jobs, r)
 	}
 
-	var orders orderly.OrderService = checkout.Orders{OrderService: e.orders, Checkout: e.checkout}
+	var orders orderly.OrderService = e.orders
+	for _, wrap := range wrapOrders {
+		orders = wrap(orders)
+	}
 	if cfg.Wrap.Orders != nil {
 		orders = cfg.Wrap.Orders(orders)
 	}
@@ -353,13 +349,16 @@ func Open(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if cfg.Wrap.Payments != nil {
 		payments = cfg.Wrap.Payments(payments)
 	}
-	var groups orderly.GroupService // nil interface (not a nil *Service) without group_buy
-	if e.groups != nil {
-		groups = e.groups
-	}
-	var trips orderly.TripService // nil interface without ride-hailing
-	if e.rides != nil {
-		trips = e.rides
+	// The features' services the API has routes for; nil interfaces without them.
+	var groups orderly.GroupService
+	var trips orderly.TripService
+	for _, svc := range e.services {
+		if g, ok := svc.(orderly.GroupService); ok {
+			groups = g
+		}
+		if t, ok := svc.(orderly.TripService); ok {
+			trips = t
+		}
 	}
 	e.handler = httpapi.New(httpapi.Config{
 		Trips:  trips,
@@ -610,12 +609,10 @@ func (e *Engine) Orders() *order.Service { return e.orders }
 // Payments returns the payment service (orderly.PaymentService), unwrapped by Config.Wrap.
 func (e *Engine) Payments() *payment.Service { return e.payments }
 
-// Groups returns the group-buy service; nil when Config.Flows has no group_buy flow.
-func (e *Engine) Groups() *groupbuy.Service { return e.groups }
-
-// Rides returns the ride-hailing service; nil when Config.Flows has no ride_hailing flow or
-// the gateway of "sim" has no holds (orderly.HoldGateway).
-func (e *Engine) Rides() *ride.Service { return e.rides }
+// Service returns the service of the named feature (feature.Parts.Service: a
+// *groupbuy.Service for "group_buy", …), or nil when Open was given no such feature or it
+// built none (ride-hailing without a gateway with holds).
+func (e *Engine) Service(feature string) any { return e.services[feature] }
 
 // Wallets returns the wallet service (accounts, ledger, holds; package wallet).
 func (e *Engine) Wallets() *wallet.Service { return e.wallets }
@@ -626,10 +623,6 @@ func (e *Engine) Store() *sqlstore.DB { return e.db }
 
 // Closer returns the close path (timer, sweep and deep check bodies).
 func (e *Engine) Closer() *timeout.Closer { return e.closer }
-
-// Checkout returns the wallet checkout (package checkout): POST /v1/orders with
-// payment_method "wallet" runs it.
-func (e *Engine) Checkout() *checkout.Service { return e.checkout }
 
 // Sagas returns the saga orchestrator (Run, Begin, Get, Redrive) of Config.Sagas.
 func (e *Engine) Sagas() *saga.Orchestrator { return e.sagas }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/outbox"
 )
 
@@ -64,7 +65,7 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		cfg := config(t)
 		tc.edit(&cfg)
-		e, err := engine.Open(t.Context(), cfg)
+		e, err := engine.Open(t.Context(), cfg, features.All()...)
 		var ce *engine.ConfigError
 		if e != nil || !errors.As(err, &ce) || ce.Field != tc.field || err.Error() != tc.want {
 			t.Errorf("Open: %v (%T), want a ConfigError on %s: %q", err, err, tc.field, tc.want)
@@ -81,7 +82,7 @@ func TestOpenErrors(t *testing.T) {
 	t.Parallel()
 	cfg := config(t)
 	cfg.DatabaseURL = "redis://localhost/x"
-	_, err := engine.Open(t.Context(), cfg)
+	_, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err == nil || !strings.Contains(err.Error(), "unsupported database URL") {
 		t.Fatalf("redis URL as a database: %v", err)
 	}
@@ -97,7 +98,7 @@ func TestLifecycle(t *testing.T) {
 	ctx := t.Context()
 	cfg := config(t)
 	cfg.Addr = "127.0.0.1:0"
-	e, err := engine.Open(ctx, cfg)
+	e, err := engine.Open(ctx, cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestStartListenError(t *testing.T) {
 	defer l.Close()
 	cfg := config(t)
 	cfg.Addr = l.Addr().String()
-	e, err := engine.Open(t.Context(), cfg)
+	e, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestFlowsRegistry(t *testing.T) {
 	t.Parallel()
 	cfg := config(t)
 	cfg.Flows = orderly.Flows{"express": orderly.StandardFlow}
-	e, err := engine.Open(t.Context(), cfg)
+	e, err := engine.Open(t.Context(), cfg) // no feature: no flow of theirs
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestFlowsRegistry(t *testing.T) {
 // (chi's Mount) and of a net/http mux (http.StripPrefix), problems included.
 func TestHandlerMounted(t *testing.T) {
 	t.Parallel()
-	e, err := engine.Open(t.Context(), config(t))
+	e, err := engine.Open(t.Context(), config(t), features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

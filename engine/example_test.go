@@ -12,6 +12,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 )
 
 // Example embeds orderly in a Go service: an engine on a SQLite file, its workers running,
@@ -30,7 +31,7 @@ func Example() {
 		DatabaseURL:    filepath.Join(dir, "orderly.db"),
 		CallbackSecret: []byte("example-secret"),
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}, features.All()...)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 )
 
 // TestListenAddr: an open API (no admin token, no key) listens on 127.0.0.1 at the port
@@ -41,7 +42,7 @@ func TestLoopbackWhenOpen(t *testing.T) {
 	}
 	_ = probe.Close()
 	cfg.Addr, cfg.LoopbackWhenOpen = "[::1]:0", true
-	e, err := engine.Open(t.Context(), cfg)
+	e, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestLoopbackWhenOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e2, err := engine.Open(t.Context(), cfg) // the same database, now with a key
+	e2, err := engine.Open(t.Context(), cfg, features.All()...) // the same database, now with a key
 	if err != nil {
 		t.Fatal(err)
 	}

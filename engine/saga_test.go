@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -34,7 +35,7 @@ func TestEngineSagas(t *testing.T) {
 			return nil
 		}), Retry: saga.RetryPolicy{InitialInterval: 10 * time.Millisecond, RandomizationFactor: -1}},
 	}}}
-	e, err := engine.Open(t.Context(), cfg)
+	e, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestEngineSagas(t *testing.T) {
 		c := config(t)
 		c.Sagas = []saga.Definition{{Name: "bad"}}
 		return c
-	}()); err == nil {
+	}(), features.All()...); err == nil {
 		t.Fatal("a definition without steps was accepted")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 )
 
 // idleAdapter is a real channel no test calls: only its name counts here.
@@ -73,7 +74,7 @@ func TestSimChannelNotBuilt(t *testing.T) {
 	t.Parallel()
 	cfg := config(t)
 	cfg.Channels, cfg.DefaultChannel = []channel.Adapter{idleAdapter{name: "acme"}}, "acme"
-	e, err := engine.Open(t.Context(), cfg)
+	e, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/telemetry"
@@ -58,7 +59,7 @@ func TestTraceFromCreateToWebhook(t *testing.T) {
 		published <- hop{m.Topic, telemetry.TraceID(ctx)}
 		return nil
 	}}
-	e, err := engine.Open(t.Context(), cfg)
+	e, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
@@ -24,7 +25,7 @@ func instance(t *testing.T, e *enginetest.Env, name string, closeBatch int) *eng
 	in, err := engine.Open(context.Background(), engine.Config{
 		DatabaseURL: e.Engine.Config().DatabaseURL, Now: e.Clock.Now, CallbackSecret: []byte("enginetest"),
 		InstanceID: t.Name() + "/" + name, Gateway: e.Gateway, DatabaseMaxConns: 5, CloseBatchSize: closeBatch,
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatalf("open instance %s: %v", name, err)
 	}

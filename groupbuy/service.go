@@ -37,13 +37,10 @@ type Config struct {
 	// Orders creates and cancels member orders; its Machine must know Flow (package
 	// engine builds one Machine with Effects and gives it to every service).
 	Orders *order.Service
-	// OnDeadline, when set, is called after a group commits with its deadline, so that the
-	// precise timers of this instance and the others can re-arm for it
-	// (timeout.Closer.Deadline).
-	OnDeadline func(ctx context.Context, at time.Time)
-	// WakeRelay, when set, is called after a commit that wrote outbox messages.
-	WakeRelay func()
-	Logger    *slog.Logger
+	// Signals is told of each group committed with its deadline (the timers of this
+	// instance and the others re-arm for it) and of outbox messages written; nil drops them.
+	Signals orderly.Signals
+	Logger  *slog.Logger
 }
 
 // Service implements orderly.GroupService.
@@ -73,11 +70,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("groupbuy: the order machine has no %s flow: %w", FlowName, err)
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.OnDeadline == nil {
-		cfg.OnDeadline = func(context.Context, time.Time) {}
-	}
-	if cfg.WakeRelay == nil {
-		cfg.WakeRelay = func() {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	return &Service{cfg: cfg, flow: flow, deals: map[string]*orderly.Deal{}}, nil
 }
@@ -416,7 +410,7 @@ func (s *Service) admit(ctx context.Context, p *orderly.JoinGroupParams,
 	}
 	if created {
 		s.cfg.Orders.Created(ctx, o)
-		s.cfg.OnDeadline(ctx, g.DeadlineAt)
+		s.cfg.Signals.Deadline(ctx, g.DeadlineAt)
 	}
 	return g, o, created, nil
 }
@@ -487,7 +481,7 @@ func (s *Service) LeaveGroup(ctx context.Context, groupID, userID, actor, traceI
 			return nil, fmt.Errorf("leave group %s: %w", groupID, err)
 		}
 		if unpaid == "" {
-			s.cfg.WakeRelay()
+			s.cfg.Signals.OutboxWritten()
 		} else {
 			_, err = s.cfg.Orders.CancelOrder(ctx, unpaid, actor, traceID)
 			if orderly.ErrorCode(err) == orderly.EILLEGAL && round < leaveRounds {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	orderlyengine "github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/httpapi"
 )
 
@@ -34,7 +35,7 @@ func newIDEngine(t *testing.T) *idEngine {
 	e, err := orderlyengine.Open(t.Context(), orderlyengine.Config{
 		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: engineSecret, AdminToken: idAdminToken,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

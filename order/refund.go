@@ -193,7 +193,7 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 		return nil, false, fmt.Errorf("refund order %s: %w", p.OrderID, err)
 	}
 	if created {
-		s.cfg.WakeRelay()
+		s.cfg.Signals.OutboxWritten()
 	}
 	return f, created, nil
 }

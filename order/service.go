@@ -70,11 +70,9 @@ type Config struct {
 	// GracePeriod is added to the payment deadline to get close_at, for callbacks in
 	// flight; 0 by default.
 	GracePeriod time.Duration
-	// OnCreated, when set, is called after an order commits with its id and close_at, so
-	// the precise timer can re-arm for an earlier deadline (and a delay queue learn it).
-	OnCreated func(ctx context.Context, id string, closeAt time.Time)
-	// WakeRelay, when set, is called after a commit that wrote outbox messages.
-	WakeRelay func()
+	// Signals is told of each order committed (its close_at: the timer) and of outbox
+	// messages written; nil drops them.
+	Signals orderly.Signals
 	// Payments cancels an attempt in flight at the gateway before a buyer cancel (package
 	// payment implements it). nil: the attempt is marked failed without asking a gateway,
 	// and a success that arrives later is refunded (I2).
@@ -129,11 +127,8 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	cfg.DefaultPaymentTimeout = cmp.Or(cfg.DefaultPaymentTimeout, DefaultPaymentTimeout)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.OnCreated == nil {
-		cfg.OnCreated = func(context.Context, string, time.Time) {}
-	}
-	if cfg.WakeRelay == nil {
-		cfg.WakeRelay = func() {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	cfg.CreateBatch = cmp.Or(cfg.CreateBatch, DefaultCreateBatch)
 	cfg.CreateQueue = cmp.Or(cfg.CreateQueue, DefaultCreateQueue)
@@ -476,10 +471,10 @@ func FreezeCoupon(ctx context.Context, tx store.Tx, o *orderly.Order, now time.T
 	return nil
 }
 
-// Created tells the timer (Config.OnCreated) about an order that a committed transaction
+// Created tells the timer (Config.Signals) about an order that a committed transaction
 // created through CreateInTx.
 func (s *Service) Created(ctx context.Context, o *orderly.Order) {
-	s.cfg.OnCreated(ctx, o.ID, o.CloseAt)
+	s.cfg.Signals.OrderCreated(ctx, o.ID, o.CloseAt)
 }
 
 // Machine returns the machine that applies the service's transitions.
@@ -563,7 +558,7 @@ func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*
 		} else if err != nil {
 			return nil, err
 		}
-		s.cfg.WakeRelay()
+		s.cfg.Signals.OutboxWritten()
 		return o, nil
 	}
 }

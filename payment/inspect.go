@@ -49,7 +49,7 @@ func (s *Service) InspectPayment(ctx context.Context, orderID, paymentID string)
 			return orderly.GatewayUnknown, fmt.Errorf("inspect payment %s: apply success: %w", paymentID, err)
 		}
 		if res.Applied {
-			s.cfg.WakeRelay()
+			s.cfg.Signals.OutboxWritten()
 		}
 		return orderly.GatewaySucceeded, nil
 	case orderly.GatewayFailed:
@@ -96,7 +96,7 @@ func (s *Service) CancelPayment(ctx context.Context, orderID, paymentID string) 
 			return orderly.GatewayUnknown, fmt.Errorf("cancel payment %s: apply its capture: %w", paymentID, err)
 		}
 		if res.Applied {
-			s.cfg.WakeRelay()
+			s.cfg.Signals.OutboxWritten()
 		}
 		return orderly.GatewaySucceeded, nil
 	case orderly.GatewayFailed:

@@ -82,7 +82,7 @@ func (s *Service) HandleNotification(ctx context.Context, n *channel.Notificatio
 	if cb != nil {
 		res, err = s.callbackDone(ctx, cb, res, err)
 	} else if err == nil && res.Applied {
-		s.cfg.WakeRelay()
+		s.cfg.Signals.OutboxWritten()
 	}
 	if err == nil && reversal != "" {
 		s.cfg.Metrics.RefundReversals.WithLabelValues(n.Channel, reversal).Inc()

@@ -102,7 +102,7 @@ func (s *Service) RefundExecuteHandler() outbox.Handler {
 }
 
 // executeRefund asks for refund ref (f as stored) where its payment was taken: a wallet
-// payment (channel WalletChannel, with UseWallets) is refunded to the buyer's wallet, a
+// payment (channel WalletChannel, with Config.Wallets) is refunded to the buyer's wallet, a
 // wallet refund of the payment's debit transfer under the key "refund:<refund id>", so
 // that a message delivered again credits once (res succeeded: a wallet refund is final when
 // answered); any other through its channel's gateway, keyed by the refund id (askRefund,
@@ -115,12 +115,12 @@ func (s *Service) executeRefund(ctx context.Context, ref *orderly.RefundRef, f *
 	if err != nil {
 		return false, nil, nil, fmt.Errorf("the channel of payment %s: %w", ref.PaymentID, err)
 	}
-	if p.Channel == WalletChannel && s.wallets != nil {
+	if p.Channel == WalletChannel && s.cfg.Wallets != nil {
 		transfer, ok := strings.CutPrefix(p.ChannelTxnID, WalletChannel+":")
 		if !ok || transfer == "" {
 			return true, nil, orderly.Errorf(orderly.EILLEGAL, "wallet payment %s names no debit transfer (%q)", p.ID, p.ChannelTxnID), nil
 		}
-		_, answer = s.wallets.Refund(ctx, &orderly.WalletRefundParams{TransferID: transfer, Amount: ref.Amount,
+		_, answer = s.cfg.Wallets.Refund(ctx, &orderly.WalletRefundParams{TransferID: transfer, Amount: ref.Amount,
 			IdempotencyKey: "refund:" + ref.RefundID})
 		return true, &orderly.GatewayRefundResult{Status: orderly.GatewaySucceeded}, answer, nil
 	}

@@ -551,11 +551,11 @@ func TestRefundNotFailedByALostConnection(t *testing.T) {
 	h := delegate(&inner)
 	e := enginetest.New(t, enginetest.Options{Handlers: map[string]outbox.Handler{orderly.TopicRefundExecute: h}})
 	reads := &failingRead{Store: e.Store}
-	svc, err := payment.NewService(payment.Config{Store: reads, Gateway: e.Gateway})
+	// Wallets: the payment is read to learn its channel.
+	svc, err := payment.NewService(payment.Config{Store: reads, Gateway: e.Gateway, Wallets: e.Engine.Wallets()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.UseWallets(e.Engine.Wallets()) // the payment is read to learn its channel
 	inner = svc.RefundExecuteHandler()
 	o, p := paidOrder(t, e, orderly.Item{SKU: "SKU-1", Quantity: 2, UnitPrice: 500})
 	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 1000})

@@ -48,10 +48,13 @@ type Config struct {
 	// served: one of Channels (those attempts go through that provider), or SimChannel with
 	// Gateway set.
 	Channel string
-	// WakeRelay, when set, is called after a commit that wrote outbox messages.
-	WakeRelay func()
-	Logger    *slog.Logger
-	Metrics   *telemetry.Metrics
+	// Wallets, when set, takes the refunds of wallet payments (channel WalletChannel): they
+	// credit the buyer's wallet back (RefundExecuteHandler) instead of calling a gateway.
+	Wallets orderly.WalletService
+	// Signals is told of outbox messages written (the relay); nil drops them.
+	Signals orderly.Signals
+	Logger  *slog.Logger
+	Metrics *telemetry.Metrics
 }
 
 // Service implements orderly.PaymentService, payment inspection for the close path and the
@@ -59,7 +62,6 @@ type Config struct {
 type Service struct {
 	cfg      Config
 	gateways map[string]orderly.Gateway // Channels by name, guarded (timeout, breaker)
-	wallets  orderly.WalletService      // refunds of wallet payments (UseWallets); nil: none
 }
 
 // SimChannel is the channel Config.Gateway serves: the simulated gateway of the quick
@@ -69,11 +71,6 @@ const SimChannel = "sim"
 // WalletChannel is the channel of payments made from the buyer's wallet (the wallet
 // checkout, checkout.Channel); their channel_txn_id is "wallet:<debit transfer id>".
 const WalletChannel = "wallet"
-
-// UseWallets makes refunds of wallet payments (channel WalletChannel) credit the buyer's
-// wallet back (RefundExecuteHandler) instead of calling a gateway. Call it before the
-// outbox relay starts.
-func (s *Service) UseWallets(w orderly.WalletService) { s.wallets = w }
 
 var _ orderly.PaymentService = (*Service)(nil)
 
@@ -88,8 +85,8 @@ func NewService(cfg Config) (*Service, error) {
 	cfg.Channel = cmp.Or(cfg.Channel, SimChannel)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
-	if cfg.WakeRelay == nil {
-		cfg.WakeRelay = func() {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	s := &Service{cfg: cfg, gateways: map[string]orderly.Gateway{}}
 	if ch, _ := orderly.SplitRoute(cfg.Channel); ch == WalletChannel {
@@ -350,7 +347,7 @@ func (s *Service) supersede(ctx context.Context, orderID string) error {
 			return fmt.Errorf("apply the capture of payment %s: %w", prev.ID, err)
 		}
 		if res.Applied {
-			s.cfg.WakeRelay()
+			s.cfg.Signals.OutboxWritten()
 		}
 		return orderly.Errorf(orderly.ENOTPAYABLE, "order %s was paid by payment %s", orderID, prev.ID)
 	}
@@ -438,10 +435,10 @@ func (s *Service) callbackDone(ctx context.Context, cb *orderly.Callback, res *o
 	switch {
 	case res.Refund:
 		result = "refund"
-		s.cfg.WakeRelay()
+		s.cfg.Signals.OutboxWritten()
 	case res.Applied:
 		result = "applied"
-		s.cfg.WakeRelay()
+		s.cfg.Signals.OutboxWritten()
 	}
 	if (res.Applied || res.Refund) && res.Payment != nil {
 		// The attempt's own channel: two versions of a provider may share one endpoint.

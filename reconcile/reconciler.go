@@ -50,8 +50,8 @@ type Config struct {
 	// CloseDue runs the closer's claim-and-close pass (timeout.Closer.CloseDue with a
 	// trigger); nil leaves overdue orders as findings.
 	CloseDue func(ctx context.Context) error
-	// WakeRelay is called after a repair wrote outbox messages; nil means none.
-	WakeRelay func()
+	// Signals is told of outbox messages written (the relay); nil drops them.
+	Signals orderly.Signals
 	// BatchSize bounds the rows of one scan batch: DefaultBatchSize (500).
 	BatchSize int
 	// OverdueTolerance is how far past close_at an open order must be to be a finding:
@@ -97,8 +97,8 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.OverdueTolerance = cmp.Or(cfg.OverdueTolerance, DefaultOverdueTolerance)
 	cfg.StuckAfter = cmp.Or(cfg.StuckAfter, DefaultStuckAfter)
 	cfg.RefundStuckAfter = cmp.Or(cfg.RefundStuckAfter, DefaultRefundStuckAfter)
-	if cfg.WakeRelay == nil {
-		cfg.WakeRelay = func() {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	r := &Reconciler{
@@ -226,7 +226,7 @@ func (r *Reconciler) repair(ctx context.Context, fs []*Finding, by Actor) int {
 		}
 	}
 	if wake {
-		r.cfg.WakeRelay()
+		r.cfg.Signals.OutboxWritten()
 	}
 	return failed
 }

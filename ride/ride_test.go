@@ -14,6 +14,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 )
@@ -38,7 +39,7 @@ func setupURL(t *testing.T, url string) *bundle {
 	e, err := engine.Open(t.Context(), engine.Config{
 		DatabaseURL: url, CallbackSecret: []byte("s"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func setupURL(t *testing.T, url string) *bundle {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{e: e, rides: e.Rides(), gw: e.SimGateway().(*sim.Gateway)}
+	return &bundle{e: e, rides: e.Service(ride.FlowName).(*ride.Service), gw: e.SimGateway().(*sim.Gateway)}
 }
 
 // inTrip creates a trip of estimate 4000 (hold 5000), assigns driver d and starts it.
@@ -365,7 +366,7 @@ func TestInjectedFaults(t *testing.T) {
 		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Wrap:   engine.Wrap{Participant: (&fault.Saga{FailRate: 0.1, TimeoutAfterApplyRate: 0.3}).Wrap},
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +374,7 @@ func TestInjectedFaults(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{e: e, rides: e.Rides(), gw: e.SimGateway().(*sim.Gateway)}
+	b := &bundle{e: e, rides: e.Service(ride.FlowName).(*ride.Service), gw: e.SimGateway().(*sim.Gateway)}
 	var ids []string
 	for i := range 20 {
 		tr := b.inTrip(t, "driver-f"+string(rune('a'+i)))

@@ -33,6 +33,7 @@ type Config struct {
 	Machine *order.Machine        // required; its flows hold Flow
 	Gateway orderly.HoldGateway   // required: the card holds
 	Wallets orderly.WalletService // required: settlement credits
+	Sagas   *saga.Orchestrator    // required: runs Definitions
 	// HoldMarginPercent is added to the estimate for the hold: hold = ⌈estimate × (100 +
 	// margin) / 100⌉. 25.
 	HoldMarginPercent int64
@@ -50,17 +51,16 @@ type Config struct {
 	// below zero, and out of the buyers' reach: no user id addresses it). "ride_platform".
 	// A driver's payouts go to the role account "role:<currency>:driver:<driver id>".
 	PlatformAccount string
-	// OnCreated tells the timer about a new trip's deadline (timeout.Closer.Created).
-	OnCreated func(ctx context.Context, id string, closeAt time.Time)
-	Logger    *slog.Logger
+	// Signals is told of each trip committed with its deadline; nil drops them.
+	Signals orderly.Signals
+	Logger  *slog.Logger
 }
 
-// Service implements orderly.TripService. Build it with New, give Definitions to the saga
-// orchestrator, then UseSagas.
+// Service implements orderly.TripService. Build it with New and give Definitions to its
+// saga orchestrator (saga.Orchestrator.Define).
 type Service struct {
-	cfg   Config
-	flow  *orderly.Flow
-	sagas *saga.Orchestrator
+	cfg  Config
+	flow *orderly.Flow
 }
 
 var _ orderly.TripService = (*Service)(nil)
@@ -68,8 +68,8 @@ var _ orderly.TripService = (*Service)(nil)
 // New returns a Service; it returns an error when a required field is missing or the
 // machine has no ride_hailing flow.
 func New(cfg Config) (*Service, error) {
-	if cfg.Store == nil || cfg.Machine == nil || cfg.Gateway == nil || cfg.Wallets == nil {
-		return nil, errors.New("ride: Config.Store, Machine, Gateway and Wallets are required")
+	if cfg.Store == nil || cfg.Machine == nil || cfg.Gateway == nil || cfg.Wallets == nil || cfg.Sagas == nil {
+		return nil, errors.New("ride: Config.Store, Machine, Gateway, Wallets and Sagas are required")
 	}
 	flow, err := cfg.Machine.Flow(FlowName)
 	if err != nil {
@@ -81,14 +81,11 @@ func New(cfg Config) (*Service, error) {
 	cfg.PlatformFeePercent = cmp.Or(cfg.PlatformFeePercent, DefaultPlatformFeePercent)
 	cfg.PlatformAccount = cmp.Or(cfg.PlatformAccount, DefaultPlatformAccount)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.OnCreated == nil {
-		cfg.OnCreated = func(context.Context, string, time.Time) {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	return &Service{cfg: cfg, flow: flow}, nil
 }
-
-// UseSagas gives the service the orchestrator that runs Definitions.
-func (s *Service) UseSagas(o *saga.Orchestrator) { s.sagas = o }
 
 // HoldFor returns the hold placed for an estimate: ⌈estimate × (100 + margin) / 100⌉.
 func (s *Service) HoldFor(estimate int64) int64 {
@@ -155,7 +152,7 @@ func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (
 	if err != nil {
 		return nil, fmt.Errorf("create trip %s: %w", id, err)
 	}
-	s.cfg.OnCreated(ctx, id, t.HoldExpiresAt)
+	s.cfg.Signals.OrderCreated(ctx, id, t.HoldExpiresAt)
 	return t, nil
 }
 
@@ -323,10 +320,7 @@ func (s *Service) move(ctx context.Context, id string, event orderly.Event, reas
 		if err := s.update(ctx, tx, t, now); err != nil || start == nil {
 			return err
 		}
-		if s.sagas == nil {
-			return errNoSagas
-		}
-		started, err = s.sagas.StartInTx(ctx, tx, now, &saga.StartParams{Definition: start.def, ID: start.id, Input: start.in.json()})
+		started, err = s.cfg.Sagas.StartInTx(ctx, tx, now, &saga.StartParams{Definition: start.def, ID: start.id, Input: start.in.json()})
 		return err
 	})
 	if err != nil {
@@ -335,14 +329,11 @@ func (s *Service) move(ctx context.Context, id string, event orderly.Event, reas
 	return t, started, nil
 }
 
-// errNoSagas: the service was not given its orchestrator.
-var errNoSagas = errors.New("ride: no saga orchestrator (UseSagas)")
-
 // drive runs started, a trip's saga written with its move, in the caller's goroutine and
 // returns the trip as the saga left it. A saga not run to its end here (an attempt that
 // could not be recorded) is left to the timer, which resumes it when its lease ends.
 func (s *Service) drive(ctx context.Context, t *orderly.Trip, started *saga.Started) (*orderly.Trip, error) {
-	if _, err := s.sagas.Drive(ctx, started); err != nil {
+	if _, err := s.cfg.Sagas.Drive(ctx, started); err != nil {
 		s.cfg.Logger.Warn("ride: saga not run to its end here; the timer resumes it", "saga_id", started.ID(), "trip_id", t.ID, "error", err)
 	}
 	return s.Trip(ctx, t.ID)
@@ -383,10 +374,7 @@ func (s *Service) update(ctx context.Context, tx store.Tx, t *orderly.Trip, now 
 // run starts saga id of definition def and runs it in the caller's goroutine; a saga that
 // exists already (a repeated request) is left to its runner.
 func (s *Service) run(ctx context.Context, def, id string, in *sagaInput) error {
-	if s.sagas == nil {
-		return errNoSagas
-	}
-	_, err := s.sagas.Run(ctx, &saga.StartParams{Definition: def, ID: id, Input: in.json()})
+	_, err := s.cfg.Sagas.Run(ctx, &saga.StartParams{Definition: def, ID: id, Input: in.json()})
 	switch orderly.ErrorCode(err) {
 	case "", orderly.ECONFLICT: // ran, or exists already
 		return nil

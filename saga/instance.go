@@ -157,8 +157,6 @@ func (o *Orchestrator) RedriveBy(ctx context.Context, id string, by Actor) (*Ins
 		return nil, err
 	}
 	o.cfg.Logger.InfoContext(ctx, "saga re-driven", "saga_id", id, "step", s.CurrentStep)
-	if o.cfg.Wake != nil {
-		o.cfg.Wake(ctx, *s.WakeAt)
-	}
+	o.cfg.Signals.Deadline(ctx, *s.WakeAt)
 	return newInstance(s), nil
 }

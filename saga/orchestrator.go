@@ -33,9 +33,9 @@ type Config struct {
 	// that crashed leaves a step that is due again LeaseMargin after its attempt's timeout.
 	// 2 s.
 	LeaseMargin time.Duration
-	// Wake tells the one timer that a saga waits until at (a retry time, or now for a
-	// redriven saga): timeout.Closer.Deadline. nil: the sweep finds it.
-	Wake func(ctx context.Context, at time.Time)
+	// Signals is told when a saga waits until a time (a retry, or now for a redriven
+	// saga): the one timer re-arms. nil drops it: the sweep finds the saga.
+	Signals orderly.Signals
 	// JoinRuns, when above 1, joins concurrent Run calls of sagas whose first step is a
 	// LocalTx, up to JoinRuns, into one transaction (group commit), one commit for all: the
 	// sagas of a definition whose actions run as sets (LocalTxSet) run each step once for
@@ -92,34 +92,48 @@ func New(cfg Config) (*Orchestrator, error) {
 	cfg.LeaseMargin = cmp.Or(cfg.LeaseMargin, 2*time.Second)
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	cfg.Definitions = slices.Clone(cfg.Definitions) // Wrap replaces steps: the caller's stay as given
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
+	}
 	o := &Orchestrator{cfg: cfg, defs: map[string]*Definition{}}
 	if cfg.JoinRuns > 1 {
 		o.joiner = &runJoiner{o: o, max: cfg.JoinRuns, lanes: max(cfg.JoinLanes, 1)}
 	}
-	for i := range cfg.Definitions {
-		d := &cfg.Definitions[i]
-		if cfg.Wrap != nil {
+	if err := o.Define(cfg.Definitions...); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Define adds definitions to those of Config.Definitions, for the services built on the
+// orchestrator (a feature's sagas). Call it before Start and before any instance runs: the
+// definitions are read without a lock. It returns an error for an invalid or duplicate
+// definition.
+func (o *Orchestrator) Define(defs ...Definition) error {
+	defs = slices.Clone(defs) // Wrap replaces steps: the caller's stay as given
+	for i := range defs {
+		d := &defs[i]
+		if o.cfg.Wrap != nil {
 			d.Steps = slices.Clone(d.Steps)
 			for j := range d.Steps {
 				st := &d.Steps[j]
 				if st.Action != nil {
-					st.Action = cfg.Wrap(st.Action)
+					st.Action = o.cfg.Wrap(st.Action)
 				}
 				if st.Compensation != nil {
-					st.Compensation = cfg.Wrap(st.Compensation)
+					st.Compensation = o.cfg.Wrap(st.Compensation)
 				}
 			}
 		}
 		if err := d.validate(); err != nil {
-			return nil, err
+			return err
 		}
 		if o.defs[d.Name] != nil {
-			return nil, fmt.Errorf("saga definition %s: registered twice", d.Name)
+			return fmt.Errorf("saga definition %s: registered twice", d.Name)
 		}
 		o.defs[d.Name] = d
 	}
-	return o, nil
+	return nil
 }
 
 // Start runs the workers until ctx ends or Stop is called; it returns an error when already
@@ -689,8 +703,8 @@ func (o *Orchestrator) recorded(ctx context.Context, prev, next *store.SagaInsta
 			o.cfg.Logger.InfoContext(ctx, "saga compensating", "saga_id", next.ID, "definition", next.Definition,
 				"failed_step", prev.CurrentStep, "outcome", string(logged), "error", next.LastError)
 		}
-		if !claimed && next.WakeAt != nil && o.cfg.Wake != nil {
-			o.cfg.Wake(ctx, *next.WakeAt)
+		if !claimed && next.WakeAt != nil {
+			o.cfg.Signals.Deadline(ctx, *next.WakeAt)
 		}
 	}
 }

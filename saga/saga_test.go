@@ -26,6 +26,7 @@ import (
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/wakeup"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,6 +38,7 @@ type env struct {
 	orch    *saga.Orchestrator
 	closer  *timeout.Closer
 	metrics *telemetry.Metrics
+	signals wakeup.Hub // to closer
 }
 
 // newStore opens a fresh, migrated SQLite store closed when t ends.
@@ -57,7 +59,7 @@ func start(t *testing.T, db *sqlstore.DB, defs ...saga.Definition) (e *env, stop
 	var err error
 	e.orch, err = saga.New(saga.Config{
 		Store: db, Definitions: defs, LeaseMargin: time.Second, Metrics: e.metrics,
-		Wake: func(ctx context.Context, at time.Time) { e.closer.Deadline(ctx, at) },
+		Signals: &e.signals,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +68,7 @@ func start(t *testing.T, db *sqlstore.DB, defs ...saga.Definition) (e *env, stop
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.signals.Connect(e.closer, nil)
 	if err := e.orch.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

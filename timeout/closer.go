@@ -147,10 +147,10 @@ type Config struct {
 	InspectionTimeout time.Duration
 	// PassTimeout bounds one claim-and-close pass; 30 s.
 	PassTimeout time.Duration
-	// WakeRelay, when set, is called after a pass that wrote outbox messages.
-	WakeRelay func()
-	Logger    *slog.Logger
-	Metrics   *telemetry.Metrics
+	// Signals is told of outbox messages written (the relay); nil drops them.
+	Signals orderly.Signals
+	Logger  *slog.Logger
+	Metrics *telemetry.Metrics
 }
 
 // Closer runs the close path. CloseDue may be called directly (tests, tools); Start runs
@@ -202,8 +202,8 @@ func NewCloser(cfg Config) (*Closer, error) {
 	cfg.PassTimeout = cmp.Or(cfg.PassTimeout, 30*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Metrics = telemetry.OrDefault(cfg.Metrics)
-	if cfg.WakeRelay == nil {
-		cfg.WakeRelay = func() {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -295,7 +295,7 @@ func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence j
 		}
 		claimed, fired = claimed+n, fired+f
 		if f > 0 {
-			c.cfg.WakeRelay()
+			c.cfg.Signals.OutboxWritten()
 		}
 		if n < c.cfg.BatchSize {
 			return claimed, fired, nil
@@ -442,7 +442,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 	res.Closed = len(closed)
 	span.SetAttributes(attribute.Int("orderly.claimed", res.Claimed), attribute.Int("orderly.closed", res.Closed))
 	if len(closed) > 0 {
-		c.cfg.WakeRelay()
+		c.cfg.Signals.OutboxWritten()
 		// orderly_orders_closed_total is counted by the machine's transition, after the commit.
 		lateness := c.cfg.Metrics.CloseLateness.WithLabelValues(trigger)
 		for _, d := range closed {

@@ -14,6 +14,7 @@ import (
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/wakeup"
 )
 
 // waitClosed waits (polling the database, bounded by limit) until none of ids is open
@@ -115,7 +116,7 @@ func TestClockSkew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			svc, err := order.NewService(order.Config{Store: s, OnCreated: closer.Created})
+			svc, err := order.NewService(order.Config{Store: s, Signals: signalsTo(closer)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +167,7 @@ func TestRedisDataLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := order.NewService(order.Config{Store: s, OnCreated: closer.Created})
+	svc, err := order.NewService(order.Config{Store: s, Signals: signalsTo(closer)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,4 +220,11 @@ func TestRedisDataLoss(t *testing.T) {
 	if err != nil || !scores[later.ID].Equal(later.CloseAt) {
 		t.Fatalf("queue score of the repaired order %v (%v), want %s", scores[later.ID], err, later.CloseAt)
 	}
+}
+
+// signalsTo returns the signals of a service that wake closer.
+func signalsTo(closer *timeout.Closer) *wakeup.Hub {
+	h := &wakeup.Hub{}
+	h.Connect(closer, nil)
+	return h
 }

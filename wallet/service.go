@@ -33,10 +33,10 @@ const (
 // Config configures a Service.
 type Config struct {
 	Store store.Store
-	// OnHold, when set, is called after a hold commits with its expiry, so that the precise
-	// timers of this instance and the others re-arm for it (timeout.Closer.Deadline).
-	OnHold func(ctx context.Context, expiresAt time.Time)
-	Logger *slog.Logger
+	// Signals is told of each hold committed with its expiry (the timers of this instance
+	// and the others re-arm for it); nil drops them.
+	Signals orderly.Signals
+	Logger  *slog.Logger
 }
 
 // Service implements orderly.WalletService over a store.
@@ -52,8 +52,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("wallet: Config.Store is required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.OnHold == nil {
-		cfg.OnHold = func(context.Context, time.Time) {}
+	if cfg.Signals == nil {
+		cfg.Signals = orderly.NoSignals{}
 	}
 	return &Service{cfg: cfg}, nil
 }
@@ -155,7 +155,7 @@ func (s *Service) Hold(ctx context.Context, p *orderly.WalletHoldParams) (*order
 		hold, err = s.GetHold(ctx, out.HoldID)
 		return hold, out, err
 	}
-	s.cfg.OnHold(ctx, hold.ExpiresAt)
+	s.cfg.Signals.Deadline(ctx, hold.ExpiresAt)
 	return hold, out, nil
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/webhook"
@@ -90,7 +91,7 @@ func newFairCluster(t *testing.T, dbURL string, instances, dead int) *fairCluste
 			Addr: "127.0.0.1:0", DatabaseURL: dbURL, CallbackSecret: []byte("fairness-secret"), AdminToken: fairAdminToken,
 			InstanceID: fmt.Sprintf("%s-%d", t.Name(), i), SweepInterval: time.Hour,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		}, features.All()...)
 		if err != nil {
 			t.Fatalf("open engine %d: %v", i, err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -52,7 +53,7 @@ func setup(t *testing.T, edit func(*engine.Config, *stripetest.Server)) *bundle 
 	if edit != nil {
 		edit(&cfg, fake)
 	}
-	e, err := engine.Open(t.Context(), cfg)
+	e, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +538,7 @@ func TestRefundNotifications(t *testing.T) {
 		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DefaultChannel: "stripe",
 		Channels: []channel.Adapter{stripe.New(stripe.Config{APIKey: stripetest.APIKey, BaseURL: fake.URL})},
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

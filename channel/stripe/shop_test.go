@@ -18,6 +18,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -269,7 +270,7 @@ func TestRestartUsesStoredIntent(t *testing.T) {
 		e, err := engine.Open(t.Context(), engine.Config{Addr: "127.0.0.1:0", DatabaseURL: dbPath, CallbackSecret: []byte("s"),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DefaultChannel: "stripe", SweepInterval: 500 * time.Millisecond,
 			Channels: []channel.Adapter{stripe.New(stripe.Config{APIKey: stripetest.APIKey,
-				WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})}})
+				WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})}}, features.All()...)
 		if err != nil {
 			t.Fatal(err)
 		}

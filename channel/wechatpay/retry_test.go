@@ -13,6 +13,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay"
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 )
 
 // TestRetryClosesPreviousAttempt: WeChat Pay never notifies a failed payment, so when the
@@ -69,7 +70,7 @@ func TestRetryClosesPreviousAttempt(t *testing.T) {
 				DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
 				Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Channels: []channel.Adapter{a}, DefaultChannel: wechatpay.Name,
-			})
+			}, features.All()...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay"
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 )
 
 // shop is a whole engine (as `orderly serve` runs it) with the WeChat Pay channel on the
@@ -56,7 +57,7 @@ func newShop(t *testing.T) *shop {
 		Addr: addr, DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
 		InstanceID: t.Name(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Channels: []channel.Adapter{a}, DefaultChannel: wechatpay.Name,
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

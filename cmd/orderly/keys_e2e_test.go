@@ -8,6 +8,7 @@ import (
 
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/simulate"
 )
 
@@ -18,7 +19,7 @@ func TestSimulateWithKey(t *testing.T) {
 	ctx := context.Background()
 	srv, err := engine.Open(ctx, engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"),
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

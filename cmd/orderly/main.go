@@ -31,6 +31,7 @@ import (
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
@@ -456,7 +457,7 @@ func serveCommand(configure func(*cli.Command, *engine.Config) error) *cli.Comma
 			if err := cfg.Validate(); err != nil {
 				return flagError(err)
 			}
-			s, err := engine.Open(ctx, cfg)
+			s, err := engine.Open(ctx, cfg, features.All()...)
 			if err != nil {
 				return flagError(err)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/simulate"
 )
 
@@ -42,7 +43,7 @@ func TestEndToEnd(t *testing.T) {
 	srv, err := engine.Open(ctx, engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"),
 		SweepInterval: time.Hour,
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/reconcile"
 )
@@ -52,7 +53,7 @@ func reconcileCommand() *cli.Command {
 				return err
 			}
 			e, err := engine.Open(ctx, engine.Config{DatabaseURL: cmd.String("database-url"), DatabaseMustExist: true,
-				CallbackSecret: []byte("unused"), Logger: logger, ReconcileRefundStuckAfter: cmd.Duration("refund-stuck-after")})
+				CallbackSecret: []byte("unused"), Logger: logger, ReconcileRefundStuckAfter: cmd.Duration("refund-stuck-after")}, features.All()...)
 			if err != nil {
 				return flagError(err)
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/redact"
 	"github.com/orderlyhq/orderly/simulate"
 	"github.com/orderlyhq/orderly/simulate/cluster"
@@ -173,7 +174,7 @@ func runSimulate(ctx context.Context, cmd *cli.Command) error {
 		return cli.Exit("--flow: "+err.Error(), 2)
 	}
 	cfg.Flows, cfg.GroupTimeLimit = flows, cmd.Duration("group-time-limit")
-	cfg.VerifyFlows = engine.DefaultFlows()
+	cfg.VerifyFlows = features.Flows()
 	if !cmd.Bool("json") && isTerminal(root.ErrWriter) {
 		cfg.Progress = root.ErrWriter
 	}
@@ -260,7 +261,7 @@ func simulateInProcess(ctx context.Context, cmd *cli.Command, cfg simulate.Confi
 		}
 		ecfg.Channels, ecfg.DefaultChannel, cfg.Provider = []channel.Adapter{a}, wechatpay.Name, wechatProvider{srv}
 	}
-	e, err := engine.Open(ctx, ecfg)
+	e, err := engine.Open(ctx, ecfg, features.All()...)
 	if err != nil {
 		return err
 	}
@@ -559,7 +560,7 @@ func verifyCommand() *cli.Command {
 			defer db.Close()
 			rep, err := verify.Check(ctx, store.Store(db), verify.Options{
 				Tolerance: cmd.Duration("tolerance"), RequireDrained: cmd.Bool("require-drained"),
-				Flows: engine.DefaultFlows(), Groups: verify.ReadGroups, Holds: sim.ReadHolds,
+				Flows: features.Flows(), Groups: verify.ReadGroups, Holds: sim.ReadHolds,
 			})
 			if err != nil {
 				return err

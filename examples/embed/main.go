@@ -27,6 +27,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 )
 
 func main() {
@@ -43,7 +44,7 @@ func run(ctx context.Context) error {
 	if secret == "" {
 		secret = "change-me" // the payment provider signs callbacks with it; keep it secret
 	}
-	e, err := engine.Open(ctx, engine.Config{DatabaseURL: "embed.db", CallbackSecret: []byte(secret)})
+	e, err := engine.Open(ctx, engine.Config{DatabaseURL: "embed.db", CallbackSecret: []byte(secret)}, features.All()...)
 	if err != nil {
 		return err
 	}

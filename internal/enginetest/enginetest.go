@@ -19,6 +19,7 @@ import (
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
@@ -140,13 +141,13 @@ func New(t testing.TB, opts Options) *Env {
 		// The simulated gateway stays served beside test channels: most tests pay on it.
 		EnableSimChannel: len(opts.Channels) > 0 && !opts.NoSimChannel,
 		InspectionHold:   opts.InspectionHold, DatabaseIdleInTransactionTimeout: opts.IdleInTransactionTimeout,
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatalf("open engine: %v", err)
 	}
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	return &Env{Clock: clock, Engine: e, Store: e.Store(), Gateway: simGW, Orders: e.Orders(), Payments: e.Payments(),
-		Groups: e.Groups(), Closer: e.Closer(), Relay: e.Relay(), Metrics: e.Metrics()}
+		Groups: groups(e), Closer: e.Closer(), Relay: e.Relay(), Metrics: e.Metrics()}
 }
 
 // StockOf returns a SKU's stock.
@@ -291,4 +292,10 @@ func (e *Env) InTx(t testing.TB, fn func(tx store.Tx) error) {
 	if err := e.Store.InTx(context.Background(), fn); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// groups returns e's group-buy service (features.All has it).
+func groups(e *engine.Engine) *groupbuy.Service {
+	g, _ := e.Service(groupbuy.FlowName).(*groupbuy.Service)
+	return g
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/payment"
@@ -76,7 +77,7 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 		Wrap: engine.Wrap{Store: opts.WrapStore, Orders: opts.WrapOrders, Payments: opts.WrapPayments,
 			Participant: opts.WrapParticipant},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}, features.All()...)
 	if err != nil {
 		t.Fatalf("open engine: %v", err)
 	}
@@ -92,5 +93,5 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 	if opts.NoTimer {
 		e.Closer().Stop() // a dead timer: the sweep still runs, and inspects inline
 	}
-	return &Server{URL: e.URL(), Engine: e, Store: e.Store(), Gateway: simGW, Orders: e.Orders(), Payments: e.Payments(), Groups: e.Groups(), Closer: e.Closer()}
+	return &Server{URL: e.URL(), Engine: e, Store: e.Store(), Gateway: simGW, Orders: e.Orders(), Payments: e.Payments(), Groups: groups(e), Closer: e.Closer()}
 }
