@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -111,5 +112,20 @@ func TestOptionalQueueSkipsWhileDown(t *testing.T) {
 	dep.up.Store(true)
 	if err := q.Add(t.Context(), items); err != nil || inner.adds != 1 {
 		t.Fatalf("Add while up: %v, %d adds; want nil and 1", err, inner.adds)
+	}
+}
+
+// TestEngineImportsNoFeature checks that package engine imports no feature package: the
+// features are given to Open (package features), never named by it.
+func TestEngineImportsNoFeature(t *testing.T) {
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasSuffix(pkg, "/groupbuy") || strings.HasSuffix(pkg, "/ride") || strings.HasSuffix(pkg, "/checkout") ||
+			strings.HasSuffix(pkg, "/features") {
+			t.Errorf("engine depends on the feature package %s", pkg)
+		}
 	}
 }
