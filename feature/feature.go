@@ -15,7 +15,6 @@ import (
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/timeout"
-	"github.com/orderlyhq/orderly/verify"
 	"github.com/orderlyhq/orderly/wallet"
 )
 
@@ -28,9 +27,6 @@ type Feature struct {
 	Effects map[string]order.Effect // named effects of Flows (a name registered twice is refused)
 	// Build builds the feature on c; nil: the feature is its flows and effects only.
 	Build func(c *Core) (*Parts, error)
-	// Verify are the checks of the feature's flows for verify.Check (and `orderly
-	// verify`, `simulate`), by flow name.
-	Verify map[string]func() verify.FlowChecks
 }
 
 // Core is what the engine builds before its features and gives to each Build: the
