@@ -115,24 +115,36 @@ func TestCommandLineErrors(t *testing.T) {
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	code, stdout, stderr := runCLI(t, "--version")
-	want := version(debug.ReadBuildInfo())
+	info, ok := debug.ReadBuildInfo()
+	want := version("", info, ok)
 	if code != 0 || stdout != "orderly version "+want+"\n" || stderr != "" || !strings.Contains(want, "go1.") {
 		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	rev := []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}
+	clean := []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "false"}}
 	for _, tc := range []struct {
-		info *debug.BuildInfo
-		want string
+		stamp string
+		info  *debug.BuildInfo
+		want  string
 	}{
-		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.4.0"}}, "v1.4.0 (go1.26.8)"},
-		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: rev},
+		{"", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.4.0"}}, "v1.4.0 (go1.26.8)"},
+		{"", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: rev},
 			"(devel) (revision 0123456789ab-modified, go1.26.8)"},
-		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.0.0-20261130164209-0123456789ab+dirty"}, Settings: rev},
+		{"", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: clean},
+			"(devel) (revision 0123456789ab, go1.26.8)"},
+		{"", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.0.0-20261130164209-0123456789ab+dirty"}, Settings: rev},
 			"v0.0.0-20261130164209-0123456789ab+dirty (go1.26.8)"},
+		// A stamp from -ldflags wins over the module version; the revision still shows.
+		{"v1.5.0", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: clean},
+			"v1.5.0 (revision 0123456789ab, go1.26.8)"},
+		{"v1.5.0", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.4.0"}}, "v1.5.0 (go1.26.8)"},
 	} {
-		if got := version(tc.info, true); got != tc.want {
-			t.Errorf("version(%+v) = %q, want %q", tc.info.Main, got, tc.want)
+		if got := version(tc.stamp, tc.info, true); got != tc.want {
+			t.Errorf("version(%q, %+v) = %q, want %q", tc.stamp, tc.info.Main, got, tc.want)
 		}
+	}
+	if got, want := version("v1.5.0", nil, false), "v1.5.0 (no build information)"; got != want {
+		t.Errorf("version without build information = %q, want %q", got, want)
 	}
 }
 

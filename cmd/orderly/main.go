@@ -4,7 +4,7 @@
 // verify` checks the invariants of a database at rest. Every flag can also be set with an
 // ORDERLY_* environment variable. This package only parses flags and prints: the engine is
 // composed in package engine, the multi-instance supervisor of `simulate --instances` lives
-// in package simulate/cluster (README.md "Architecture").
+// in package simulate/cluster (docs/architecture.md).
 package main
 
 import (
@@ -143,15 +143,20 @@ func similar(typed, name string) bool {
 	return prev[len(b)] <= max(1, len(b)/3)
 }
 
-// version is the module version of the binary (a tag when installed with go install
-// module@version; a pseudo-version holding the revision, or "(devel)", when built in a
-// checkout) with the VCS revision it was built from when the build recorded one and the
-// version does not already show it, and the Go version.
-func version(info *debug.BuildInfo, ok bool) string {
+// stampedVersion is set at link time by release builds and the Dockerfile
+// (-ldflags "-X main.stampedVersion=v1.2.0"); empty, the build information decides.
+var stampedVersion string
+
+// version is the version of the binary: stamp when set, else the module version (a tag
+// when installed with go install module@version; a pseudo-version holding the revision,
+// or "(devel)", when built in a checkout), followed by the VCS revision it was built from
+// (with "-modified" for uncommitted changes) when the build recorded one and the version
+// does not already show it, and the Go version.
+func version(stamp string, info *debug.BuildInfo, ok bool) string {
 	if !ok {
-		return "unknown (no build information)"
+		return cmp.Or(stamp, "unknown") + " (no build information)"
 	}
-	v := cmp.Or(info.Main.Version, "(devel)")
+	v := cmp.Or(stamp, info.Main.Version, "(devel)")
 	var rev, modified string
 	for _, s := range info.Settings {
 		switch s.Key {
@@ -176,10 +181,11 @@ func env(flag string) cli.ValueSourceChain {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.Command {
+	info, ok := debug.ReadBuildInfo()
 	app := &cli.Command{
 		Name:      "orderly",
 		Usage:     "order-lifecycle engine: orders, payments and timeouts that never disagree",
-		Version:   version(debug.ReadBuildInfo()),
+		Version:   version(stampedVersion, info, ok),
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags: []cli.Flag{
