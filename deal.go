@@ -6,8 +6,7 @@ import (
 )
 
 // GroupState is the state of a group-buy group: forming until its paid members reach the
-// deal's minimum (succeeded) or its deadline passes first (failed). See README.md
-// "Group-buy".
+// deal's minimum (succeeded) or its deadline passes first (failed). See docs/flows/group-buy.md.
 type GroupState string
 
 // Group states.
@@ -92,7 +91,7 @@ type JoinGroupParams struct {
 	TraceID        string `json:"-"`
 }
 
-// GroupService runs group-buy deals and groups (README.md "Group-buy").
+// GroupService runs group-buy deals and groups (docs/flows/group-buy.md).
 type GroupService interface {
 	// CreateDeal validates and stores a deal. Errors: EINVALID.
 	CreateDeal(ctx context.Context, params *CreateDealParams) (*Deal, error)

@@ -6,7 +6,7 @@
 // The package uses only the standard library and imports no adapter. Storage lives in
 // package store (one implementation per SQL dialect), the close path in package timeout,
 // the transactional outbox relay in package outbox, payments in package payment and the
-// HTTP API in package httpapi. See README.md ("What they check") for the invariants I1–I8 that
+// HTTP API in package httpapi. See docs/getting-started.md ("What they check") for the invariants I1–I8 that
 // every part keeps.
 //
 // Conventions: money is int64 minor currency units (cents) with an ISO 4217 currency code;

@@ -35,7 +35,7 @@ type FlowTransition struct {
 	// "publish:<topic>" (EffectPublish) for an event about the order. Every effect runs in the
 	// transition's own transaction, on the orders that changed: local resources are updated
 	// there, and whatever leaves the database (events, gateway calls) is written to the
-	// transactional outbox there. See README.md "Flows".
+	// transactional outbox there. See docs/concepts/orders-and-flows.md.
 	Effects []string
 }
 
@@ -49,7 +49,7 @@ const EffectPublish = "publish:"
 // on the candidate orders (not only those that will change): "lock:group" locks the
 // group-buy group of the orders. A flow whose effects change a row shared by several
 // orders (a group) locks it there, so that every transaction takes the shared row before
-// the order rows and two of them can never wait for each other (README.md "Group-buy").
+// the order rows and two of them can never wait for each other (docs/flows/group-buy.md).
 // A lock effect must change nothing.
 const EffectLock = "lock:"
 
@@ -67,8 +67,7 @@ const (
 // TimedState declares that an order waiting in State has a deadline: when Deadline passes
 // (on the database clock), the closer fires Event on it through the flow's table, with
 // CloseReason when the transition closes the order. While the order has an in-flight
-// payment (pay_status paying) at the deadline, its payment is inspected first (README.md
-// "How it works").
+// payment (pay_status paying) at the deadline, its payment is inspected first (docs/concepts/deadlines-and-closing.md).
 type TimedState struct {
 	State       State
 	Deadline    Deadline
@@ -79,7 +78,7 @@ type TimedState struct {
 // Flow is a table-driven state machine. An order's state may change only along a row of its
 // flow's table; everything else is an illegal transition. New kinds of orders (group-buy,
 // ride-hailing) are new tables, not new code paths: the closer, the transition function and
-// the relay read Timed and Effects and have no flow-specific code (README.md "Flows").
+// the relay read Timed and Effects and have no flow-specific code (docs/concepts/orders-and-flows.md).
 type Flow struct {
 	Name        string
 	Initial     State

@@ -19,7 +19,7 @@ const (
 )
 
 // PayStatus is the status of an order's payment, kept next to State because the close path
-// must not close an order whose payment is in flight (README.md "How it works").
+// must not close an order whose payment is in flight (docs/concepts/deadlines-and-closing.md).
 type PayStatus string
 
 // Pay statuses.
@@ -51,8 +51,8 @@ const (
 )
 
 // PaymentMethodWallet is CreateOrderParams.PaymentMethod for a wallet checkout: the order
-// is paid from the user's wallet balance at once (package checkout, README.md "Wallet
-// checkout"); its payment is recorded with channel "wallet".
+// is paid from the user's wallet balance at once (package checkout,
+// docs/flows/wallet-checkout.md); its payment is recorded with channel "wallet".
 const PaymentMethodWallet = "wallet"
 
 // Item is one line of an order: Quantity units of SKU at UnitPrice minor currency units each.

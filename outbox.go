@@ -36,7 +36,7 @@ var builtinEventTopics = []string{TopicOrderClosed, TopicOrderPaid, TopicPayment
 // the engine's own event topics, or any topic under "order." (a flow's
 // "publish:order.<x>"). The store refuses to write such a message with sequence 0
 // (store.Tx.OutboxInsert), because consumers drop an event whose sequence is not above the
-// last one they applied (README.md "Webhooks").
+// last one they applied (docs/concepts/outbox-and-events.md).
 func IsOrderEvent(topic string) bool {
 	return strings.HasPrefix(topic, "order.") || slices.Contains(builtinEventTopics, topic)
 }

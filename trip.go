@@ -10,7 +10,7 @@ import (
 const PaymentMethodCard = "card"
 
 // Trip is a ride-hailing trip: an order of flow ride_hailing (its ID, State and audit trail
-// are the order's) with the money of its card hold (package ride, README.md "Ride-hailing").
+// are the order's) with the money of its card hold (package ride, docs/flows/ride-hailing.md).
 // Amounts are int64 minor units of Currency; times are UTC.
 //
 // At request a hold of HoldAmount (Estimate plus the margin) is placed at the gateway as

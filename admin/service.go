@@ -1,5 +1,4 @@
-// Package admin is the operator's service behind the admin routes (README.md
-// "Operations"): the order search with keyset pagination, dead letters (list, re-drive one
+// Package admin is the operator's service behind the admin routes (docs/operations/admin-page.md): the order search with keyset pagination, dead letters (list, re-drive one
 // or by filter, discard with a reason), job runs, the audit of operator actions and
 // reconciliation (package reconcile). Every change it makes is written to operator_actions
 // in the transaction of the change: who (a name), what, on which target, why, trace id.

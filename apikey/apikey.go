@@ -1,6 +1,6 @@
 // Package apikey manages the API keys of the HTTP API: keys with scopes (buyer, merchant,
 // admin), hashed at rest, created, listed and revoked by `orderly keys`, and authenticated
-// per request through a short cache (README.md "API keys").
+// per request through a short cache (docs/operations/api-keys.md).
 //
 // A key reads "ok_<id>_<secret>": the id (16 lower-case base32 letters and digits) names
 // the row, so a request is looked up by id, never by scanning; the secret (32 random bytes,
@@ -28,7 +28,7 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// Scopes of a key. A route names the scopes that may call it (README.md "API keys", the
+// Scopes of a key. A route names the scopes that may call it (docs/operations/api-keys.md, the
 // route table); a key may hold several. The admin token of `serve` holds all three.
 const (
 	ScopeBuyer    = "buyer"    // buyer-facing order actions: create, read, cancel, pay, list a user's orders, groups

@@ -1,5 +1,5 @@
 // Package barrier is the branch barrier of a saga participant that keeps its data in its
-// own SQL database (README.md "Sagas"): in the participant's own transaction it records the
+// own SQL database (docs/concepts/sagas.md): in the participant's own transaction it records the
 // operation's key, so that whatever order and number of times the orchestrator's calls
 // arrive in, the participant's effect happens at most once and a compensation never misses
 // or precedes its action:

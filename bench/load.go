@@ -71,7 +71,7 @@ loop:
 	return started, sendSeconds
 }
 
-// client speaks orderly's HTTP API (README.md "API") to servers on 127.0.0.0/8 only.
+// client speaks orderly's HTTP API (docs/api.md) to servers on 127.0.0.0/8 only.
 type client struct {
 	bases  []string
 	next   atomic.Uint32

@@ -21,7 +21,7 @@ import (
 // BenchmarkWalletCheckout runs wallet checkouts (the saga wallet_checkout: order, stock,
 // coupon, pay; no coupon named) through Engine.Checkout, 16 callers at once, over
 // 1000 buyers with wallets that cover every checkout and 100 SKUs stocked for all of
-// them. It reports checkouts/s. Work per checkout (BENCHMARKS.md "Wallet checkout as
+// them. It reports checkouts/s. Work per checkout (docs/benchmarks-history.md "Wallet checkout as
 // sets"): the checkouts waiting at the same time run as one set in one write transaction
 // (saga.Config.JoinRuns, saga.LocalTxSet), each of the four steps once for the whole set
 // in a few multi-row statements, the sagas and their step log in one statement each; no

@@ -1,4 +1,4 @@
-// Package checkout is the wallet checkout (README.md "Wallet checkout"): an order of the
+// Package checkout is the wallet checkout (docs/flows/wallet-checkout.md): an order of the
 // standard flow paid at once from the buyer's wallet balance, as the saga "wallet_checkout"
 // of the engine's orchestrator (package saga), with its instance and step log persisted:
 //

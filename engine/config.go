@@ -159,7 +159,7 @@ type Config struct {
 	// Flows is the registry of order flows (orderly.NewFlows); Open builds one
 	// order.Machine over it and gives that to every service that changes an order's state
 	// (order, payment, the closer). nil → orderly.DefaultFlows() (standard). Open adds the
-	// flows of its features (feature.Feature). See README.md "Flows".
+	// flows of its features (feature.Feature). See docs/concepts/orders-and-flows.md.
 	Flows orderly.Flows
 	// Effects are the named effects of flows beyond the built-in ones (order.Effects), by
 	// name, registered by a flow's own package; a name registered twice is refused.
@@ -170,7 +170,7 @@ type Config struct {
 	Timed []timeout.Timed
 	// Sagas are the saga definitions the engine's orchestrator runs (Engine.Sagas): their
 	// step deadlines and retries are timed on the closer's one timer, and GET
-	// /v1/sagas/{id} and the admin re-drive serve their instances. README.md "Sagas".
+	// /v1/sagas/{id} and the admin re-drive serve their instances. docs/concepts/sagas.md.
 	Sagas []saga.Definition
 	// Gateway serves the payment channel "sim" (payment.SimChannel): nil → the built-in
 	// simulated gateway (channel/sim, see Engine.SimGateway), which moves no money. A

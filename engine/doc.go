@@ -1,4 +1,4 @@
-// Package engine is orderly's composition root (README.md "Architecture"): the one place
+// Package engine is orderly's composition root (docs/architecture.md): the one place
 // that wires the store, the flow registry, the order and payment services, the close path
 // (precise timer, sweep, deep check), the transactional outbox relay, the leased jobs and
 // the HTTP API into a running instance. `orderly serve`, the project's end-to-end tests and

@@ -139,7 +139,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	sig := &wakeup.Hub{} // connected to the closer and the relay once they are built, below
 
 	// One machine over one flow registry (Config.Flows and the features'), shared by every
-	// service that changes an order's state (README.md "Flows").
+	// service that changes an order's state (docs/concepts/orders-and-flows.md).
 	effects := map[string]order.Effect{}
 	for _, f := range features {
 		for _, fl := range f.Flows {
@@ -723,5 +723,5 @@ func withFanOut(h *outbox.Handler, fanOut func(ctx context.Context, tx store.Tx,
 // for the whole batch, one commit. On SQLite every local saga is joined (its one writer
 // runs transactions one after another anyway); on PostgreSQL and MySQL only those that
 // run as sets (saga.Config.JoinOnlySets): one lane of sets beat two or three on the 2-core
-// machine of BENCHMARKS.md "Wallet checkout as sets".
+// machine of docs/benchmarks-history.md "Wallet checkout as sets".
 const joinRuns = 32

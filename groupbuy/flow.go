@@ -37,7 +37,7 @@ const (
 // Effects of the group-buy flow, implemented by Effects.
 const (
 	// EffectLockGroup locks the groups of the candidate orders before the order rows (the
-	// lock order of README.md "Group-buy").
+	// lock order of docs/flows/group-buy.md).
 	EffectLockGroup = orderly.EffectLock + "group"
 	// EffectMemberPaid counts the payment in the group and, when it brings the paid members
 	// to min_members before the deadline (database clock), moves the group to succeeded and
@@ -54,7 +54,7 @@ const (
 var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed, orderly.EffectCancelPayment, EffectSeatFree,
 	orderly.EffectReleaseReservations, orderly.EffectReleaseCoupon}
 
-// Flow is the group-buy order flow (README.md "Group-buy"):
+// Flow is the group-buy order flow (docs/flows/group-buy.md):
 //
 //	pending_payment --pay--> paid                  (commit, use coupon, count the payment in the group)
 //	pending_payment --timeout|cancel--> closed     (release stock and coupon, free the seat)

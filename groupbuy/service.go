@@ -1,4 +1,4 @@
-// Package groupbuy runs group-buy (拼团) deals and groups (README.md "Group-buy"): a deal
+// Package groupbuy runs group-buy (拼团) deals and groups (docs/flows/group-buy.md): a deal
 // offers a SKU at a group price to groups of min_members to max_members members who join
 // and pay before the group's deadline. Member orders are ordinary orders of Flow
 // (group_buy), created and moved by package order's Service and Machine; this package owns

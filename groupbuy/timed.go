@@ -40,7 +40,7 @@ var _ timeout.Outranking = (*Deadlines)(nil)
 
 // Outranked implements timeout.Outranking: a member whose payment deadline is the group's
 // (it joined late) falls due at the same instant as the group; the group's deadline
-// outranks its own (README.md "Group-buy"), so it is left to the group's failure, which
+// outranks its own (docs/flows/group-buy.md), so it is left to the group's failure, which
 // closes it group_failed and keeps its seat, instead of closing payment_timeout.
 func (d *Deadlines) Outranked(ctx context.Context, tx store.Tx, due []*store.DueOrder, now time.Time) ([]string, error) {
 	var members []string
@@ -71,7 +71,7 @@ func (d *Deadlines) OverdueCount(ctx context.Context, tx store.Tx, before time.T
 // FireDue implements timeout.Timed: it claims up to limit forming groups past their
 // deadline (SKIP LOCKED) and fails them all in tx.
 //
-// Lock order (README.md "Group-buy"): the claim holds the group rows; every member order
+// Lock order (docs/flows/group-buy.md): the claim holds the group rows; every member order
 // that will move is locked next, all groups' at once and in id order (OrdersLock); the
 // stock rows and coupons are taken last: the transitions defer their releases
 // (order.DeferEffects), applied once for the whole batch, in SKU order, as the

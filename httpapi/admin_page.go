@@ -10,7 +10,7 @@ import (
 )
 
 // adminAssets are the admin page's files: plain HTML, CSS and one JavaScript module, no
-// build step (README.md "Admin page").
+// build step (docs/operations/admin-page.md).
 //
 //go:embed adminui
 var adminAssets embed.FS

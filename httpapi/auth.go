@@ -43,7 +43,7 @@ const adminPrefix = "/v1/admin/"
 // routeScopes maps "METHOD pattern" of every route outside /v1/admin to the scopes that
 // may call it (any one of them; the admin token may call every route). A route missing
 // here needs the admin scope (closed by default), and TestRouteScopesComplete fails until
-// it is added. README.md "API keys" has the same table.
+// it is added. docs/operations/api-keys.md has the same table.
 var routeScopes = map[string][]string{
 	"POST /v1/orders":                      scopesBuyer,
 	"GET /v1/orders":                       scopesBuyer,

@@ -1,4 +1,4 @@
-// Package httpapi is orderly's HTTP adapter: the v1 REST API of README.md "API" over the
+// Package httpapi is orderly's HTTP adapter: the v1 REST API of docs/api.md over the
 // service interfaces of the root package (orderly.OrderService, orderly.PaymentService,
 // orderly.CatalogService), plus health, readiness, metrics and the OpenAPI document.
 //

@@ -56,8 +56,8 @@ type Config struct {
 	ChannelStats func() []channel.Stat
 
 	// AdminToken is a bearer token with every scope (buyer, merchant, admin). When it is set
-	// or Keys has a key, every route that has scopes needs a bearer token (README.md "API
-	// keys"); with neither, the API is open and the routes under /v1/admin are off (404).
+	// or Keys has a key, every route that has scopes needs a bearer token
+	// (docs/operations/api-keys.md); with neither, the API is open and the routes under /v1/admin are off (404).
 	AdminToken string
 	// Keys authenticates API keys (package apikey). nil: no keys, only AdminToken.
 	Keys KeyAuthenticator
@@ -71,7 +71,7 @@ type Config struct {
 	// answers them 404.
 	Webhooks orderly.WebhookService
 
-	// CallbackSecret is the HMAC key that payment callbacks are signed with (README.md "How it works").
+	// CallbackSecret is the HMAC key that payment callbacks are signed with (docs/concepts/payments.md).
 	// When empty, every callback is refused with 401: an empty key would let anyone sign.
 	CallbackSecret []byte
 	// SignatureTolerance is how far a callback signature's timestamp may be from Now,

@@ -6,7 +6,7 @@ import (
 )
 
 // TimeLayout is the layout of every time in a response body: RFC 3339 in UTC with exactly
-// three fractional digits (README.md "API"), e.g. "2026-11-30T07:33:07.123Z". Sub-millisecond
+// three fractional digits (docs/api.md), e.g. "2026-11-30T07:33:07.123Z". Sub-millisecond
 // digits are truncated, never rounded, so a time is never shown later than it is.
 const TimeLayout = "2006-01-02T15:04:05.000Z"
 

@@ -1,6 +1,6 @@
 // Package job runs orderly's periodic jobs (sweep, deep check, outbox retention) under a
 // lease, so that at most one instance runs each job at a time however many instances share
-// the database (README.md "How it works": leases). The lease is a database row with an owner, an expiry
+// the database (docs/operations/many-instances.md: leases). The lease is a database row with an owner, an expiry
 // and a fencing token that increments at every change of owner; a job's write
 // transactions call the fence first, so an instance that lost its lease while paused (GC,
 // SIGSTOP, a slow disk) has its writes refused instead of racing the new owner. Every run

@@ -6,7 +6,7 @@
 // failed publish leaves the message pending and the relay retries it with backoff (I7).
 // Delivery is at least once; the stream makes it once within its duplicate window: every
 // publish carries the header Nats-Msg-Id = MsgIDPrefix + the message's MessageID, a UUID
-// minted with the outbox row (README.md "How it works"), and JetStream drops a message whose id it has
+// minted with the outbox row (docs/concepts/outbox-and-events.md), and JetStream drops a message whose id it has
 // stored within Config.Duplicates. A relay that published a message and crashed before
 // marking it delivered therefore publishes it again without creating a second copy; the
 // duplicate ack counts as a delivery only after the stored copy was read back and found

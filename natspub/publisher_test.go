@@ -58,7 +58,7 @@ func (a anchored) Run() int {
 }
 
 // requireService skips the test when the variable naming a service's address is unset, or
-// fails it when ORDERLY_TEST_REQUIRE_SERVICES=1 (README.md "Development").
+// fails it when ORDERLY_TEST_REQUIRE_SERVICES=1 (docs/development.md).
 func requireService(t *testing.T, why string) {
 	t.Helper()
 	if os.Getenv("ORDERLY_TEST_REQUIRE_SERVICES") == "1" {

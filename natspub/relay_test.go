@@ -17,7 +17,7 @@ import (
 // TestRelayPublishesEachMessageOnce drives the real outbox relay with the publisher as its
 // default handler: every event committed to the outbox arrives in the stream once, with
 // its payload and headers, and its row is delivered, also the message that a crashed relay
-// had already published before it could mark it delivered (I7, README.md "How it works").
+// had already published before it could mark it delivered (I7, docs/concepts/outbox-and-events.md).
 func TestRelayPublishesEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, natsURL(t), natspub.Config{MsgIDPrefix: "relaytest-"})

@@ -14,7 +14,7 @@ import (
 // read held or whose coupon still reads frozen gets the release effects of its flow's close
 // transition, in tx, exactly as the close would have run them. It never changes the
 // order's state and never writes events (publish: effects are skipped, the order's events
-// were written with its transition). The effects are guarded (README.md "Flows"), so a
+// were written with its transition). The effects are guarded (docs/concepts/orders-and-flows.md), so a
 // repeat, or a repair of an order that needs none, changes nothing.
 //
 // The row is the flow's transition that the order's audit trail shows last moving it into

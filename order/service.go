@@ -322,7 +322,7 @@ func (s *Service) CreateInTx(ctx context.Context, tx store.Tx, p *orderly.Create
 }
 
 // keepTrace leaves a traced request's trace context with its new order: the order's
-// background transitions (its close) continue that trace (README.md "Tracing").
+// background transitions (its close) continue that trace (docs/operations/metrics-and-dashboards.md).
 func keepTrace(ctx context.Context, tx store.Tx, orderID string) error {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return nil
@@ -566,7 +566,7 @@ func (s *Service) CancelOrder(ctx context.Context, id, actor, traceID string) (*
 // cancel closes order id for the buyer in one transaction: the attempt in flight, if any
 // (settled at the gateway when there is a gateway), is marked failed, the order moves to
 // closed with pay_status failed (or as it was, when no attempt was in flight), and the
-// close's effects run (README.md "Flows"). errAttemptChanged: another attempt is in flight.
+// close's effects run (docs/concepts/orders-and-flows.md). errAttemptChanged: another attempt is in flight.
 func (s *Service) cancel(ctx context.Context, id, settled, actor, traceID string) (*orderly.Order, error) {
 	var o *orderly.Order
 	err := s.cfg.Store.InTx(ctx, func(tx store.Tx) error {

@@ -42,7 +42,7 @@ type EffectBatch struct {
 
 // Machine applies transitions: the one function through which an order's state changes
 // (I6), for every flow. It holds the flow registry and the effects registry, built once at
-// the composition root (package engine) and shared by every service. See README.md "Flows".
+// the composition root (package engine) and shared by every service. See docs/concepts/orders-and-flows.md.
 type Machine struct {
 	flows   orderly.Flows
 	effects map[string]Effect

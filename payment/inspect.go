@@ -10,7 +10,7 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// InspectPayment is active payment inspection (README.md "How it works"), called by the close
+// InspectPayment is active payment inspection (docs/concepts/deadlines-and-closing.md), called by the close
 // path for an order that is due while its attempt paymentID is in flight. It asks the
 // gateway and settles the attempt:
 //   - captured → the payment is applied (the order becomes paid): GatewaySucceeded;

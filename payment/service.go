@@ -297,7 +297,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 }
 
 // supersede closes the order's current attempt at its provider before a new attempt
-// starts (README.md "Payment channels", "A new attempt closes the previous one"). A
+// starts (docs/payments/index.md, "A new attempt closes the previous one"). A
 // provider need not notify a failed payment (WeChat Pay never does), so an attempt that
 // failed at the provider or that the buyer abandoned would otherwise stay initiated while
 // the order moves on. Only attempts on one of Config.Channels are closed this way; the

@@ -15,7 +15,7 @@ import (
 const SignatureHeader = "Orderly-Signature"
 
 // DefaultSignatureTolerance is how far a signature's timestamp may be from now, either way
-// (README.md "How it works"): 5 minutes.
+// (docs/concepts/payments.md): 5 minutes.
 const DefaultSignatureTolerance = 5 * time.Minute
 
 // Sign returns the Orderly-Signature header value for body signed at t:

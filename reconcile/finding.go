@@ -13,7 +13,7 @@ import (
 // touching this one.
 type Kind string
 
-// The built-in kinds (README.md "Operations" lists them with their repairs).
+// The built-in kinds (docs/operations/reconcile.md lists them with their repairs).
 const (
 	// KindClosedPaid: a closed order with a succeeded payment that nothing refunds (I2).
 	// Repair: the payment service requests the refund (payment.Service.RefundUnkept).

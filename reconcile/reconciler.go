@@ -73,7 +73,7 @@ type Config struct {
 }
 
 // Reconciler finds and repairs disagreements between orders, payments, stock, coupons and
-// the outbox (README.md "Operations"). Repairs go through the services and the state
+// the outbox (docs/operations/reconcile.md). Repairs go through the services and the state
 // machine, never around them, and each is audited in operator_actions. Safe for
 // concurrent use.
 type Reconciler struct {

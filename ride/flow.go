@@ -49,7 +49,7 @@ var closeEffects = []string{orderly.EffectPublish + orderly.TopicOrderClosed}
 // Without it an expired trip showed captured 0 and released 0 against its hold.
 const EffectReleaseHold = "ride_release_hold"
 
-// Flow is the ride-hailing flow (README.md "Ride-hailing"):
+// Flow is the ride-hailing flow (docs/flows/ride-hailing.md):
 //
 //	requested --assign--> driver_assigned --start--> in_trip --end--> trip_ended
 //	trip_ended --pay--> paid --settle--> settled          (the payment saga)

@@ -13,7 +13,7 @@ import (
 
 // KindTripHoldUnaccounted is the reconciliation finding of a trip that ended (paid,
 // closed, or trip_ended with its payment saga over) whose card hold is not accounted:
-// captured + released ≠ held (README.md "Operations"). A trip that captured nothing and
+// captured + released ≠ held (docs/operations/reconcile.md). A trip that captured nothing and
 // released nothing (its hold expired, was voided or its capture refunded, before the
 // release was recorded) is repaired by recording the whole hold released; any other
 // mismatch is an operator task.

@@ -13,7 +13,7 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// Saga definitions of trips (README.md "Ride-hailing").
+// Saga definitions of trips (docs/flows/ride-hailing.md).
 const (
 	// DefinitionPayment collects a trip's fare (or its cancellation fee, or voids its hold)
 	// and settles it: capture → extra → record → settle → settled.

@@ -219,7 +219,7 @@ func (s *Service) end(ctx context.Context, id string, fare int64) (*orderly.Trip
 	})
 }
 
-// CancelTrip implements orderly.TripService. Rule (README.md "Ride-hailing"): cancelling a
+// CancelTrip implements orderly.TripService. Rule (docs/flows/ride-hailing.md): cancelling a
 // requested trip is free, the hold is voided; after a driver was assigned (driver_assigned,
 // in_trip) the cancellation fee, min(Config.CancellationFee, hold), is captured from the
 // hold, the rest released, and the fee is settled to the driver and the platform like a

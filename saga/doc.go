@@ -1,7 +1,7 @@
 // Package saga is orderly's saga orchestrator: work that spans several participants (an
 // order, a wallet, coupons, a payment gateway) and cannot share one database transaction
 // ends either completed or fully compensated, even when a process dies half way or a
-// participant answers late, twice or never (README.md "Sagas", invariant I8).
+// participant answers late, twice or never (docs/concepts/sagas.md, invariant I8).
 //
 // A Definition is a name and an ordered list of steps; each Step has an action, an optional
 // compensation, a per-attempt timeout and a retry policy. An instance and its step log are

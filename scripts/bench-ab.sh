@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kept with BENCHMARKS.md "Acceptance runs and an A/B": compares two orderly binaries run by turns.
+# Kept with docs/benchmarks-history.md "Acceptance runs and an A/B": compares two orderly binaries run by turns.
 # A/B: for each config, run binary A then binary B (same orders/rate), print one row each.
 # usage: ab.sh A B orders rate reps configs...   configs: sqlite pg1 pg3 my1 my3
 set -uo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the simulate matrix of BENCHMARKS.md in one go and prints one markdown row per run:
 # embedded SQLite, PostgreSQL and MariaDB with one and three instances (the latter with an
-# instance killed every 5 s). Needs the services of README.md "Development" (start them with .ci/run's
+# instance killed every 5 s). Needs the services of docs/development.md (start them with .ci/run's
 # commands). Usage: scripts/bench.sh [orders] [rate]
 #
 # Every row carries the run's violation count. A run that reports a violation or an early

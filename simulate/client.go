@@ -23,7 +23,7 @@ import (
 // maxResponseBytes bounds what the client reads of one response.
 const maxResponseBytes = 1 << 20
 
-// client speaks the HTTP contract of README.md "API" to one or more servers that share one
+// client speaks the HTTP contract of docs/api.md to one or more servers that share one
 // database. Requests are spread round robin over the targets; a request that gets no
 // answer (connection refused or reset, the server died mid-request) is sent again to the
 // next target, for up to retryFor. A number of slots caps the requests in flight; a request

@@ -25,7 +25,7 @@ const DefaultClockMargin = time.Second
 const clockSamples = 5
 
 // ClockOffset is the measured offset of the server's clock to this process's: the
-// database's clock when Config.Store is set (it decides what is due, README.md "How it works"), else the
+// database's clock when Config.Store is set (it decides what is due, docs/concepts/deadlines-and-closing.md), else the
 // Date header of the server's answers. It bounds how far a judgement of a deadline may be
 // excused: a success acknowledged more than MarginMS before close_at whose order was then
 // closed is a violation, however near close_at it came.

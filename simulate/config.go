@@ -52,7 +52,7 @@ type Config struct {
 	Target string
 	// APIKey, when set, is sent as "Authorization: Bearer <APIKey>" with every request: the
 	// admin token, or an API key of scopes buyer and merchant, for servers that require one
-	// (README.md "API keys"). Empty: no header (an open server).
+	// (docs/operations/api-keys.md). Empty: no header (an open server).
 	APIKey string
 	// RetryFor is how long a request that got no answer (connection refused or reset: the
 	// server died or restarts) keeps being sent again, to the next target each time, with a

@@ -1,6 +1,6 @@
 // Package simulate is orderly's demo and acceptance test: it drives real HTTP traffic
-// against a running server (README.md "API") and checks at the end that every invariant of
-// README.md "What they check" held.
+// against a running server (docs/api.md) and checks at the end that every invariant of
+// docs/getting-started.md held.
 //
 // A run has four phases:
 //

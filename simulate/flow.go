@@ -11,7 +11,7 @@ import (
 	"github.com/orderlyhq/orderly"
 )
 
-// FlowDriver drives the traffic of one flow (README.md "Flows") in a run and checks its
+// FlowDriver drives the traffic of one flow (docs/concepts/orders-and-flows.md) in a run and checks its
 // outcome. The run (Run) owns what every flow shares — the HTTP client and its targets, the
 // measured clock, the gateway's ledger, the send pace, settling and the Result — and calls
 // the drivers of Config.Flows through these hooks, in this order:

@@ -16,7 +16,7 @@ func init() {
 	RegisterFlow(flowGroupBuy, func() FlowDriver { return &groupFlow{} })
 }
 
-// groupFlow drives the group_buy flow (README.md "Group-buy"): deals of random sizes (min
+// groupFlow drives the group_buy flow (docs/flows/group-buy.md): deals of random sizes (min
 // 2–4 members, max min..min+2, a group time limit of a few seconds), groups opened at the
 // run's pace, members joining at random moments — some groups with one seat too many, so
 // that the last two joins race for the last seat, some with one join just after the

@@ -173,7 +173,7 @@ func (g *groupFlow) Payments() ([]FinalPayment, []string) {
 	return ps, ids
 }
 
-// Check counts the groups and member orders and checks them (README.md "Group-buy"; "G:"
+// Check counts the groups and member orders and checks them (docs/flows/group-buy.md; "G:"
 // violations are the group rules, the others the order invariants):
 //   - every group ended: succeeded no later than its deadline with min..max members who
 //     kept their payment, and none of its members refunded but those who left it first;

@@ -10,7 +10,7 @@ import (
 	"github.com/orderlyhq/orderly"
 )
 
-// The group-buy HTTP contract (README.md "Group-buy"): deals, groups and their member
+// The group-buy HTTP contract (docs/flows/group-buy.md): deals, groups and their member
 // orders, which are ordinary orders of flow group_buy.
 
 // States and reasons of the group_buy flow that the standard flow does not have.

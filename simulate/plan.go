@@ -159,7 +159,7 @@ func (p *plan) asksScarce(po *plannedOrder) bool {
 }
 
 // price returns what the order must cost: Σ quantity × unit_price of its items, minus the
-// coupon's amount_off when it uses one (README.md "API"; order/service.go prices so).
+// coupon's amount_off when it uses one (docs/api.md; order/service.go prices so).
 func (po *plannedOrder) price(withCoupon bool) int64 {
 	var total int64
 	for _, it := range po.items {

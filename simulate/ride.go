@@ -78,7 +78,7 @@ type RideResult struct {
 	Errors     int            `json:"errors"`
 }
 
-// rideFlow drives the ride_hailing flow (README.md "Ride-hailing"): riders request trips
+// rideFlow drives the ride_hailing flow (docs/flows/ride-hailing.md): riders request trips
 // at the run's pace with an estimate of 10.00–60.00; drivers accept and drive them; the
 // fare is the estimate ± 50 % (so some fares are above the hold of estimate + 25 %); some
 // riders cancel before or after assignment or on board, some settled trips are refunded.

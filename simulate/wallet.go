@@ -22,7 +22,7 @@ func init() {
 	RegisterFlow(flowWallet, func() FlowDriver { return &walletFlow{} })
 }
 
-// walletFlow drives wallet checkouts (README.md "Wallet checkout"): buyers whose wallets
+// walletFlow drives wallet checkouts (docs/flows/wallet-checkout.md): buyers whose wallets
 // are credited with enough for only some of their checkouts, SKUs stocked for most but
 // not all of the demand, one coupon per buyer named by two of their checkouts. Each
 // checkout is one POST /v1/orders with payment_method wallet and an Idempotency-Key; the

@@ -10,7 +10,7 @@ import (
 // GroupTx holds the queries of group-buy deals, groups and their members (package
 // groupbuy). It is part of Tx.
 //
-// Lock order (README.md "Group-buy"): a transaction that changes a group locks the group
+// Lock order (docs/flows/group-buy.md): a transaction that changes a group locks the group
 // row (GroupLock, GroupsLockByOrders, GroupsDue) before any order row of it. Giving up a
 // seat (GroupMembersFree) changes only the member row, never the group row, so that the
 // close of one unpaid member order, which holds the order row, never waits for its group.

@@ -79,7 +79,7 @@ type Tx interface {
 	// OrdersLock locks the rows of the orders in ids, in id order, until the transaction
 	// ends (where the dialect has row locks; SQLite has one writer), and returns the ids
 	// found. A transaction that will move several orders and then touch their stock locks
-	// them all first (README.md "Group-buy", lock order).
+	// them all first (docs/flows/group-buy.md, lock order).
 	OrdersLock(ctx context.Context, ids []string) ([]string, error)
 	// OrdersPaymentsInFlight returns, by order id, the current payment attempt of the
 	// orders in ids whose pay_status is paying (an attempt in flight) and whose attempt has

@@ -106,7 +106,7 @@ type WalletTx interface {
 
 // WalletLedger is one account's balances beside what its ledger entries give (minor
 // units): an account agrees with its ledger when Available = LedgerAvailable and Held =
-// LedgerHeld (README.md "Wallets").
+// LedgerHeld (docs/flows/wallet-checkout.md).
 type WalletLedger struct {
 	Account         *orderly.WalletAccount
 	LedgerAvailable int64

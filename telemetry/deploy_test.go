@@ -94,7 +94,7 @@ func TestDashboardNamesRealMetrics(t *testing.T) {
 
 // TestAlertRules checks the alert rules: with promtool when it is installed (Debian's
 // prometheus package), and always by parsing the YAML: every rule has a name, an expression
-// naming real metrics, a severity and a summary; the alerts the README promises exist.
+// naming real metrics, a severity and a summary; the alerts docs/operations/metrics-and-dashboards.md promises exist.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
 	const path = "../deploy/prometheus/alerts.yaml"

@@ -1,5 +1,5 @@
 // Package timeout closes orders whose payment deadline passed, with double insurance
-// (README.md "How it works"): a precise timer that sleeps until the earliest wake_at among open
+// (docs/concepts/deadlines-and-closing.md): a precise timer that sleeps until the earliest wake_at among open
 // orders, an independent periodic sweep, and a deep check that counts and closes orders
 // the other two missed. All three run the same claim-and-close operation, whose guarded
 // update evaluates "due" with the database clock, so no trigger can close early (I1).
@@ -220,7 +220,7 @@ type PassResult struct {
 }
 
 // CloseDue claims and closes due orders in batches until a batch comes back short
-// (README.md "How it works"), inspecting the in-flight payments of paying orders between batches.
+// (docs/concepts/deadlines-and-closing.md), inspecting the in-flight payments of paying orders between batches.
 // trigger names the caller in audit rows and metrics.
 func (c *Closer) CloseDue(ctx context.Context, trigger string) (PassResult, error) {
 	return c.closeDue(ctx, trigger, nil)

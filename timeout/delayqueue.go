@@ -11,7 +11,7 @@ import (
 const TriggerQueue = "delay_queue"
 
 // queueDrift is how far a delay queue's score may be from the database's wake_at before
-// the deep check rewrites it (README.md "How it works").
+// the deep check rewrites it (docs/concepts/deadlines-and-closing.md).
 const queueDrift = 5 * time.Second
 
 // runQueue is the precise timer when a delay queue is configured: it sleeps until the

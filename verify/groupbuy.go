@@ -13,7 +13,7 @@ func init() {
 	RegisterFlowChecks(flowGroupBuy, func() FlowChecks { return &groupChecks{orders: map[string]*groupOrder{}} })
 }
 
-// Names of the group_buy flow (README.md "Group-buy").
+// Names of the group_buy flow (docs/flows/group-buy.md).
 const (
 	flowGroupBuy                      = "group_buy"
 	stateGroupSucceeded orderly.State = "group_succeeded"

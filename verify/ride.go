@@ -11,7 +11,7 @@ func init() {
 	RegisterFlowChecks(flowRideHailing, func() FlowChecks { return &rideChecks{orders: map[string]bool{}} })
 }
 
-// Names of the ride_hailing flow (README.md "Ride-hailing"; package ride).
+// Names of the ride_hailing flow (docs/flows/ride-hailing.md; package ride).
 const (
 	flowRideHailing         = "ride_hailing"
 	rideCancelled           = "rider_cancelled"

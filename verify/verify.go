@@ -1,4 +1,4 @@
-// Package verify checks the invariants of README.md "What they check" against a database at rest: after the
+// Package verify checks the invariants of docs/getting-started.md against a database at rest: after the
 // traffic stopped and the workers settled, every order, payment, reservation, coupon, stock
 // row and outbox message must agree. It is used by `orderly verify`, by package simulate at
 // the end of a run, and by tests.
@@ -45,7 +45,7 @@ type Options struct {
 	RequireDrained bool
 	// Flows resolves each order's flow for the I6 check. Default orderly.DefaultFlows().
 	Flows orderly.Flows
-	// Groups, when set, reads the group-buy groups (README.md "Group-buy") in the check's
+	// Groups, when set, reads the group-buy groups (docs/flows/group-buy.md) in the check's
 	// read transaction, for the group_buy checks (groupbuy.go): ReadGroups on an orderly
 	// database, a fixture in tests; nil skips the checks that span a group (Report.Groups
 	// stays nil).

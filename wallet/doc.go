@@ -1,5 +1,5 @@
 // Package wallet keeps user balances in minor units over a double-entry ledger and holds
-// (two-phase money) on them (README.md "Wallets and holds").
+// (two-phase money) on them (docs/flows/wallet-checkout.md).
 //
 // Every movement is one transfer: two or more entries, each an amount of one account's
 // bucket (available or held), summing to zero, written in the same transaction as the

@@ -10,7 +10,7 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// Kinds of the wallet's reconciliation findings (README.md "Operations").
+// Kinds of the wallet's reconciliation findings (docs/operations/reconcile.md).
 const (
 	// KindHoldOverdue: a hold still pending past its expiry by more than the reconciler's
 	// overdue tolerance (the timer and the sweep should have expired it). Repaired by

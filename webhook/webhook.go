@@ -1,4 +1,4 @@
-// Package webhook delivers outbox events to merchant endpoints (README.md "Webhooks").
+// Package webhook delivers outbox events to merchant endpoints (docs/concepts/outbox-and-events.md).
 //
 // Design: a fan-out, not a delivery table. When the relay delivers an event (any topic
 // without a local handler: order.closed, order.paid, …), FanOut runs in the same
@@ -313,7 +313,7 @@ func (s *Service) Handler() outbox.Handler {
 // Config.Timeout and committed as soon as it ends; a free slot is filled at once, without
 // waiting for the slowest delivery of the last batch (outbox.Lane.CommitPerKey). A subscriber that answers slowly or never costs its own
 // deliveries a timeout and a retry; it never delays the order events, releases and gateway
-// refunds of the main lane (README.md "Webhooks"). Deliveries are grouped by subscriber and
+// refunds of the main lane (docs/concepts/outbox-and-events.md). Deliveries are grouped by subscriber and
 // one subscriber has at most half the lane's slots (at least one): its backlog, a re-drive
 // of its dead deliveries or its slow answers leave the other half to the other subscribers'
 // fresh events (outbox.Lane.GroupLimit).

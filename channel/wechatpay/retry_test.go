@@ -18,8 +18,8 @@ import (
 
 // TestRetryClosesPreviousAttempt: WeChat Pay never notifies a failed payment, so when the
 // buyer starts a new attempt the payment service closes the order's attempt in flight at
-// WeChat Pay first (payment.Service.StartPayment, README "A new attempt closes the
-// previous one"). The adapter is one of the engine's Channels, as serve configures it.
+// WeChat Pay first (payment.Service.StartPayment, docs/payments/index.md,
+// "A new attempt closes the previous one"). The adapter is one of the engine's Channels, as serve configures it.
 func TestRetryClosesPreviousAttempt(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

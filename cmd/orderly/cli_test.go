@@ -30,7 +30,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 // TestCommandLineErrors: a command line the program does not take, or a command that
 // fails, prints one line on stderr, "orderly: <message>", nothing on stdout (no help, no
-// secret), and exits 2 for a usage or input error (README.md "Exit statuses"): unknown
+// secret), and exits 2 for a usage or input error (docs/operations/configuration.md): unknown
 // commands, flags and arguments, bad flag values, an unsupported database URL, a database
 // file or directory that does not exist. Before, extra arguments were ignored (exit 0),
 // an unknown keys subcommand exited 3, bad log flags passed unnoticed by the commands that
@@ -286,7 +286,7 @@ func orderCount(t *testing.T, url string) int64 {
 func TestSimulateLeavesUsersDatabase(t *testing.T) {
 	users := filepath.Join(t.TempDir(), "shop.db")
 	createOrderIn(t, users)
-	t.Setenv("ORDERLY_DATABASE_URL", users) // as the README has users set it for serve
+	t.Setenv("ORDERLY_DATABASE_URL", users) // as docs/operations/configuration.md has users set it for serve
 
 	code, stdout, stderr := runCLI(t, "simulate", "--orders", "20", "--rate", "100", "--payment-timeout", "1s", "--json")
 	if code != 0 || !strings.Contains(stdout, `"created"`) {

@@ -19,7 +19,7 @@ import (
 // ("addr", "database-url", "sweep-interval"), each a string, number, boolean or list (for
 // flags that take several values). It is read once, when a flag first asks for it, and
 // each flag has it last in its value source chain, so precedence is flag > ORDERLY_*
-// variable > file > default (cli's own value sources; README.md "Configuration").
+// variable > file > default (cli's own value sources; docs/operations/configuration.md).
 type configFile struct {
 	path  string // set by --config while the command line is parsed
 	flags []string

@@ -19,7 +19,7 @@ import (
 )
 
 // keysCommand is `orderly keys create|list|revoke`: the API keys of the HTTP API, in the
-// database that the instances share (README.md "API keys").
+// database that the instances share (docs/operations/api-keys.md).
 func keysCommand() *cli.Command {
 	dbFlag := func() cli.Flag {
 		return &cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")}

@@ -43,7 +43,7 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit statuses of the program, the same for every command (README.md "Exit statuses").
+// Exit statuses of the program, the same for every command (docs/operations/configuration.md).
 const (
 	exitOK      = 0
 	exitFailure = 1 // the command failed, or found violations or findings (simulate, verify, reconcile, bench)
@@ -448,7 +448,7 @@ func serveCommand(configure func(*cli.Command, *engine.Config) error) *cli.Comma
 				return cli.Exit(err.Error(), exitUsage)
 			}
 			// Without --addr (flag, variable or config file), an open API (no token, no key)
-			// listens on 127.0.0.1 only (README.md "API keys").
+			// listens on 127.0.0.1 only (docs/operations/api-keys.md).
 			cfg.LoopbackWhenOpen = !cmd.IsSet("addr")
 			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",
 				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention", "reconcile-interval", "webhook-timeout"); err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // reconcileCommand is `orderly reconcile`: the reconciliation of package reconcile run once
-// against a database (README.md "Operations"), or a settlement statement compared with
+// against a database (docs/operations/reconcile.md), or a settlement statement compared with
 // its payments.
 func reconcileCommand() *cli.Command {
 	return &cli.Command{

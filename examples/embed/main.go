@@ -9,7 +9,7 @@
 //
 // The engine runs its workers (timer, sweep, deep check, outbox relay) in this process;
 // several copies of the service on one PostgreSQL or MySQL database coordinate as several
-// `orderly serve` instances do. See README.md "Architecture".
+// `orderly serve` instances do. See docs/architecture.md.
 package main
 
 import (

@@ -1,4 +1,4 @@
-// The operator's page (README.md "Admin page"). It keeps the admin token in this tab's
+// The operator's page (docs/operations/admin-page.md). It keeps the admin token in this tab's
 // sessionStorage, calls the JSON admin API (/v1/admin/…) of its own origin with it and
 // draws the answers. No framework, no build step; data reaches the page only through
 // textContent, never as HTML.

@@ -1,5 +1,5 @@
 // Package testdb gives tests the PostgreSQL and MySQL/MariaDB servers of the machine
-// (README.md "Development"): URL reads the address from ORDERLY_TEST_POSTGRES_URL or
+// (docs/development.md): URL reads the address from ORDERLY_TEST_POSTGRES_URL or
 // ORDERLY_TEST_MYSQL_URL and skips the test when it is unset (fails instead when
 // ORDERLY_TEST_REQUIRE_SERVICES=1); Fresh makes an empty schema (PostgreSQL) or database
 // (MySQL) for one test and drops it when the test ends; LockWaits shows the sessions of such

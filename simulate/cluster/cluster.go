@@ -4,7 +4,7 @@
 // free 127.0.0.1 ports, waits until each is ready, SIGKILLs and restarts them now and then
 // (Cluster.KillLoop), and injects real faults (Faults: Redis killed, NATS cut off, an
 // instance stopped with SIGSTOP, PostgreSQL restarted) into the services it runs itself.
-// See README.md "Architecture" for where it sits.
+// See docs/architecture.md for where it sits.
 package cluster
 
 import (

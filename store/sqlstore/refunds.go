@@ -35,7 +35,7 @@ var (
 	qOrderAddRefunded = sqlText(`UPDATE orders SET refunded_amount = refunded_amount + ?
 		WHERE id = ? AND state IN (` + stateIn + `) AND refunded_amount + ? >= 0 AND refunded_amount + ? <= amount`)
 	// qReservationRefund keeps 0 <= restocked <= refunded <= quantity: a unit goes back to
-	// stock only once a refund of it is counted (README.md "Refunds").
+	// stock only once a refund of it is counted (docs/concepts/payments.md).
 	qReservationRefund = sqlText(`UPDATE reservations SET refunded = refunded + ?, restocked = restocked + ?
 		WHERE order_id = ? AND sku = ? AND state = 'committed'
 		AND refunded + ? >= 0 AND refunded + ? <= quantity AND restocked + ? >= 0 AND restocked + ? <= refunded + ?`)
