@@ -1,0 +1,229 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v3"
+)
+
+// docFiles are the user documentation whose orderly command lines TestDocsCommandLines checks.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files := []string{"../../README.md", "../../BENCHMARKS.md"}
+	err := filepath.WalkDir("../../docs", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") && !strings.HasSuffix(path, "benchmarks-history.md") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+var (
+	inlineRE = regexp.MustCompile("`([^`\n]+)`")
+	// orderlyRE finds an invocation of the binary (orderly, ./orderly, go run ./cmd/orderly)
+	// where a shell starts a command: at the start, after an operator or "$(", after
+	// variable assignments.
+	orderlyRE = regexp.MustCompile(`(?:^|&&|\|\||;|\||\$\()\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:go run \./cmd/orderly|\./orderly|orderly)\s+(.*)`)
+	// configFlagRE finds the first column of a configuration table row that names flags.
+	configFlagRE = regexp.MustCompile("^\\| ([^|]*`--[^|]*)\\|")
+	// flagRE is a flag name; a placeholder such as --wechat-… is none.
+	flagRE = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*[a-z0-9])(?:[^a-z0-9…-]|$)`)
+)
+
+// docCommand is one orderly command line found in the docs, with where it was found.
+type docCommand struct {
+	where string
+	args  []string // after "orderly"
+}
+
+// docCommands extracts the orderly command lines of a Markdown text: those in fenced shell
+// blocks (continuation lines joined) and those in inline code, which may leave out
+// "orderly" when they start with a subcommand ("`simulate --flow wallet`").
+func docCommands(file, text string, subcommands []string) []docCommand {
+	var lines []string
+	inFence, shell, cont := false, false, ""
+	for _, line := range strings.Split(text, "\n") {
+		if fence, ok := strings.CutPrefix(strings.TrimSpace(line), "```"); ok {
+			inFence, shell = !inFence, !inFence && slices.Contains([]string{"sh", "bash", "console"}, fence)
+			continue
+		}
+		if inFence {
+			if shell {
+				if joined, ok := strings.CutSuffix(line, "\\"); ok {
+					cont += joined + " "
+					continue
+				}
+				lines = append(lines, cont+line)
+				cont = ""
+			}
+			continue
+		}
+		for _, m := range inlineRE.FindAllStringSubmatch(line, -1) {
+			span := m[1]
+			if first, _, _ := strings.Cut(span, " "); slices.Contains(subcommands, first) && strings.Contains(span, "--") {
+				span = "orderly " + span
+			}
+			lines = append(lines, span)
+		}
+	}
+	var cmds []docCommand
+	for _, line := range lines {
+		line, _, _ = strings.Cut(line, " #") // a comment
+		for _, m := range orderlyRE.FindAllStringSubmatch(strings.TrimSpace(line), -1) {
+			rest := m[1]
+			// The command ends at a shell operator or a redirection.
+			if i := strings.IndexAny(rest, ";|&)<>"); i >= 0 {
+				rest = rest[:i]
+			}
+			cmds = append(cmds, docCommand{where: file + ": " + strings.TrimSpace(line), args: strings.Fields(rest)})
+		}
+	}
+	return cmds
+}
+
+// hasFlag reports whether cmd or one of its ancestors (the global flags) takes --name.
+func hasFlag(path []*cli.Command, name string) bool {
+	if name == "help" || name == "h" || name == "version" {
+		return true
+	}
+	for _, c := range path {
+		for _, f := range c.Flags {
+			if slices.Contains(f.Names(), name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkCommand resolves args against the CLI (subcommands while the words name them) and
+// returns the flags that the resolved command does not take.
+func checkCommand(app *cli.Command, args []string) (path []*cli.Command, unknown []string) {
+	path = []*cli.Command{app}
+	descending := true
+	for _, a := range args {
+		if strings.HasPrefix(a, "--") {
+			if m := flagRE.FindStringSubmatch(a); m != nil && !hasFlag(path, m[1]) {
+				unknown = append(unknown, "--"+m[1])
+			}
+			continue
+		}
+		if descending {
+			if sub := path[len(path)-1].Command(a); sub != nil {
+				path = append(path, sub)
+				continue
+			}
+			// A flag's value or a positional argument: flags may follow, subcommands may not.
+			if len(path) > 1 {
+				descending = false
+			}
+		}
+	}
+	return path, unknown
+}
+
+// TestDocsCommandLines: every `orderly <command> --flag` in README.md, BENCHMARKS.md and
+// docs/ names a command and flags that the CLI has, so that a renamed or removed flag
+// fails here rather than in a reader's terminal; and every flag in the first column of
+// the configuration table is a flag of serve (or a global one).
+func TestDocsCommandLines(t *testing.T) {
+	t.Parallel()
+	app := newApp(io.Discard, io.Discard)
+	var subcommands []string
+	for _, c := range app.Commands {
+		subcommands = append(subcommands, c.Name)
+	}
+	checked, flags := 0, 0
+	for _, file := range docFiles(t) {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range docCommands(file, string(text), subcommands) {
+			path, unknown := checkCommand(app, c.args)
+			if len(path) == 1 && len(c.args) > 0 && !strings.HasPrefix(c.args[0], "-") {
+				t.Errorf("%s: %q is no orderly command", c.where, c.args[0])
+				continue
+			}
+			for _, f := range unknown {
+				t.Errorf("%s: %s has no flag %s", c.where, commandName(path), f)
+			}
+			checked++
+			flags += strings.Count(strings.Join(c.args, " "), "--")
+		}
+	}
+	t.Logf("checked %d command lines with %d flags", checked, flags)
+	// The docs hold dozens of command lines: finding few means the extraction broke.
+	if checked < 40 || flags < 60 {
+		t.Errorf("checked %d command lines with %d flags; the docs hold more", checked, flags)
+	}
+
+	serve := app.Command("serve")
+	text, err := os.ReadFile("../../docs/operations/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, line := range strings.Split(string(text), "\n") {
+		m := configFlagRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		rows++
+		for _, f := range flagRE.FindAllStringSubmatch(m[1], -1) {
+			if !hasFlag([]*cli.Command{app, serve}, f[1]) {
+				t.Errorf("configuration.md: serve has no flag --%s", f[1])
+			}
+		}
+	}
+	if rows < 30 {
+		t.Errorf("configuration.md: %d flag rows; the table has more", rows)
+	}
+}
+
+// TestCheckCommand: the checker itself finds an unknown flag and a subcommand's flags.
+func TestCheckCommand(t *testing.T) {
+	t.Parallel()
+	app := newApp(io.Discard, io.Discard)
+	for _, tc := range []struct {
+		args    []string
+		command string
+		unknown []string
+	}{
+		{[]string{"serve", "--addr", ":8080", "--database-url", "x.db"}, "orderly serve", nil},
+		{[]string{"serve", "--no-such-flag"}, "orderly serve", []string{"--no-such-flag"}},
+		{[]string{"keys", "create", "--name", "ops", "--scope", "admin"}, "orderly keys create", nil},
+		{[]string{"--log-level", "debug", "simulate", "--orders=10", "--json"}, "orderly simulate", nil},
+		{[]string{"keys", "create", "--orders", "1"}, "orderly keys create", []string{"--orders"}},
+	} {
+		path, unknown := checkCommand(app, tc.args)
+		if got := commandName(path); got != tc.command || !slices.Equal(unknown, tc.unknown) {
+			t.Errorf("checkCommand(%q) = %s, %q; want %s, %q", tc.args, got, unknown, tc.command, tc.unknown)
+		}
+	}
+	cmds := docCommands("x.md", "```sh\n./orderly serve --addr :1 \\\n  --timer redis &  # comment --nope\n```\nsee `simulate --flow wallet`.",
+		[]string{"serve", "simulate"})
+	if len(cmds) != 2 || !slices.Equal(cmds[0].args, []string{"serve", "--addr", ":1", "--timer", "redis"}) ||
+		!slices.Equal(cmds[1].args, []string{"simulate", "--flow", "wallet"}) {
+		t.Errorf("docCommands = %+v", cmds)
+	}
+}
+
+// commandName is the command line that names the last command of path, "orderly keys create".
+func commandName(path []*cli.Command) string {
+	names := make([]string, len(path))
+	for i, c := range path {
+		names[i] = c.Name
+	}
+	return strings.Join(names, " ")
+}
