@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v3"
 )
@@ -226,4 +229,76 @@ func commandName(path []*cli.Command) string {
 		names[i] = c.Name
 	}
 	return strings.Join(names, " ")
+}
+
+// tourScript is the shell of the ```sh blocks of file between the headings from and to,
+// without the lines that build, start and stop the server or set its address and secret:
+// the test runs one in process instead.
+func tourScript(t *testing.T, file, from, to string) string {
+	t.Helper()
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(text), "\n"+from+"\n")
+	if !ok {
+		t.Fatalf("%s: no heading %q", file, from)
+	}
+	section, _, _ = strings.Cut(section, "\n"+to)
+	var script strings.Builder
+	inShell := false
+	for _, line := range strings.Split(section, "\n") {
+		if fence, ok := strings.CutPrefix(line, "```"); ok {
+			inShell = !inShell && fence == "sh"
+			continue
+		}
+		if !inShell || strings.HasPrefix(line, "go ") || strings.HasPrefix(line, "./orderly serve") ||
+			strings.HasPrefix(line, "kill ") || strings.HasPrefix(line, "export ORDERLY_CALLBACK_SECRET=") ||
+			strings.HasPrefix(line, "BASE=") {
+			continue
+		}
+		script.WriteString(line + "\n")
+	}
+	return script.String()
+}
+
+// TestDocsTours runs the curl tours of README.md and docs/getting-started.md against an
+// in-process server, as a reader would paste them, and checks the outcomes they announce.
+// It needs bash, curl, jq and openssl, as the tours do.
+func TestDocsTours(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"bash", "curl", "jq", "openssl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the tours need %s: %v", tool, err)
+		}
+	}
+	for _, tc := range []struct {
+		file, from, to string
+		want           []string
+	}{
+		{"../../README.md", "## A 5-minute tour", "## Documentation", []string{
+			`{"received":true,"applied":true`, `"state": "paid"`, `"sold":2`, `"state": "closed"`,
+			`"close_reason": "payment_timeout"`}},
+		{"../../docs/getting-started.md", "## Walk-through with curl", "## Watch it under traffic", []string{
+			`"applied":true`, `"applied":false`, `"pay_status": "partially_refunded"`, `"refunded_amount": 1500`,
+			`"sold":1`, `refund-exceeds-captured`, `"close_reason": "payment_timeout"`, `"status": 409`}},
+	} {
+		t.Run(filepath.Base(tc.file), func(t *testing.T) {
+			t.Parallel()
+			base, _ := serveFor(t)
+			script := "set -eu -o pipefail\nBASE=" + base + "\nORDERLY_CALLBACK_SECRET=cb\n" +
+				tourScript(t, tc.file, tc.from, tc.to)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, "bash", "-c", script).CombinedOutput()
+			if err != nil {
+				t.Fatalf("the tour failed: %v\n--- script\n%s--- output\n%s", err, script, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("the tour's output has no %s:\n%s", w, out)
+				}
+			}
+		})
+	}
 }
