@@ -302,3 +302,61 @@ func TestDocsTours(t *testing.T) {
 		})
 	}
 }
+
+var (
+	linkRE    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	headingRE = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
+	slugDrop  = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+)
+
+// slug is GitHub's anchor of a heading: lower case, punctuation dropped, spaces as dashes.
+func slug(heading string) string {
+	return strings.ReplaceAll(slugDrop.ReplaceAllString(strings.ToLower(strings.TrimSpace(heading)), ""), " ", "-")
+}
+
+// TestDocsLinks: every relative link of README.md, BENCHMARKS.md and docs/ (history
+// included) names a file that exists and, for a Markdown file, a heading it has.
+func TestDocsLinks(t *testing.T) {
+	t.Parallel()
+	files := append(docFiles(t), "../../docs/benchmarks-history.md")
+	anchors := func(file string) []string {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for _, m := range headingRE.FindAllStringSubmatch(string(text), -1) {
+			out = append(out, slug(m[1]))
+		}
+		return out
+	}
+	links := 0
+	for _, file := range files {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range linkRE.FindAllStringSubmatch(string(text), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			links++
+			path, anchor, _ := strings.Cut(target, "#")
+			resolved := file
+			if path != "" {
+				resolved = filepath.Join(filepath.Dir(file), path)
+				if _, err := os.Stat(resolved); err != nil {
+					t.Errorf("%s: link %s: %v", file, target, err)
+					continue
+				}
+			}
+			if anchor != "" && strings.HasSuffix(resolved, ".md") && !slices.Contains(anchors(resolved), anchor) {
+				t.Errorf("%s: link %s: %s has no heading #%s", file, target, resolved, anchor)
+			}
+		}
+	}
+	if links < 50 {
+		t.Errorf("found %d relative links; the docs hold more", links)
+	}
+}
