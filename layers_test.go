@@ -30,13 +30,14 @@ const (
 var layers = map[string]int{
 	"": layerDomain, "internal/redact": layerDomain, "internal/batchctx": layerDomain,
 	"store": layerStore, "store/sqlstore": layerStore, "telemetry": layerStore,
-	"barrier": layerCore, "job": layerCore, "outbox": layerCore, "saga": layerCore, "timeout": layerCore,
+	"barrier": layerCore, "wakeup": layerCore, "job": layerCore, "outbox": layerCore, "saga": layerCore, "timeout": layerCore,
 	"order": layerApp, "payment": layerApp, "wallet": layerApp, "reconcile": layerApp, "admin": layerApp,
-	"apikey": layerApp, "webhook": layerApp,
+	"apikey": layerApp, "webhook": layerApp, "feature": layerApp, // the seam every feature builds on
 	"groupbuy": layerFeature, "ride": layerFeature, "checkout": layerFeature,
 	"httpapi": layerAdapter, "channel": layerAdapter, "channel/": layerAdapter, "redisq": layerAdapter,
 	"natspub":  layerAdapter,
 	"engine":   layerEngine,
+	"features": layerEngine, // the list cmd/orderly passes to engine.Open
 	"simulate": layerTool, "simulate/": layerTool, "verify": layerTool, "bench": layerTool, "bench/": layerTool,
 	"examples/": layerTool,
 	"cmd/":      layerCmd,
