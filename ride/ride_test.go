@@ -13,8 +13,8 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
-	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/fault"
 	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 )
