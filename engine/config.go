@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/httpapi"
@@ -225,6 +227,13 @@ type Config struct {
 
 	// Logger receives the engine's logs; slog.Default().
 	Logger *slog.Logger
+	// TracerProvider receives the engine's spans (HTTP requests, order transitions, close
+	// batches, outbox dispatches, gateway calls). nil: a provider of the engine's own,
+	// exporting over OTLP/HTTP, when the standard OTEL_* variables ask for one
+	// (telemetry.NewTracerProviderFromEnv; flushed by Close), else the global provider
+	// (otel.GetTracerProvider, a no-op unless the program installed one). The engine never
+	// installs a global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Wrap holds decorators Open applies to the parts it builds, for tracing, authorisation or

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/admin"
@@ -74,7 +75,8 @@ type Engine struct {
 	watching  chan struct{}      // closed when the watch of redis ended; nil without one
 	publisher *natspub.Publisher // with NATSURL
 	webhooks  *webhook.Service
-	// traceShutdown flushes and stops the tracer provider SetupTracing installed.
+	// traceShutdown flushes and stops the tracer provider the engine built from the OTEL_*
+	// variables (nil otherwise).
 	traceShutdown func(context.Context) error
 
 	mu        sync.Mutex
@@ -108,9 +110,16 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 			_ = e.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	// Tracing: an OTLP exporter when the OTEL_* variables ask for one, else the no-op.
-	if e.traceShutdown, _, err = telemetry.SetupTracing(ctx); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+	// Tracing: Config.TracerProvider; else an OTLP exporter of the engine's own when the
+	// OTEL_* variables ask for one; else the global provider. Nothing is installed globally.
+	if cfg.TracerProvider == nil {
+		if cfg.TracerProvider, e.traceShutdown, err = telemetry.NewTracerProviderFromEnv(ctx); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		if cfg.TracerProvider == nil {
+			cfg.TracerProvider = otel.GetTracerProvider()
+		}
+		e.cfg.TracerProvider = cfg.TracerProvider
 	}
 	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
 		MustExist: cfg.DatabaseMustExist, LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
@@ -258,7 +267,8 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	if e.relay, err = outbox.NewRelay(outbox.Config{
 		Store: st, Handlers: handlers, Default: events, MaxAttempts: cfg.OutboxMaxAttempts, BatchSize: cfg.OutboxBatchSize,
 		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: log, Metrics: e.metrics,
-		Lanes: []outbox.Lane{e.webhooks.Lane(cfg.WebhookConcurrency)},
+		TracerProvider: cfg.TracerProvider,
+		Lanes:          []outbox.Lane{e.webhooks.Lane(cfg.WebhookConcurrency)},
 	}); err != nil {
 		return nil, fmt.Errorf("engine: outbox relay: %w", err)
 	}
@@ -266,6 +276,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	tcfg := timeout.Config{
 		Store: st, Machine: e.machine, Timed: timed, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
 		Signals: sig, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
+		TracerProvider: cfg.TracerProvider,
 	}
 	if e.db.Dialect() == "mysql" {
 		// No cross-instance wake-up: other instances' earlier deadlines are seen by polling.
@@ -366,7 +377,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken, Keys: e.keys, Admin: e.admin, Webhooks: e.webhooks,
 		Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),
-		RequestTimeout: cfg.RequestTimeout, Logger: log, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
+		RequestTimeout: cfg.RequestTimeout, Logger: log, TracerProvider: cfg.TracerProvider, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
 		},

@@ -29,14 +29,26 @@ import (
 // in place of NATS: the context it gets is what natspub injects into message headers) and
 // delivered to a merchant webhook. Every hop shares the incoming trace id: the HTTP span,
 // the audit row, the transition span of the close, the dispatch spans, the publisher's
-// context and the webhook request's traceparent header. Not parallel: it installs the
-// global tracer provider (an in-memory exporter).
+// context and the webhook request's traceparent header. The spans go to the provider of
+// Config.TracerProvider, none to the program's global one, which stays the program's: an
+// embedded engine must not take over its host's tracing (it installed its own globally).
+// Not parallel: it installs a global tracer provider to see that it is left alone.
 func TestTraceFromCreateToWebhook(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	hostExp := tracetest.NewInMemoryExporter()
+	host := sdktrace.NewTracerProvider(sdktrace.WithSyncer(hostExp))
 	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	t.Cleanup(func() { otel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	otel.SetTracerProvider(host)
+	t.Cleanup(func() {
+		otel.SetTracerProvider(prev)
+		_ = tp.Shutdown(context.Background())
+		_ = host.Shutdown(context.Background())
+	})
+	// The OTEL_* variables asking for an exporter of the engine's own change nothing: the
+	// configured provider wins, and the global one is never replaced.
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	type hop struct{ topic, traceID string }
@@ -59,6 +71,7 @@ func TestTraceFromCreateToWebhook(t *testing.T) {
 		published <- hop{m.Topic, telemetry.TraceID(ctx)}
 		return nil
 	}}
+	cfg.TracerProvider = tp
 	e, err := engine.Open(t.Context(), cfg, features.All()...)
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +185,16 @@ func TestTraceFromCreateToWebhook(t *testing.T) {
 		if !ok {
 			t.Errorf("no span %q in trace %s", name, traceID)
 		}
+	}
+	if otel.GetTracerProvider() != host {
+		t.Errorf("the engine replaced the global tracer provider")
+	}
+	if spans := hostExp.GetSpans(); len(spans) > 0 {
+		var names []string
+		for _, s := range spans {
+			names = append(names, s.Name)
+		}
+		t.Errorf("%d spans went to the global tracer provider, want none: %v", len(spans), names)
 	}
 }
 

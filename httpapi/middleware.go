@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderlyhq/orderly"
@@ -48,7 +49,11 @@ func (s *Server) traceMiddleware(next http.Handler) http.Handler {
 			trace.SpanFromContext(r.Context()).SetName(r.Method + " " + rc.RoutePattern())
 		}
 	})
-	return otelhttp.NewHandler(inner, "http", otelhttp.WithPropagators(telemetry.Propagator),
+	tp := s.tracer
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return otelhttp.NewHandler(inner, "http", otelhttp.WithPropagators(telemetry.Propagator), otelhttp.WithTracerProvider(tp),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }))
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
@@ -90,6 +91,9 @@ type Config struct {
 	// Logger receives internal errors, panics and refused callbacks. nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// TracerProvider receives the requests' server spans (and, through their contexts, the
+	// spans started under them); nil means the global provider (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
 	// Ready reports whether the server can take traffic (database reachable, migrations
 	// applied, …); GET /readyz answers 503 while it returns an error. nil means always ready.
 	Ready func(ctx context.Context) error
@@ -123,6 +127,7 @@ type Server struct {
 	timeout       time.Duration
 	now           func() time.Time
 	logger        *slog.Logger
+	tracer        trace.TracerProvider
 	ready         func(ctx context.Context) error
 	degraded      func() []string
 	metrics       http.Handler
@@ -164,6 +169,7 @@ func New(cfg Config) *Server {
 		timeout:       cfg.RequestTimeout,
 		now:           cfg.Now,
 		logger:        cfg.Logger,
+		tracer:        cfg.TracerProvider,
 		ready:         cfg.Ready,
 		degraded:      cfg.Degraded,
 		metrics:       cfg.Metrics,

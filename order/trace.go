@@ -43,13 +43,14 @@ func startTransitionSpans(ctx context.Context, tx store.Tx, flow *orderly.Flow, 
 	}
 	ts := &transitionSpans{}
 	batch := trace.SpanFromContext(ctx)
+	tracer := telemetry.TracerFrom(ctx) // the batch's provider: an order's remote parent has none
 	if continueTraces, _ := ctx.Value(orderTracesKey{}).(bool); !continueTraces || !batch.IsRecording() {
 		if len(changed) == 1 {
 			attrs = append(attrs, attribute.String("orderly.order_id", changed[0]))
 		} else {
 			attrs = append(attrs, attribute.Int("orderly.order_count", len(changed)))
 		}
-		ctx, span := telemetry.Tracer().Start(ctx, "order.transition", trace.WithAttributes(attrs...))
+		ctx, span := tracer.Start(ctx, "order.transition", trace.WithAttributes(attrs...))
 		ts.spans = []trace.Span{span}
 		return ctx, ts, nil
 	}
@@ -64,7 +65,7 @@ func startTransitionSpans(ctx context.Context, tx store.Tx, flow *orderly.Flow, 
 		if sc := telemetry.SpanContextOf(traces[id]); sc.IsValid() {
 			parent = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
-		octx, span := telemetry.Tracer().Start(parent, "order.transition", trace.WithLinks(link),
+		octx, span := tracer.Start(parent, "order.transition", trace.WithLinks(link),
 			trace.WithAttributes(append(attrs, attribute.String("orderly.order_id", id))...))
 		ts.spans = append(ts.spans, span)
 		ts.parents[id] = telemetry.TraceParent(octx)

@@ -83,6 +83,9 @@ type Config struct {
 	StatsInterval time.Duration
 	Logger        *slog.Logger
 	Metrics       *telemetry.Metrics
+	// TracerProvider receives the "outbox dispatch" spans; nil means the global provider
+	// (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
 }
 
 // Lane is a group of topics that a relay claims and delivers by a loop of its own
@@ -831,7 +834,7 @@ func (r *Relay) handler(topic string) (Handler, bool) {
 func (r *Relay) call(ctx context.Context, l *lane, h Handler, m *orderly.Message) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, l.CallTimeout)
 	defer cancel()
-	ctx, span := telemetry.Tracer().Start(telemetry.WithTraceParent(ctx, m.TraceParent), "outbox dispatch "+m.Topic,
+	ctx, span := telemetry.TracerOf(r.cfg.TracerProvider).Start(telemetry.WithTraceParent(ctx, m.TraceParent), "outbox dispatch "+m.Topic,
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 			attribute.String("messaging.destination.name", m.Topic), attribute.String("orderly.key", m.Key),
 			attribute.String("messaging.message.id", m.MessageID), attribute.Int64("orderly.sequence", m.Sequence),

@@ -38,7 +38,7 @@ type instrumentedGateway struct {
 
 // observe runs one call in its span and records its latency and outcome.
 func (g *instrumentedGateway) observe(ctx context.Context, op, paymentID string, call func(ctx context.Context) error) error {
-	ctx, span := Tracer().Start(ctx, "gateway "+op, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := TracerFrom(ctx).Start(ctx, "gateway "+op, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("orderly.payment_id", paymentID)))
 	defer span.End()
 	start := time.Now()

@@ -26,10 +26,22 @@ const TracerName = "github.com/orderlyhq/orderly"
 // never configured one.
 var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 
-// Tracer returns orderly's tracer from the global tracer provider (otel.GetTracerProvider):
-// a no-op until a provider is installed (SetupTracing, or the embedder's own), so spans
-// cost nothing while tracing is off.
-func Tracer() trace.Tracer { return otel.Tracer(TracerName) }
+// TracerOf returns orderly's tracer from tp; nil tp means the global provider
+// (otel.GetTracerProvider), which is a no-op until the program installs one.
+func TracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(TracerName)
+}
+
+// TracerFrom returns orderly's tracer from the provider of the span in ctx: a span started
+// under a request's or a close batch's span goes to the provider that span came from (the
+// engine's, see engine.Config.TracerProvider). Without a recording span in ctx it is a
+// no-op tracer, so that spans cost nothing while tracing is off.
+func TracerFrom(ctx context.Context) trace.Tracer {
+	return trace.SpanFromContext(ctx).TracerProvider().Tracer(TracerName)
+}
 
 // TraceParent returns the W3C traceparent header value ("00-<32 hex trace id>-<16 hex span
 // id>-<2 hex flags>") of the span in ctx, or "" when ctx holds no valid span context.
@@ -87,31 +99,30 @@ func TracingEnabledByEnv(getenv func(string) string) bool {
 	}
 }
 
-// SetupTracing installs, when the OTEL_* variables ask for it (TracingEnabledByEnv), a
-// global tracer provider exporting spans over OTLP/HTTP (otlptracehttp reads
-// OTEL_EXPORTER_OTLP_* itself: endpoint, headers, timeout, compression; the SDK reads
+// NewTracerProviderFromEnv returns, when the OTEL_* variables ask for it
+// (TracingEnabledByEnv), a tracer provider exporting spans over OTLP/HTTP (otlptracehttp
+// reads OTEL_EXPORTER_OTLP_* itself: endpoint, headers, timeout, compression; the SDK reads
 // OTEL_TRACES_SAMPLER and OTEL_BSP_*), with the resource of OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES (service.name defaults to "orderly"). It returns a shutdown
-// function that flushes and stops the provider, and whether tracing is on. Off, it installs
-// nothing: spans are the global no-op's. Errors: the exporter or the resource could not be
-// built from the variables (e.g. a malformed endpoint).
-func SetupTracing(ctx context.Context) (shutdown func(context.Context) error, enabled bool, err error) {
+// OTEL_RESOURCE_ATTRIBUTES (service.name defaults to "orderly"), and its shutdown, which
+// flushes and stops it. It installs nothing globally: an embedding program keeps its own
+// global provider. Off, it returns nil and a no-op shutdown. Errors: the exporter or the
+// resource could not be built from the variables (e.g. a malformed endpoint).
+func NewTracerProviderFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
 	if !TracingEnabledByEnv(os.Getenv) {
-		return noop, false, nil
+		return nil, noop, nil
 	}
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
-		return noop, false, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
+		return nil, noop, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
 	}
 	res, err := resource.Merge(
 		resource.NewSchemaless(semconv.ServiceName("orderly")),
 		resource.Environment(),
 	)
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
-		return noop, false, fmt.Errorf("telemetry: trace resource: %w", err)
+		return nil, noop, fmt.Errorf("telemetry: trace resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	return tp.Shutdown, true, nil
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return sdk, sdk.Shutdown, nil
 }

@@ -151,6 +151,9 @@ type Config struct {
 	Signals orderly.Signals
 	Logger  *slog.Logger
 	Metrics *telemetry.Metrics
+	// TracerProvider receives the "close batch" spans; nil means the global provider
+	// (otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
 }
 
 // Closer runs the close path. CloseDue may be called directly (tests, tools); Start runs
@@ -326,7 +329,7 @@ type inspection struct {
 func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence, force bool) (_ PassResult, _ []inspection, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PassTimeout)
 	defer cancel()
-	ctx, span := telemetry.Tracer().Start(order.ContinueOrderTraces(ctx), "close batch",
+	ctx, span := telemetry.TracerOf(c.cfg.TracerProvider).Start(order.ContinueOrderTraces(ctx), "close batch",
 		trace.WithAttributes(attribute.String("orderly.trigger", trigger)))
 	defer func() {
 		if err != nil {
