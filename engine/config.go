@@ -98,6 +98,10 @@ type Config struct {
 	// DatabaseMustExist refuses a SQLite file that does not exist instead of creating it
 	// (sqlstore.Config.MustExist): `orderly reconcile` sets it.
 	DatabaseMustExist bool
+	// DatabaseSkipMigrate leaves the schema alone at Open, for a deployment that migrates
+	// apart (`orderly migrate`); Open then fails (EINVALID) on a schema lacking any migration
+	// of this build (sqlstore.Config.SkipMigrate).
+	DatabaseSkipMigrate bool
 	// DatabaseLockTimeout and DatabaseIdleInTransactionTimeout bound how long a statement
 	// waits for a row lock (sqlstore.DefaultLockTimeout, 10 s) and how long the database lets
 	// a session sit idle inside a transaction before ending it

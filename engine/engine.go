@@ -122,7 +122,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		e.cfg.TracerProvider = cfg.TracerProvider
 	}
 	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
-		MustExist: cfg.DatabaseMustExist, LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
+		MustExist: cfg.DatabaseMustExist, SkipMigrate: cfg.DatabaseSkipMigrate, LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
 		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
 	}
 	var st store.Store = e.db

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -39,6 +40,10 @@ func TestCommandLineErrors(t *testing.T) {
 	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
 	typo := filepath.Join(t.TempDir(), "typo.db") // its directory exists, the file does not
+	empty := filepath.Join(t.TempDir(), "empty.db") // exists, no schema
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args     []string
 		wantCode int
@@ -91,6 +96,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"reconcile", "--database-url", typo}, 2, "database file " + typo + " does not exist"},
 		{[]string{"keys", "list", "--database-url", typo}, 2, "open " + typo + ": database file " + typo + " does not exist"},
 		{[]string{"keys", "revoke", "--database-url", typo, "k1"}, 2, "open " + typo + ": database file " + typo + " does not exist"},
+		// --migrate=false on a database no one migrated: refused at start, not at the first
+		// request with a missing table.
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--migrate=false", "--database-url", empty}, 2,
+			"the database has no orderly schema (reading its version table: SQL logic error: no such table: goose_db_version (1)): apply the migrations first (`orderly migrate`, or start without --migrate=false)"},
 		{[]string{"migrate", "--database-url", "ftp://x"}, 2, `unsupported database URL "ftp://x": use a file path, sqlite:, postgres:// or mysql://`},
 		{[]string{"verify", "--database-url", "ftp://x"}, 2, `unsupported database URL "ftp://x": use a file path, sqlite:, postgres:// or mysql://`},
 		// Arguments a command does not take are refused, not ignored.

@@ -251,6 +251,7 @@ func serveFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "addr", Value: ":8080", Usage: "HTTP listen address", Sources: env("addr")},
 		&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
+		&cli.BoolFlag{Name: "migrate", Value: true, Usage: "apply pending database migrations at start; --migrate=false refuses a schema that lacks any (apply them with `orderly migrate`)", Sources: env("migrate")},
 		&cli.IntFlag{Name: "database-max-conns", Value: engine.DefaultDatabaseMaxConns, Usage: "PostgreSQL/MySQL connections of this instance (keep instances × this under the server's limit)", Sources: env("database-max-conns")},
 		&cli.DurationFlag{Name: "database-lock-timeout", Value: sqlstore.DefaultLockTimeout, Usage: "how long a PostgreSQL/MySQL statement waits for a row lock (negative: the server's setting)", Sources: env("database-lock-timeout")},
 		&cli.DurationFlag{Name: "database-idle-in-transaction-timeout", Value: sqlstore.DefaultIdleInTransactionTimeout, Usage: "the database ends a session idle this long inside a transaction, releasing its locks: bounds how long a stopped instance blocks the others (PostgreSQL, MariaDB; negative: the server's setting)", Sources: env("database-idle-in-transaction-timeout")},
@@ -358,7 +359,7 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 		WebhookConcurrency: cmd.Int("webhook-concurrency"), Logger: logger, ReconcileInterval: cmd.Duration("reconcile-interval"),
 		InstanceID: cmd.String("instance-id"), Timer: cmd.String("timer"), RedisURL: cmd.String("redis-url"),
 		NATSURL: cmd.String("nats-url"), TimerPoll: cmd.Duration("timer-poll"),
-		DatabaseMaxConns: cmd.Int("database-max-conns"), RedisPrefix: cmd.String("redis-prefix"),
+		DatabaseMaxConns: cmd.Int("database-max-conns"), DatabaseSkipMigrate: !cmd.Bool("migrate"), RedisPrefix: cmd.String("redis-prefix"),
 		DatabaseLockTimeout:              cmd.Duration("database-lock-timeout"),
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
 		Channels:                         chans, DefaultChannel: cmd.String("default-channel"), EnableSimChannel: cmd.Bool("enable-sim-channel"),
@@ -369,7 +370,7 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 // flagOf names the serve flag of each engine.Config field that has one.
 var flagOf = map[string]string{
 	"Addr": "addr", "DatabaseURL": "database-url", "CallbackSecret": "callback-secret", "AdminToken": "admin-token", "InstanceID": "instance-id",
-	"Timer": "timer", "RedisURL": "redis-url", "RedisPrefix": "redis-prefix", "DatabaseMaxConns": "database-max-conns",
+	"Timer": "timer", "RedisURL": "redis-url", "RedisPrefix": "redis-prefix", "DatabaseMaxConns": "database-max-conns", "DatabaseSkipMigrate": "migrate",
 	"DatabaseLockTimeout": "database-lock-timeout", "DatabaseIdleInTransactionTimeout": "database-idle-in-transaction-timeout",
 	"NATSURL": "nats-url", "TimerPoll": "timer-poll", "RequestTimeout": "request-timeout", "PaymentTimeout": "payment-timeout",
 	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",

@@ -50,7 +50,9 @@ type Config struct {
 	URL string
 	// Now, when set, replaces the database clock (tests and simulations only).
 	Now func() time.Time
-	// SkipMigrate skips applying migrations at open.
+	// SkipMigrate skips applying migrations at open, for a deployment that applies them
+	// apart (`orderly migrate`): Open then refuses a schema that lacks any migration of this
+	// build (EINVALID, naming both versions) and writes nothing to check it.
 	SkipMigrate bool
 	// MustExist refuses a SQLite file that does not exist yet (EINVALID "database file …
 	// does not exist") instead of creating an empty database: for the commands that read
@@ -217,10 +219,8 @@ func (db *DB) openSQLite(ctx context.Context, path string, skipMigrate, mustExis
 		}
 		return fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	if !skipMigrate {
-		if err := db.Migrate(ctx); err != nil {
-			return err
-		}
+	if err := db.migrateOrCheck(ctx, skipMigrate); err != nil {
+		return err
 	}
 	// The writer keeps its temporary files in memory once migrated: a savepoint's
 	// sub-journal (each page's content before its first change inside one) was written to
@@ -280,10 +280,8 @@ func (db *DB) openPool(ctx context.Context, dsn string, cfg Config) error {
 	if err := h.PingContext(ctx); err != nil {
 		return fmt.Errorf("open %s: %w", db.d.name, err)
 	}
-	if !cfg.SkipMigrate {
-		if err := db.Migrate(ctx); err != nil {
-			return err
-		}
+	if err := db.migrateOrCheck(ctx, cfg.SkipMigrate); err != nil {
+		return err
 	}
 	if db.wstmts, err = prepareAll(ctx, db.d, h); err != nil {
 		return err
@@ -344,6 +342,33 @@ func prepareAll(ctx context.Context, d *dialect, h *sql.DB) ([]*sql.Stmt, error)
 // Migrate applies every pending migration of the dialect.
 func (db *DB) Migrate(ctx context.Context) error {
 	return db.migrate(ctx, migrations, "migrations", goose.DefaultTablename)
+}
+
+// migrateOrCheck applies the pending migrations, or with skip checks that there are none.
+func (db *DB) migrateOrCheck(ctx context.Context, skip bool) error {
+	if !skip {
+		return db.Migrate(ctx)
+	}
+	fsys, err := fs.Sub(migrations, "migrations/"+db.d.name)
+	if err != nil {
+		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
+	}
+	// Read, not goose's GetVersions, which creates its version table on a fresh database.
+	provider, err := goose.NewProvider(db.d.goose, db.writer, fsys)
+	if err != nil {
+		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
+	}
+	sources := provider.ListSources()
+	want := sources[len(sources)-1].Version
+	const apply = "apply the migrations first (`orderly migrate`, or start without --migrate=false)"
+	var have sql.NullInt64
+	if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+goose.DefaultTablename).Scan(&have); err != nil {
+		return orderly.Errorf(orderly.EINVALID, "the database has no orderly schema (reading its version table: %v): %s", err, apply)
+	}
+	if have.Int64 < want {
+		return orderly.Errorf(orderly.EINVALID, "the database schema is at migration %d, this build needs %d: %s", have.Int64, want, apply)
+	}
+	return nil
 }
 
 // migrate applies the pending goose migrations of folder dir/<dialect> of fsys, recorded in
