@@ -39,7 +39,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func TestCommandLineErrors(t *testing.T) {
 	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
-	typo := filepath.Join(t.TempDir(), "typo.db") // its directory exists, the file does not
+	typo := filepath.Join(t.TempDir(), "typo.db")   // its directory exists, the file does not
 	empty := filepath.Join(t.TempDir(), "empty.db") // exists, no schema
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
