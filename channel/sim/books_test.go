@@ -36,7 +36,7 @@ func simTables(t *testing.T, db *sqlstore.DB) []string {
 	t.Helper()
 	var have []string
 	readTx(t, db, func(tx store.Tx) error {
-		for _, name := range []string{"sim_holds", "sim_hold_keys", "sim_gateway_faults", "goose_sim_version"} {
+		for _, name := range []string{"sim_holds", "sim_hold_keys", "sim_gateway_faults", "orderly_sim_schema_version"} {
 			ok, err := sqlstore.HasTable(t.Context(), tx, name)
 			if err != nil {
 				return err
@@ -73,7 +73,7 @@ func TestMigrateWithoutSim(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if have, want := simTables(t, db), []string{"sim_holds", "sim_hold_keys", "sim_gateway_faults", "goose_sim_version"}; !reflect.DeepEqual(have, want) {
+			if have, want := simTables(t, db), []string{"sim_holds", "sim_hold_keys", "sim_gateway_faults", "orderly_sim_schema_version"}; !reflect.DeepEqual(have, want) {
 				t.Fatalf("tables after UseDatabase: %v, want %v", have, want)
 			}
 		})

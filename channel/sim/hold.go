@@ -28,7 +28,7 @@ var errNoDatabase = errors.New("sim: the simulated gateway keeps its holds in a 
 var migrations embed.FS
 
 // UseDatabase applies the gateway's migrations to db (tables sim_holds, sim_hold_keys,
-// sim_gateway_faults; version table goose_sim_version) and keeps there the holds, the keys
+// sim_gateway_faults; version table orderly_sim_schema_version) and keeps there the holds, the keys
 // of their captures, voids and refunds, and the armed TimeoutAfterApply faults, so that
 // every instance on one database sees the holds any of them placed and a killed instance
 // loses none. Without it the hold calls fail. The engine calls it when it serves "sim".

@@ -339,9 +339,14 @@ func prepareAll(ctx context.Context, d *dialect, h *sql.DB) ([]*sql.Stmt, error)
 	return stmts, nil
 }
 
+// VersionTable is the table recording the applied migrations of orderly's schema. Named for
+// orderly, so that it never meets a host's own migrations in a shared schema; databases
+// migrated before it was named keep their versions (migrate renames goose_db_version).
+const VersionTable = "orderly_schema_version"
+
 // Migrate applies every pending migration of the dialect.
 func (db *DB) Migrate(ctx context.Context) error {
-	return db.migrate(ctx, migrations, "migrations", goose.DefaultTablename)
+	return db.migrate(ctx, migrations, "migrations", VersionTable, goose.DefaultTablename)
 }
 
 // migrateOrCheck applies the pending migrations, or with skip checks that there are none.
@@ -362,7 +367,7 @@ func (db *DB) migrateOrCheck(ctx context.Context, skip bool) error {
 	want := sources[len(sources)-1].Version
 	const apply = "apply the migrations first (`orderly migrate`, or start without --migrate=false)"
 	var have sql.NullInt64
-	if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+goose.DefaultTablename).Scan(&have); err != nil {
+	if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&have); err != nil {
 		return orderly.Errorf(orderly.EINVALID, "the database has no orderly schema (reading its version table: %v): %s", err, apply)
 	}
 	if have.Int64 < want {
@@ -372,11 +377,14 @@ func (db *DB) migrateOrCheck(ctx context.Context, skip bool) error {
 }
 
 // migrate applies the pending goose migrations of folder dir/<dialect> of fsys, recorded in
-// version table table.
-func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table string) error {
+// version table table (renamed from legacy first, where only that one exists).
+func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table, legacy string) error {
 	fsys, err := fs.Sub(fsys, dir+"/"+db.d.name)
 	if err != nil {
 		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
+	}
+	if err := db.renameTable(ctx, legacy, table); err != nil {
+		return err
 	}
 	// Instances starting at once on a fresh database take turns: an advisory lock
 	// serializes their migrations (goose's session locker on PostgreSQL, GET_LOCK on MySQL).
@@ -401,6 +409,25 @@ func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table string) error 
 	}
 	if _, err := provider.Up(ctx); err != nil {
 		return fmt.Errorf("migrate %s: %w", db.d.name, err)
+	}
+	return nil
+}
+
+// renameTable renames table from to to when from exists and to does not. Instances starting
+// at once may race: the loser's rename fails, and it goes on if to exists by then.
+func (db *DB) renameTable(ctx context.Context, from, to string) error {
+	exists := func(table string) bool {
+		rows, err := db.writer.QueryContext(ctx, "SELECT 1 FROM "+table+" WHERE 1 = 0")
+		if err == nil {
+			_ = rows.Close()
+		}
+		return err == nil
+	}
+	if exists(to) || !exists(from) {
+		return nil
+	}
+	if _, err := db.writer.ExecContext(ctx, "ALTER TABLE "+from+" RENAME TO "+to); err != nil && !exists(to) {
+		return fmt.Errorf("migrate %s: rename version table %s to %s: %w", db.d.name, from, to, err)
 	}
 	return nil
 }

@@ -15,9 +15,9 @@ import (
 
 // MigrateModule applies the pending migrations of module name: fsys holds folder dir with
 // one folder of goose files per dialect (sqlite, postgres, mysql); applied versions are
-// recorded in goose_<name>_version, apart from the store's.
+// recorded in orderly_<name>_schema_version (was goose_<name>_version), apart from the store's.
 func (db *DB) MigrateModule(ctx context.Context, name string, fsys fs.FS, dir string) error {
-	if err := db.migrate(ctx, fsys, dir, "goose_"+name+"_version"); err != nil {
+	if err := db.migrate(ctx, fsys, dir, "orderly_"+name+"_schema_version", "goose_"+name+"_version"); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil

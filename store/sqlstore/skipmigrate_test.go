@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pressly/goose/v3"
-
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/testdb"
 )
@@ -51,7 +49,7 @@ func TestSkipMigrateChecksSchema(t *testing.T) {
 				t.Fatal(err)
 			}
 			var last int64
-			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+goose.DefaultTablename).Scan(&last); err != nil {
+			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&last); err != nil {
 				t.Fatal(err)
 			}
 			_ = db.Close()
@@ -60,10 +58,10 @@ func TestSkipMigrateChecksSchema(t *testing.T) {
 			}
 			// One migration behind: the version row of the last one gone.
 			var prev int64
-			if _, err := db.writer.ExecContext(ctx, "DELETE FROM "+goose.DefaultTablename+" WHERE version_id = "+strconv.FormatInt(last, 10)); err != nil {
+			if _, err := db.writer.ExecContext(ctx, "DELETE FROM "+VersionTable+" WHERE version_id = "+strconv.FormatInt(last, 10)); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+goose.DefaultTablename).Scan(&prev); err != nil {
+			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&prev); err != nil {
 				t.Fatal(err)
 			}
 			_ = db.Close()
@@ -71,6 +69,49 @@ func TestSkipMigrateChecksSchema(t *testing.T) {
 			want := fmt.Sprintf("at migration %d, this build needs %d", prev, last)
 			if orderly.ErrorCode(err) != orderly.EINVALID || err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("SkipMigrate a migration behind: %v, want EINVALID %q", err, want)
+			}
+		})
+	}
+}
+
+// TestVersionTableRenamed is a database migrated when the version table had goose's default
+// name (goose_db_version, which a host's own goose migrations in the same schema would
+// share): Open renames it to VersionTable and applies nothing twice (a migration run again
+// would fail on its CREATE TABLE).
+func TestVersionTableRenamed(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			url := filepath.Join(t.TempDir(), "shop.db")
+			if dialect != "sqlite" {
+				url = testdb.Fresh(t, testdb.URL(t, dialect))
+			}
+			db, err := Open(ctx, Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last int64
+			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&last); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.writer.ExecContext(ctx, "ALTER TABLE "+VersionTable+" RENAME TO goose_db_version"); err != nil {
+				t.Fatal(err)
+			}
+			_ = db.Close()
+
+			if db, err = Open(ctx, Config{URL: url}); err != nil {
+				t.Fatalf("open a database whose versions are in goose_db_version: %v", err)
+			}
+			defer db.Close()
+			var now int64
+			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&now); err != nil || now != last {
+				t.Errorf("%s after the rename: version %d (%v), want %d", VersionTable, now, err, last)
+			}
+			if rows, err := db.writer.QueryContext(ctx, "SELECT 1 FROM goose_db_version"); err == nil {
+				_ = rows.Close()
+				t.Error("goose_db_version still exists beside " + VersionTable)
 			}
 		})
 	}
