@@ -344,6 +344,19 @@ func prepareAll(ctx context.Context, d *dialect, h *sql.DB) ([]*sql.Stmt, error)
 // migrated before it was named keep their versions (migrate renames goose_db_version).
 const VersionTable = "orderly_schema_version"
 
+// Migrations returns orderly's schema migrations for dialect "sqlite", "postgres" or
+// "mysql": goose SQL files (00001_init.sql, …) at the root of the FS, for a deployment that
+// applies them with its own tooling. Applied versions must be recorded in VersionTable
+// (goose: -table orderly_schema_version), which Open checks under SkipMigrate. Errors: an
+// unknown dialect.
+func Migrations(dialect string) (fs.FS, error) {
+	switch dialect {
+	case sqliteDialect.name, postgresDialect.name, mysqlDialect.name:
+		return fs.Sub(migrations, "migrations/"+dialect)
+	}
+	return nil, fmt.Errorf("sqlstore: no migrations for dialect %q (sqlite, postgres or mysql)", dialect)
+}
+
 // Migrate applies every pending migration of the dialect.
 func (db *DB) Migrate(ctx context.Context) error {
 	return db.migrate(ctx, migrations, "migrations", VersionTable, goose.DefaultTablename)

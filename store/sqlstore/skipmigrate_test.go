@@ -2,8 +2,10 @@ package sqlstore
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -114,5 +116,35 @@ func TestVersionTableRenamed(t *testing.T) {
 				t.Error("goose_db_version still exists beside " + VersionTable)
 			}
 		})
+	}
+}
+
+// TestMigrationsExported checks the migrations a deployment applies with its own tooling:
+// per dialect, goose files at the root starting with 00001_init.sql, the same versions in
+// every dialect, and a clear error for another dialect.
+func TestMigrationsExported(t *testing.T) {
+	t.Parallel()
+	var first []string
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		fsys, err := Migrations(dialect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := fs.Glob(fsys, "*.sql")
+		if err != nil || len(names) < 2 || names[0] != "00001_init.sql" {
+			t.Fatalf("%s: migrations %v (%v), want 00001_init.sql first", dialect, names, err)
+		}
+		versions := make([]string, len(names))
+		for i, n := range names {
+			versions[i] = n[:5]
+		}
+		if first == nil {
+			first = versions
+		} else if !slices.Equal(versions, first) {
+			t.Errorf("%s: versions %v, want the sqlite ones %v", dialect, versions, first)
+		}
+	}
+	if _, err := Migrations("oracle"); err == nil || !strings.Contains(err.Error(), `"oracle"`) {
+		t.Errorf("Migrations(oracle) = %v, want an error naming it", err)
 	}
 }
