@@ -433,3 +433,31 @@ func TestServeHasNoTestFlag(t *testing.T) {
 		t.Errorf("simulate instance --fail-rate 2: exit %d, %s", code, errOut)
 	}
 }
+
+// TestMigrateStatus is `orderly migrate status`: on a database file that does not exist
+// every migration is pending, exit 1 (a finding a deploy step waits on), no file made and
+// nothing on stderr; after `orderly migrate`, all applied, exit 0; --json lists them.
+func TestMigrateStatus(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "shop.db")
+	code, stdout, stderr := runCLI(t, "migrate", "status", "--database-url", path)
+	if code != 1 || stderr != "" || !strings.Contains(stdout, "pending  00001_init.sql\n") || !strings.Contains(stdout, "0 of ") {
+		t.Errorf("status before migrating: exit %d, stdout %q, stderr %q; want exit 1, 00001_init.sql pending, 0 applied", code, stdout, stderr)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("migrate status created the database file")
+	}
+	if code, _, stderr := runCLI(t, "migrate", "--database-url", path); code != 0 {
+		t.Fatalf("migrate: exit %d, %s", code, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "migrate", "status", "--json", "--database-url", path)
+	var ms []sqlstore.Migration
+	if err := json.Unmarshal([]byte(stdout), &ms); code != 0 || stderr != "" || err != nil || len(ms) < 2 || ms[0].Name != "00001_init.sql" {
+		t.Fatalf("status --json after migrating: exit %d, stdout %q, stderr %q (%v)", code, stdout, stderr, err)
+	}
+	for _, m := range ms {
+		if !m.Applied {
+			t.Errorf("after migrating, %s is pending", m.Name)
+		}
+	}
+}

@@ -505,6 +505,41 @@ func migrateCommand() *cli.Command {
 			fmt.Fprintln(cmd.Root().Writer, "migrations applied to", redact.URL(cmd.String("database-url")))
 			return db.Close()
 		},
+		Commands: []*cli.Command{{
+			Name:  "status",
+			Usage: "list this build's migrations, applied or pending, changing nothing; exit 1 when any is pending",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "database-url", Value: "orderly.db", Usage: "SQLite file path (or sqlite:PATH), postgres://… or mysql://…", Sources: env("database-url")},
+				&cli.BoolFlag{Name: "json", Usage: "print the list as JSON"},
+			},
+			Action: func(ctx context.Context, cmd *cli.Command) error {
+				ms, err := sqlstore.MigrationStatus(ctx, cmd.String("database-url"))
+				if err != nil {
+					return err
+				}
+				pending := 0
+				for _, m := range ms {
+					if !m.Applied {
+						pending++
+					}
+				}
+				w := cmd.Root().Writer
+				if cmd.Bool("json") {
+					if err := writeJSON(w, ms); err != nil {
+						return err
+					}
+				} else {
+					for _, m := range ms {
+						fmt.Fprintf(w, "%-8s %s\n", map[bool]string{true: "applied", false: "pending"}[m.Applied], m.Name)
+					}
+					fmt.Fprintf(w, "%d of %d migrations applied to %s\n", len(ms)-pending, len(ms), redact.URL(cmd.String("database-url")))
+				}
+				if pending > 0 {
+					return cli.Exit("", 1) // a finding: the schema is behind this build
+				}
+				return nil
+			},
+		}},
 	}
 }
 

@@ -430,11 +430,8 @@ func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table, legacy string
 // at once may race: the loser's rename fails, and it goes on if to exists by then.
 func (db *DB) renameTable(ctx context.Context, from, to string) error {
 	exists := func(table string) bool {
-		rows, err := db.writer.QueryContext(ctx, "SELECT 1 FROM "+table+" WHERE 1 = 0")
-		if err == nil {
-			_ = rows.Close()
-		}
-		return err == nil
+		ok, err := probeTable(ctx, db.writer, db.d, table)
+		return err == nil && ok
 	}
 	if exists(to) || !exists(from) {
 		return nil

@@ -111,9 +111,8 @@ func TestVersionTableRenamed(t *testing.T) {
 			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&now); err != nil || now != last {
 				t.Errorf("%s after the rename: version %d (%v), want %d", VersionTable, now, err, last)
 			}
-			if rows, err := db.writer.QueryContext(ctx, "SELECT 1 FROM goose_db_version"); err == nil {
-				_ = rows.Close()
-				t.Error("goose_db_version still exists beside " + VersionTable)
+			if ok, err := probeTable(ctx, db.writer, db.d, "goose_db_version"); err != nil || ok {
+				t.Errorf("goose_db_version still exists beside %s (%v)", VersionTable, err)
 			}
 		})
 	}
@@ -146,5 +145,67 @@ func TestMigrationsExported(t *testing.T) {
 	}
 	if _, err := Migrations("oracle"); err == nil || !strings.Contains(err.Error(), `"oracle"`) {
 		t.Errorf("Migrations(oracle) = %v, want an error naming it", err)
+	}
+}
+
+// TestMigrationStatus is `orderly migrate status`: every migration of this build, none
+// applied on a database without orderly's schema (and no SQLite file made), all after a
+// migration, the last pending once its version row is gone, and the same through the
+// legacy version table goose_db_version.
+func TestMigrationStatus(t *testing.T) {
+	t.Parallel()
+	want, err := Migrations("sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := fs.Glob(want, "*.sql")
+	for _, dialect := range []string{"sqlite", "postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			url := filepath.Join(t.TempDir(), "shop.db")
+			if dialect != "sqlite" {
+				url = testdb.Fresh(t, testdb.URL(t, dialect))
+			}
+			check := func(when string, applied int) {
+				t.Helper()
+				ms, err := MigrationStatus(ctx, url)
+				if err != nil {
+					t.Fatalf("%s: %v", when, err)
+				}
+				if len(ms) != len(names) {
+					t.Fatalf("%s: %d migrations, want %d", when, len(ms), len(names))
+				}
+				for i, m := range ms {
+					if m.Name != names[i] || m.Applied != (i < applied) {
+						t.Errorf("%s: migration %d = %+v, want %s applied %t", when, i, m, names[i], i < applied)
+					}
+				}
+			}
+			check("before any migration", 0)
+			if dialect == "sqlite" {
+				if _, err := os.Stat(url); err == nil {
+					t.Error("MigrationStatus created the SQLite file")
+				}
+			}
+			db, err := Open(ctx, Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			check("migrated", len(names))
+			var last int64
+			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&last); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.writer.ExecContext(ctx, "DELETE FROM "+VersionTable+" WHERE version_id = "+strconv.FormatInt(last, 10)); err != nil {
+				t.Fatal(err)
+			}
+			check("the last version row gone", len(names)-1)
+			if _, err := db.writer.ExecContext(ctx, "ALTER TABLE "+VersionTable+" RENAME TO goose_db_version"); err != nil {
+				t.Fatal(err)
+			}
+			check("versions in goose_db_version", len(names)-1)
+		})
 	}
 }
