@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderlyhq/orderly"
@@ -49,12 +48,12 @@ func (s *Server) traceMiddleware(next http.Handler) http.Handler {
 			trace.SpanFromContext(r.Context()).SetName(r.Method + " " + rc.RoutePattern())
 		}
 	})
-	tp := s.tracer
-	if tp == nil {
-		tp = otel.GetTracerProvider()
+	opts := []otelhttp.Option{otelhttp.WithPropagators(telemetry.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method })}
+	if s.tracer != nil { // else otelhttp's default, the global provider
+		opts = append(opts, otelhttp.WithTracerProvider(s.tracer))
 	}
-	return otelhttp.NewHandler(inner, "http", otelhttp.WithPropagators(telemetry.Propagator), otelhttp.WithTracerProvider(tp),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }))
+	return otelhttp.NewHandler(inner, "http", opts...)
 }
 
 // newTraceID returns 16 random bytes in hex, the shape of a W3C trace-id.

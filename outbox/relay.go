@@ -160,7 +160,8 @@ func (l *lane) hold(g string, n int) {
 // Relay delivers outbox messages. Start it once; Stop is idempotent.
 type Relay struct {
 	cfg    Config
-	lanes  []*lane // lanes[0] is the main lane
+	tracer trace.Tracer // of cfg.TracerProvider
+	lanes  []*lane      // lanes[0] is the main lane
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -217,7 +218,7 @@ func NewRelay(cfg Config) (*Relay, error) {
 		l.late = make(chan struct{}, l.Concurrency)
 		l.busy = map[string]int{}
 	}
-	return &Relay{cfg: cfg, lanes: lanes}, nil
+	return &Relay{cfg: cfg, tracer: telemetry.TracerOf(cfg.TracerProvider), lanes: lanes}, nil
 }
 
 // Notify wakes the relay after a commit that wrote messages. It never blocks.
@@ -834,7 +835,7 @@ func (r *Relay) handler(topic string) (Handler, bool) {
 func (r *Relay) call(ctx context.Context, l *lane, h Handler, m *orderly.Message) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, l.CallTimeout)
 	defer cancel()
-	ctx, span := telemetry.TracerOf(r.cfg.TracerProvider).Start(telemetry.WithTraceParent(ctx, m.TraceParent), "outbox dispatch "+m.Topic,
+	ctx, span := r.tracer.Start(telemetry.WithTraceParent(ctx, m.TraceParent), "outbox dispatch "+m.Topic,
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 			attribute.String("messaging.destination.name", m.Topic), attribute.String("orderly.key", m.Key),
 			attribute.String("messaging.message.id", m.MessageID), attribute.Int64("orderly.sequence", m.Sequence),

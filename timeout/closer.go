@@ -160,7 +160,8 @@ type Config struct {
 // the precise timer in the background; Sweep and DeepCheck are job.Func bodies, run under
 // a lease by package job (so one instance runs each at a time).
 type Closer struct {
-	cfg Config
+	cfg    Config
+	tracer trace.Tracer // of cfg.TracerProvider
 
 	armMu sync.Mutex
 	armed time.Time // the wake_at the timer sleeps until; zero when it sleeps without one
@@ -211,7 +212,7 @@ func NewCloser(cfg Config) (*Closer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &Closer{cfg: cfg, arm: make(chan struct{}, 1)}, nil
+	return &Closer{cfg: cfg, tracer: telemetry.TracerOf(cfg.TracerProvider), arm: make(chan struct{}, 1)}, nil
 }
 
 // PassResult is what one claim-and-close call did.
@@ -329,7 +330,7 @@ type inspection struct {
 func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence, force bool) (_ PassResult, _ []inspection, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PassTimeout)
 	defer cancel()
-	ctx, span := telemetry.TracerOf(c.cfg.TracerProvider).Start(order.ContinueOrderTraces(ctx), "close batch",
+	ctx, span := c.tracer.Start(order.ContinueOrderTraces(ctx), "close batch",
 		trace.WithAttributes(attribute.String("orderly.trigger", trigger)))
 	defer func() {
 		if err != nil {

@@ -530,7 +530,11 @@ func migrateCommand() *cli.Command {
 					}
 				} else {
 					for _, m := range ms {
-						fmt.Fprintf(w, "%-8s %s\n", map[bool]string{true: "applied", false: "pending"}[m.Applied], m.Name)
+						state := "pending"
+						if m.Applied {
+							state = "applied"
+						}
+						fmt.Fprintf(w, "%-8s %s\n", state, m.Name)
 					}
 					fmt.Fprintf(w, "%d of %d migrations applied to %s\n", len(ms)-pending, len(ms), redact.URL(cmd.String("database-url")))
 				}

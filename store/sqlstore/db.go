@@ -367,24 +367,26 @@ func (db *DB) migrateOrCheck(ctx context.Context, skip bool) error {
 	if !skip {
 		return db.Migrate(ctx)
 	}
-	fsys, err := fs.Sub(migrations, "migrations/"+db.d.name)
-	if err != nil {
-		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
-	}
 	// Read, not goose's GetVersions, which creates its version table on a fresh database.
-	provider, err := goose.NewProvider(db.d.goose, db.writer, fsys)
+	ms, err := schemaStatus(ctx, db.writer, db.d)
 	if err != nil {
-		return fmt.Errorf("migrations for %s: %w", db.d.name, err)
+		return err
 	}
-	sources := provider.ListSources()
-	want := sources[len(sources)-1].Version
 	const apply = "apply the migrations first (`orderly migrate`, or start without --migrate=false)"
-	var have sql.NullInt64
-	if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&have); err != nil {
-		return orderly.Errorf(orderly.EINVALID, "the database has no orderly schema (reading its version table: %v): %s", err, apply)
+	var have int64
+	pending := false
+	for _, m := range ms {
+		if m.Applied {
+			have = m.Version
+		} else {
+			pending = true
+		}
 	}
-	if have.Int64 < want {
-		return orderly.Errorf(orderly.EINVALID, "the database schema is at migration %d, this build needs %d: %s", have.Int64, want, apply)
+	switch {
+	case have == 0:
+		return orderly.Errorf(orderly.EINVALID, "the database has no orderly schema: %s", apply)
+	case pending:
+		return orderly.Errorf(orderly.EINVALID, "the database schema is at migration %d, this build needs %d: %s", have, ms[len(ms)-1].Version, apply)
 	}
 	return nil
 }

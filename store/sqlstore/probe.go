@@ -103,10 +103,20 @@ func MigrationStatus(ctx context.Context, url string) ([]Migration, error) {
 }
 
 func migrationStatus(ctx context.Context, url string) ([]Migration, error) {
-	d, _, err := parseURL(url)
+	h, d, err := openProbe(ctx, url)
 	if err != nil {
 		return nil, err
 	}
+	if h != nil {
+		defer h.Close()
+	}
+	return schemaStatus(ctx, h, d)
+}
+
+// schemaStatus returns this build's migrations of dialect d in version order, each marked
+// applied when h (nil: no database) records it in VersionTable, or else in the legacy
+// goose_db_version.
+func schemaStatus(ctx context.Context, h *sql.DB, d *dialect) ([]Migration, error) {
 	fsys, err := Migrations(d.name)
 	if err != nil {
 		return nil, err
@@ -115,25 +125,21 @@ func migrationStatus(ctx context.Context, url string) ([]Migration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations for %s: %w", d.name, err)
 	}
-	var out []Migration
-	for _, name := range names { // in version order: the names start with zero-padded versions
+	out := make([]Migration, len(names))
+	for i, name := range names { // in version order: the names start with zero-padded versions
 		v, err := goose.NumericComponent(name)
 		if err != nil {
 			return nil, fmt.Errorf("migrations for %s: %w", d.name, err)
 		}
-		out = append(out, Migration{Version: v, Name: name})
+		out[i] = Migration{Version: v, Name: name}
 	}
-	h, d, err := openProbe(ctx, url)
-	if err != nil || h == nil {
-		return out, err
+	if h == nil {
+		return out, nil
 	}
-	defer h.Close()
 	for _, table := range []string{VersionTable, goose.DefaultTablename} {
-		ok, err := probeTable(ctx, h, d, table)
-		if err != nil {
+		if ok, err := probeTable(ctx, h, d, table); err != nil {
 			return nil, err
-		}
-		if !ok {
+		} else if !ok {
 			continue
 		}
 		applied, err := appliedVersions(ctx, h, table)

@@ -24,14 +24,11 @@ func TestSkipMigrateChecksSchema(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			var url string
+			url := freshURL(t, dialect)
 			if dialect == "sqlite" {
-				url = filepath.Join(t.TempDir(), "shop.db")
 				if err := os.WriteFile(url, nil, 0o600); err != nil { // exists, empty
 					t.Fatal(err)
 				}
-			} else {
-				url = testdb.Fresh(t, testdb.URL(t, dialect))
 			}
 			skip := Config{URL: url, SkipMigrate: true}
 			for range 2 { // the first refusal created nothing the second would see
@@ -58,6 +55,20 @@ func TestSkipMigrateChecksSchema(t *testing.T) {
 			if db, err = Open(ctx, skip); err != nil {
 				t.Fatalf("SkipMigrate on a current schema: %v", err)
 			}
+			// Versions still in the legacy table (not renamed without a migration): current.
+			rename := func(from, to string) {
+				t.Helper()
+				if _, err := db.writer.ExecContext(ctx, "ALTER TABLE "+from+" RENAME TO "+to); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rename(VersionTable, "goose_db_version")
+			if legacy, err := Open(ctx, skip); err != nil {
+				t.Fatalf("SkipMigrate on a current schema whose versions are in goose_db_version: %v", err)
+			} else {
+				_ = legacy.Close()
+			}
+			rename("goose_db_version", VersionTable)
 			// One migration behind: the version row of the last one gone.
 			var prev int64
 			if _, err := db.writer.ExecContext(ctx, "DELETE FROM "+VersionTable+" WHERE version_id = "+strconv.FormatInt(last, 10)); err != nil {
@@ -86,10 +97,7 @@ func TestVersionTableRenamed(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			url := filepath.Join(t.TempDir(), "shop.db")
-			if dialect != "sqlite" {
-				url = testdb.Fresh(t, testdb.URL(t, dialect))
-			}
+			url := freshURL(t, dialect)
 			db, err := Open(ctx, Config{URL: url})
 			if err != nil {
 				t.Fatal(err)
@@ -163,10 +171,7 @@ func TestMigrationStatus(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			url := filepath.Join(t.TempDir(), "shop.db")
-			if dialect != "sqlite" {
-				url = testdb.Fresh(t, testdb.URL(t, dialect))
-			}
+			url := freshURL(t, dialect)
 			check := func(when string, applied int) {
 				t.Helper()
 				ms, err := MigrationStatus(ctx, url)
@@ -208,4 +213,14 @@ func TestMigrationStatus(t *testing.T) {
 			check("versions in goose_db_version", len(names)-1)
 		})
 	}
+}
+
+// freshURL returns the URL of an empty database of dialect: a SQLite file path not created
+// yet, or a fresh PostgreSQL schema or MySQL database.
+func freshURL(t *testing.T, dialect string) string {
+	t.Helper()
+	if dialect == "sqlite" {
+		return filepath.Join(t.TempDir(), "shop.db")
+	}
+	return testdb.Fresh(t, testdb.URL(t, dialect))
 }
