@@ -13,7 +13,7 @@ const (
 	ENOTFOUND       = "not-found"              // the named order, payment, SKU or coupon does not exist (404)
 	EOUTOFSTOCK     = "out-of-stock"           // not enough available stock to reserve (409)
 	ECOUPONUNAVAIL  = "coupon-unavailable"     // the coupon is not the user's, not available, expired or too large (409)
-	EIDEMPOTENCY    = "idempotency-key-reused" // same Idempotency-Key, different request body (409)
+	EIDEMPOTENCY    = "idempotency-key-reused" // same Idempotency-Key, different request (422)
 	EILLEGAL        = "illegal-transition"     // the flow has no transition for this state and event (409)
 	ENOTPAYABLE     = "order-not-payable"      // the order is not pending payment, or its deadline passed (409)
 	ECONFLICT       = "conflict"               // the row changed concurrently; retry (409)
@@ -29,7 +29,10 @@ const (
 	// EWRONGFLOW: the id names an object of another flow or kind than the route serves (a
 	// trip on an order route); the message names the route that serves it (409).
 	EWRONGFLOW = "wrong-flow"
-	EINTERNAL  = "internal" // anything else; details are logged, never shown (500)
+	// EIDEMPOTENCYINFLIGHT: a request with the same Idempotency-Key is still running; send
+	// it again once that one answered (409, Retry-After).
+	EIDEMPOTENCYINFLIGHT = "idempotency-key-in-flight"
+	EINTERNAL            = "internal" // anything else; details are logged, never shown (500)
 )
 
 // Error codes of refunds (see RefundService), stable like those above.

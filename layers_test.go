@@ -32,7 +32,7 @@ var layers = map[string]int{
 	"store": layerStore, "store/sqlstore": layerStore, "telemetry": layerStore,
 	"barrier": layerCore, "wakeup": layerCore, "job": layerCore, "outbox": layerCore, "saga": layerCore, "timeout": layerCore,
 	"order": layerApp, "payment": layerApp, "wallet": layerApp, "reconcile": layerApp, "admin": layerApp,
-	"apikey": layerApp, "webhook": layerApp, "feature": layerApp, // the seam every feature builds on
+	"apikey": layerApp, "idempotency": layerApp, "webhook": layerApp, "feature": layerApp, // the seam every feature builds on
 	"groupbuy": layerFeature, "ride": layerFeature, "checkout": layerFeature,
 	"httpapi": layerAdapter, "channel": layerAdapter, "channel/": layerAdapter, "redisq": layerAdapter,
 	"natspub":  layerAdapter,

@@ -15,6 +15,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/idempotency"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
@@ -40,6 +41,7 @@ const (
 	DefaultOutboxMaxAttempts  = 10
 	DefaultOutboxPollInterval = 250 * time.Millisecond
 	DefaultOutboxRetention    = 7 * 24 * time.Hour
+	DefaultIdempotencyKeyTTL  = idempotency.DefaultTTL     // 24 h
 	DefaultWebhookTimeout     = webhook.DefaultTimeout     // 5 s
 	DefaultWebhookConcurrency = webhook.DefaultConcurrency // 8
 	DefaultDatabaseMaxConns   = 20
@@ -152,6 +154,10 @@ type Config struct {
 	OutboxMaxAttempts  int64         // delivery attempts before a message is dead; 10
 	OutboxPollInterval time.Duration // 250 ms
 	OutboxRetention    time.Duration // how long delivered messages are kept; 7 days
+
+	// IdempotencyKeyTTL is how long the answer of a POST sent with an Idempotency-Key is
+	// kept for the same request sent again (package idempotency); 24 h.
+	IdempotencyKeyTTL time.Duration
 
 	// WebhookTimeout bounds one delivery to a merchant webhook (connect, send, answer); a
 	// slower answer is a failed attempt, retried with the outbox's backoff; 5 s. Webhook
@@ -336,7 +342,7 @@ func (c *Config) Validate() error {
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval}, {"ReconcileInterval", c.ReconcileInterval},
 		{"ReconcileRefundStuckAfter", c.ReconcileRefundStuckAfter},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
-		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention}, {"WebhookTimeout", c.WebhookTimeout},
+		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention}, {"IdempotencyKeyTTL", c.IdempotencyKeyTTL}, {"WebhookTimeout", c.WebhookTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout}, {"ChannelFloorFor", c.ChannelFloorFor},
 	} {
 		if d.value < 0 {
@@ -418,6 +424,7 @@ func (c Config) withDefaults(hostname func() (string, error), pid int) Config {
 	c.OutboxMaxAttempts = cmp.Or(c.OutboxMaxAttempts, DefaultOutboxMaxAttempts)
 	c.OutboxPollInterval = cmp.Or(c.OutboxPollInterval, DefaultOutboxPollInterval)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, DefaultOutboxRetention)
+	c.IdempotencyKeyTTL = cmp.Or(c.IdempotencyKeyTTL, DefaultIdempotencyKeyTTL)
 	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, DefaultWebhookTimeout)
 	c.WebhookConcurrency = cmp.Or(c.WebhookConcurrency, DefaultWebhookConcurrency)
 	c.DatabaseMaxConns = cmp.Or(c.DatabaseMaxConns, DefaultDatabaseMaxConns)

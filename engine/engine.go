@@ -25,6 +25,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/feature"
 	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/idempotency"
 	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/natspub"
 	"github.com/orderlyhq/orderly/order"
@@ -67,6 +68,7 @@ type Engine struct {
 	recon    *reconcile.Reconciler
 	admin    *admin.Service
 	keys     *apikey.Service
+	idem     *idempotency.Service
 	metrics  *telemetry.Metrics
 	handler  http.Handler
 
@@ -322,13 +324,18 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		return nil, fmt.Errorf("engine: reconciler: %w", err)
 	}
 	if e.admin, err = admin.New(admin.Config{Store: st, Reconciler: e.recon, Signals: sig, Flows: cfg.Flows,
-		Jobs: []string{"sweep", "deep_check", "outbox_retention", "reconcile"}, Lateness: e.metrics.CloseLateness}); err != nil {
+		Jobs: []string{"sweep", "deep_check", "outbox_retention", "idempotency_retention", "reconcile"}, Lateness: e.metrics.CloseLateness}); err != nil {
 		return nil, fmt.Errorf("engine: admin service: %w", err)
 	}
 	// API keys are read from the database itself: a key created by `orderly keys create`
 	// or revoked on another instance is seen within apikey.DefaultCacheTTL.
 	if e.keys, err = apikey.New(apikey.Config{Store: e.db, Logger: log}); err != nil {
 		return nil, fmt.Errorf("engine: api keys: %w", err)
+	}
+	// A claim outlives the request it guards, which runs at most RequestTimeout.
+	if e.idem, err = idempotency.New(idempotency.Config{Store: st, TTL: cfg.IdempotencyKeyTTL,
+		Lease: cfg.RequestTimeout + 5*time.Second}); err != nil {
+		return nil, fmt.Errorf("engine: idempotency: %w", err)
 	}
 
 	for _, j := range []struct {
@@ -339,6 +346,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		{"sweep", cfg.SweepInterval, e.closer.Sweep},
 		{"deep_check", cfg.DeepCheckInterval, e.closer.DeepCheck},
 		{"outbox_retention", retentionInterval, e.relay.Retention},
+		{"idempotency_retention", retentionInterval, e.idem.Retention},
 		{"reconcile", cfg.ReconcileInterval, e.recon.Job(cfg.InstanceID, !cfg.ReconcileDryRun)},
 	} {
 		r, err := job.New(job.Config{Store: st, Name: j.name, Instance: cfg.InstanceID, Interval: j.interval, Run: j.run, Logger: log,
@@ -375,7 +383,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		Trips:  trips,
 		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
-		AdminToken:     cfg.AdminToken, Keys: e.keys, Admin: e.admin, Webhooks: e.webhooks,
+		AdminToken:     cfg.AdminToken, Keys: e.keys, Idempotency: e.idem, Admin: e.admin, Webhooks: e.webhooks,
 		Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),
 		RequestTimeout: cfg.RequestTimeout, Logger: log, TracerProvider: cfg.TracerProvider, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
 		Ready: func(ctx context.Context) error {

@@ -181,9 +181,8 @@ func (s *Server) admitMember(w http.ResponseWriter, r *http.Request,
 		s.writeError(w, r, err)
 		return
 	}
-	status := http.StatusOK
+	status := replayed(w, !created)
 	if created {
-		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/groups/"+url.PathEscape(g.ID))
 	}
 	s.writeJSON(w, r, status, &groupOrderResponse{Group: newGroupResponse(g), Order: newOrderResponse(o)})

@@ -39,9 +39,8 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	status := http.StatusOK
+	status := replayed(w, !created)
 	if created {
-		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/orders/"+url.PathEscape(o.ID))
 	}
 	s.writeJSON(w, r, status, newOrderResponse(o))

@@ -47,39 +47,40 @@ type problemKind struct {
 // problemKinds is the one table that maps error codes to HTTP statuses and titles. A code
 // that is not here is answered as EINTERNAL.
 var problemKinds = map[string]problemKind{
-	orderly.EINVALID:         {http.StatusUnprocessableEntity, "Invalid input"},
-	orderly.ENOTFOUND:        {http.StatusNotFound, "Not found"},
-	orderly.EOUTOFSTOCK:      {http.StatusConflict, "Out of stock"},
-	orderly.ECOUPONUNAVAIL:   {http.StatusConflict, "Coupon unavailable"},
-	orderly.EIDEMPOTENCY:     {http.StatusConflict, "Idempotency key reused"},
-	orderly.EILLEGAL:         {http.StatusConflict, "Illegal transition"},
-	orderly.ENOTPAYABLE:      {http.StatusConflict, "Order not payable"},
-	orderly.ECONFLICT:        {http.StatusConflict, "Conflict"},
-	orderly.EPAYMENTRACE:     {http.StatusConflict, "Payment started concurrently"},
-	orderly.EWRONGFLOW:       {http.StatusConflict, "Wrong flow"},
-	orderly.EUNAUTHORIZED:    {http.StatusUnauthorized, "Unauthorized"},
-	orderly.EAMOUNTMISMATCH:  {http.StatusUnprocessableEntity, "Amount mismatch"},
-	orderly.EORDERMISMATCH:   {http.StatusUnprocessableEntity, "Payment of another order"},
-	orderly.ECHANNELTXN:      {http.StatusConflict, "Channel transaction conflict"},
-	orderly.EUNAVAILABLE:     {http.StatusServiceUnavailable, "Service unavailable"},
-	orderly.EREFUNDEXCEEDS:   {http.StatusConflict, "Refund exceeds captured amount"},
-	orderly.EREFUNDITEMS:     {http.StatusConflict, "Refund exceeds items bought"},
-	orderly.EGROUPFULL:       {http.StatusConflict, "Group full"},
-	orderly.EGROUPNOTFORMING: {http.StatusConflict, "Group not forming"},
-	orderly.EGROUPEXPIRED:    {http.StatusConflict, "Group expired"},
-	orderly.EALREADYMEMBER:   {http.StatusConflict, "Already a member"},
-	orderly.EINSUFFICIENT:    {http.StatusConflict, "Insufficient funds"},
-	orderly.EHOLDEXPIRED:     {http.StatusConflict, "Hold expired"},
-	orderly.EHOLDEXCEEDED:    {http.StatusConflict, "Hold exceeded"},
-	orderly.EHOLDNOTPENDING:  {http.StatusConflict, "Hold not pending"},
-	orderly.ESAGANOTSTUCK:    {http.StatusConflict, "Saga not stuck"},
-	orderly.EINTERNAL:        {http.StatusInternalServerError, "Internal error"},
-	CodePayloadTooLarge:      {http.StatusRequestEntityTooLarge, "Payload too large"},
-	CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
-	CodeRouteNotFound:        {http.StatusNotFound, "Route not found"},
-	CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, "Method not allowed"},
-	CodeNotReady:             {http.StatusServiceUnavailable, "Not ready"},
-	CodeForbidden:            {http.StatusForbidden, "Forbidden"},
+	orderly.EINVALID:             {http.StatusUnprocessableEntity, "Invalid input"},
+	orderly.ENOTFOUND:            {http.StatusNotFound, "Not found"},
+	orderly.EOUTOFSTOCK:          {http.StatusConflict, "Out of stock"},
+	orderly.ECOUPONUNAVAIL:       {http.StatusConflict, "Coupon unavailable"},
+	orderly.EIDEMPOTENCY:         {http.StatusUnprocessableEntity, "Idempotency key reused"},
+	orderly.EIDEMPOTENCYINFLIGHT: {http.StatusConflict, "Idempotency key in flight"},
+	orderly.EILLEGAL:             {http.StatusConflict, "Illegal transition"},
+	orderly.ENOTPAYABLE:          {http.StatusConflict, "Order not payable"},
+	orderly.ECONFLICT:            {http.StatusConflict, "Conflict"},
+	orderly.EPAYMENTRACE:         {http.StatusConflict, "Payment started concurrently"},
+	orderly.EWRONGFLOW:           {http.StatusConflict, "Wrong flow"},
+	orderly.EUNAUTHORIZED:        {http.StatusUnauthorized, "Unauthorized"},
+	orderly.EAMOUNTMISMATCH:      {http.StatusUnprocessableEntity, "Amount mismatch"},
+	orderly.EORDERMISMATCH:       {http.StatusUnprocessableEntity, "Payment of another order"},
+	orderly.ECHANNELTXN:          {http.StatusConflict, "Channel transaction conflict"},
+	orderly.EUNAVAILABLE:         {http.StatusServiceUnavailable, "Service unavailable"},
+	orderly.EREFUNDEXCEEDS:       {http.StatusConflict, "Refund exceeds captured amount"},
+	orderly.EREFUNDITEMS:         {http.StatusConflict, "Refund exceeds items bought"},
+	orderly.EGROUPFULL:           {http.StatusConflict, "Group full"},
+	orderly.EGROUPNOTFORMING:     {http.StatusConflict, "Group not forming"},
+	orderly.EGROUPEXPIRED:        {http.StatusConflict, "Group expired"},
+	orderly.EALREADYMEMBER:       {http.StatusConflict, "Already a member"},
+	orderly.EINSUFFICIENT:        {http.StatusConflict, "Insufficient funds"},
+	orderly.EHOLDEXPIRED:         {http.StatusConflict, "Hold expired"},
+	orderly.EHOLDEXCEEDED:        {http.StatusConflict, "Hold exceeded"},
+	orderly.EHOLDNOTPENDING:      {http.StatusConflict, "Hold not pending"},
+	orderly.ESAGANOTSTUCK:        {http.StatusConflict, "Saga not stuck"},
+	orderly.EINTERNAL:            {http.StatusInternalServerError, "Internal error"},
+	CodePayloadTooLarge:          {http.StatusRequestEntityTooLarge, "Payload too large"},
+	CodeUnsupportedMediaType:     {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	CodeRouteNotFound:            {http.StatusNotFound, "Route not found"},
+	CodeMethodNotAllowed:         {http.StatusMethodNotAllowed, "Method not allowed"},
+	CodeNotReady:                 {http.StatusServiceUnavailable, "Not ready"},
+	CodeForbidden:                {http.StatusForbidden, "Forbidden"},
 }
 
 // internalDetail is the only detail an internal error shows; the error itself is logged.
@@ -140,9 +141,12 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, code, deta
 		http.Error(w, internalDetail, http.StatusInternalServerError)
 		return
 	}
+	if rec, ok := w.(*recorder); ok {
+		rec.problem = code
+	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if kind.status == http.StatusServiceUnavailable {
+	if kind.status == http.StatusServiceUnavailable || code == orderly.EIDEMPOTENCYINFLIGHT {
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 	}
 	w.WriteHeader(kind.status)

@@ -79,9 +79,8 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	status := http.StatusOK
+	status := replayed(w, !created)
 	if created {
-		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/orders/"+url.PathEscape(f.OrderID)+"/refunds")
 	}
 	s.writeJSON(w, r, status, newRefundResponse(f))

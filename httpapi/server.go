@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/idempotency"
 	"github.com/orderlyhq/orderly/payment"
 )
 
@@ -62,6 +63,10 @@ type Config struct {
 	AdminToken string
 	// Keys authenticates API keys (package apikey). nil: no keys, only AdminToken.
 	Keys KeyAuthenticator
+	// Idempotency keeps the answers of POST requests sent with an Idempotency-Key on the
+	// routes whose service keeps no key itself (idempotencyMiddleware). nil: those routes
+	// ignore the header.
+	Idempotency *idempotency.Service
 	// OrderSearch serves GET /v1/orders, a buyer's orders (admin.Service). nil means Admin;
 	// with neither that route answers 404.
 	OrderSearch OrderSearcher
@@ -120,6 +125,7 @@ type Server struct {
 	secret        []byte
 	adminToken    []byte
 	keys          KeyAuthenticator
+	idempotency   *idempotency.Service
 	search        OrderSearcher
 	admin         AdminService
 	tolerance     time.Duration
@@ -162,6 +168,7 @@ func New(cfg Config) *Server {
 		secret:        cfg.CallbackSecret,
 		adminToken:    []byte(cfg.AdminToken),
 		keys:          cfg.Keys,
+		idempotency:   cfg.Idempotency,
 		search:        cfg.OrderSearch,
 		admin:         cfg.Admin,
 		tolerance:     cfg.SignatureTolerance,
@@ -222,14 +229,15 @@ func New(cfg Config) *Server {
 }
 
 // Handler returns the server's HTTP handler: every route of the API behind the trace id,
-// panic recovery, request deadline and API key (authMiddleware) middleware.
+// panic recovery, request deadline, API key (authMiddleware) and Idempotency-Key
+// (idempotencyMiddleware) middleware.
 func (s *Server) Handler() http.Handler { return s.router }
 
 // routes builds the router. The OpenAPI document (openapi.json) lists the same routes; a
 // test walks this router to keep the two in step.
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(s.traceMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware)
+	r.Use(s.traceMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware, s.idempotencyMiddleware)
 	r.NotFound(s.routeNotFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 

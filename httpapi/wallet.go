@@ -156,9 +156,8 @@ func (s *Server) creditWallet(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	status := http.StatusOK
+	status := replayed(w, tr.Replay)
 	if !tr.Replay {
-		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/wallets/"+url.PathEscape(userID))
 	}
 	s.writeJSON(w, r, status, &walletTransferResponse{ID: tr.ID, Kind: tr.Kind, AccountID: tr.AccountID, CounterpartyID: tr.CounterpartyID,

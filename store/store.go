@@ -250,6 +250,7 @@ type Tx interface {
 	AdminTx
 	WebhookTx
 	KeyTx
+	IdempotencyTx
 	TelemetryTx
 	ChannelEventTx
 	OverviewTx

@@ -275,6 +275,7 @@ func serveFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "outbox-max-attempts", Value: engine.DefaultOutboxMaxAttempts, Usage: "delivery attempts before an outbox message is dead", Sources: env("outbox-max-attempts")},
 		&cli.DurationFlag{Name: "outbox-poll-interval", Value: engine.DefaultOutboxPollInterval, Usage: "how often the relay looks for due messages when not woken", Sources: env("outbox-poll-interval")},
 		&cli.DurationFlag{Name: "outbox-retention", Value: engine.DefaultOutboxRetention, Usage: "how long delivered outbox messages are kept", Sources: env("outbox-retention")},
+		&cli.DurationFlag{Name: "idempotency-key-ttl", Value: engine.DefaultIdempotencyKeyTTL, Usage: "how long the answer of a POST sent with an Idempotency-Key is kept", Sources: env("idempotency-key-ttl")},
 		&cli.DurationFlag{Name: "webhook-timeout", Value: engine.DefaultWebhookTimeout, Usage: "bound of one merchant webhook delivery; slower is a failed attempt, retried", Sources: env("webhook-timeout")},
 		&cli.IntFlag{Name: "webhook-concurrency", Value: engine.DefaultWebhookConcurrency, Usage: "webhook deliveries run at once (each subscriber gets an order's events in order)", Sources: env("webhook-concurrency")},
 		&cli.DurationFlag{Name: "reconcile-interval", Value: engine.DefaultReconcileInterval, Usage: "period of the reconciliation job (report in reconcile_reports, repairs audited)", Sources: env("reconcile-interval")},
@@ -355,7 +356,7 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 		InspectionHold: cmd.Duration("inspection-hold"), CloseBatchSize: cmd.Int("close-batch-size"),
 		CreateBatch: cmd.Int("create-batch"), CreateQueue: cmd.Int("create-queue"),
 		OutboxMaxAttempts: cmd.Int64("outbox-max-attempts"), OutboxPollInterval: cmd.Duration("outbox-poll-interval"),
-		OutboxRetention: cmd.Duration("outbox-retention"), WebhookTimeout: cmd.Duration("webhook-timeout"),
+		OutboxRetention: cmd.Duration("outbox-retention"), IdempotencyKeyTTL: cmd.Duration("idempotency-key-ttl"), WebhookTimeout: cmd.Duration("webhook-timeout"),
 		WebhookConcurrency: cmd.Int("webhook-concurrency"), Logger: logger, ReconcileInterval: cmd.Duration("reconcile-interval"),
 		InstanceID: cmd.String("instance-id"), Timer: cmd.String("timer"), RedisURL: cmd.String("redis-url"),
 		NATSURL: cmd.String("nats-url"), TimerPoll: cmd.Duration("timer-poll"),
@@ -375,7 +376,7 @@ var flagOf = map[string]string{
 	"NATSURL": "nats-url", "TimerPoll": "timer-poll", "RequestTimeout": "request-timeout", "PaymentTimeout": "payment-timeout",
 	"GracePeriod": "grace-period", "SweepInterval": "sweep-interval", "DeepCheckInterval": "deep-check-interval",
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "CreateBatch": "create-batch", "CreateQueue": "create-queue", "OutboxMaxAttempts": "outbox-max-attempts",
-	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "ReconcileInterval": "reconcile-interval",
+	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "IdempotencyKeyTTL": "idempotency-key-ttl", "ReconcileInterval": "reconcile-interval",
 	"WebhookTimeout": "webhook-timeout", "WebhookConcurrency": "webhook-concurrency",
 	"DefaultChannel": "default-channel", "EnableSimChannel": "enable-sim-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
 }
@@ -452,7 +453,7 @@ func serveCommand(configure func(*cli.Command, *engine.Config) error) *cli.Comma
 			// listens on 127.0.0.1 only (docs/operations/api-keys.md).
 			cfg.LoopbackWhenOpen = !cmd.IsSet("addr")
 			if err := positiveFlags(cmd, "request-timeout", "payment-timeout", "sweep-interval", "deep-check-interval",
-				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention", "reconcile-interval", "webhook-timeout"); err != nil {
+				"inspection-hold", "timer-poll", "outbox-poll-interval", "outbox-retention", "idempotency-key-ttl", "reconcile-interval", "webhook-timeout"); err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
 			// The secret is printed only once the server runs: a start that fails prints

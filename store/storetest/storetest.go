@@ -83,6 +83,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Overview", testOverview},
 		{"Webhooks", testWebhooks},
 		{"Keys", testKeys},
+		{"Idempotency", testIdempotency},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
