@@ -47,12 +47,19 @@ func newIDEngine(t *testing.T) *idEngine {
 // send serves one request with the admin token and a fresh Idempotency-Key.
 func (g *idEngine) send(method, target, body string) *httptest.ResponseRecorder {
 	g.seq++
+	return g.sendKey(method, target, body, fmt.Sprintf("key-%d", g.seq))
+}
+
+// sendKey serves one request with the admin token and Idempotency-Key key ("" for none).
+func (g *idEngine) sendKey(method, target, body, key string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+idAdminToken)
-	req.Header.Set(httpapi.IdempotencyKeyHeader, fmt.Sprintf("key-%d", g.seq))
+	if key != "" {
+		req.Header.Set(httpapi.IdempotencyKeyHeader, key)
+	}
 	req.Header.Set(httpapi.OperatorHeader, "alice")
 	rec := httptest.NewRecorder()
 	g.h.ServeHTTP(rec, req)

@@ -115,9 +115,10 @@ func replay(w http.ResponseWriter, a *idempotency.Answer) {
 	if a.Location != "" {
 		h.Set("Location", a.Location)
 	}
+	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set(IdempotentReplayedHeader, "true")
 	w.WriteHeader(a.Status)
-	_, _ = w.Write(a.Body)
+	_, _ = w.Write(a.Body) //nolint:gosec // G705: the body is this server's own answer, written before with its Content-Type
 }
 
 // notKept are the problem codes of answers that changed nothing and may differ when the

@@ -197,7 +197,7 @@ func TestServiceErrors(t *testing.T) {
 		{orderly.Errorf(orderly.ENOTFOUND, "coupon c_9 not found"), 404, orderly.ENOTFOUND, "coupon c_9 not found"},
 		{orderly.Errorf(orderly.EOUTOFSTOCK, "sku-1: 1 available, 2 wanted"), 409, orderly.EOUTOFSTOCK, "sku-1: 1 available, 2 wanted"},
 		{orderly.Errorf(orderly.ECOUPONUNAVAIL, "coupon c_1 is frozen"), 409, orderly.ECOUPONUNAVAIL, "coupon c_1 is frozen"},
-		{orderly.Errorf(orderly.EIDEMPOTENCY, "key reused with another body"), 409, orderly.EIDEMPOTENCY, "key reused with another body"},
+		{orderly.Errorf(orderly.EIDEMPOTENCY, "key reused with another body"), 422, orderly.EIDEMPOTENCY, "key reused with another body"},
 		{orderly.Errorf(orderly.EILLEGAL, "no transition"), 409, orderly.EILLEGAL, "no transition"},
 		{orderly.Errorf(orderly.ENOTPAYABLE, "deadline passed"), 409, orderly.ENOTPAYABLE, "deadline passed"},
 		{orderly.Errorf(orderly.ECONFLICT, "retry"), 409, orderly.ECONFLICT, "retry"},

@@ -59,7 +59,7 @@ type refundsResponse struct {
 // "items"?, "restock"?, "reason"?}), optional Idempotency-Key header (per order). 201 with
 // the refund (state requested; the gateway confirms through the outbox), 200 with the first
 // refund for a replay of the key. 409 refund-exceeds-captured, refund-exceeds-items,
-// illegal-transition, idempotency-key-reused; 422 invalid input.
+// illegal-transition; 422 invalid-input, idempotency-key-reused.
 func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(IdempotencyKeyHeader)
 	if err := validateIdempotencyKey(key); err != nil {

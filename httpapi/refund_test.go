@@ -36,7 +36,7 @@ func TestCreateRefund(t *testing.T) {
 		{name: "replay", key: "k1", status: http.StatusOK},
 		{name: "exceeds captured", err: orderly.Errorf(orderly.EREFUNDEXCEEDS, "x"), status: http.StatusConflict, code: orderly.EREFUNDEXCEEDS},
 		{name: "exceeds items", err: orderly.Errorf(orderly.EREFUNDITEMS, "x"), status: http.StatusConflict, code: orderly.EREFUNDITEMS},
-		{name: "key reused", key: "k1", err: orderly.Errorf(orderly.EIDEMPOTENCY, "x"), status: http.StatusConflict, code: orderly.EIDEMPOTENCY},
+		{name: "key reused", key: "k1", err: orderly.Errorf(orderly.EIDEMPOTENCY, "x"), status: http.StatusUnprocessableEntity, code: orderly.EIDEMPOTENCY},
 		{name: "not refundable", err: orderly.Errorf(orderly.EILLEGAL, "x"), status: http.StatusConflict, code: orderly.EILLEGAL},
 	}
 	for _, tt := range tests {

@@ -130,7 +130,7 @@ func (s *Server) getWallet(w http.ResponseWriter, r *http.Request) {
 
 // creditWallet handles POST /v1/wallets/{user_id}/credits: a top-up from the external
 // system account; the Idempotency-Key header is required (per user: the same key and body
-// answer the first credit, 200; another body 409 idempotency-key-reused). 201 with the
+// answer the first credit, 200; another body 422 idempotency-key-reused). 201 with the
 // transfer.
 func (s *Server) creditWallet(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(IdempotencyKeyHeader)

@@ -66,7 +66,7 @@ func TestWalletOverHTTP(t *testing.T) {
 		status    int
 		code      string
 	}{
-		{"same key, other amount", "topup-1", map[string]any{"amount": 9999, "currency": "USD"}, 409, orderly.EIDEMPOTENCY},
+		{"same key, other amount", "topup-1", map[string]any{"amount": 9999, "currency": "USD"}, 422, orderly.EIDEMPOTENCY},
 		{"no key", "", map[string]any{"amount": 1, "currency": "USD"}, 422, orderly.EINVALID},
 		{"zero amount", "k0", map[string]any{"amount": 0, "currency": "USD"}, 422, orderly.EINVALID},
 		{"unknown field", "k1", map[string]any{"amount": 1, "currency": "USD", "note": "x"}, 422, orderly.EINVALID},
