@@ -116,6 +116,11 @@ type Config struct {
 	// JetStream (package natspub). Without it and without Events they are logged at debug
 	// level and kept in the outbox table.
 	NATSURL string
+	// NATSStream and NATSSubjectPrefix name the JetStream stream ("ORDERLY") and the subject
+	// prefix ("orderly": topic order.closed goes to orderly.order.closed) of NATSURL, so that
+	// deployments sharing a NATS server keep their events apart (natspub.Config).
+	NATSStream        string
+	NATSSubjectPrefix string
 	// TimerPoll caps the timer's sleep: DefaultPolledTimerPoll (200 ms) on MySQL and with
 	// TimerRedis, DefaultTimerPoll (5 s) elsewhere.
 	TimerPoll time.Duration

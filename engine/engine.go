@@ -252,7 +252,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	}
 	events := cmp.Or(cfg.Events, eventLog(log))
 	if cfg.NATSURL != "" {
-		if e.publisher, err = natspub.New(ctx, natspub.Config{URL: cfg.NATSURL, Logger: log}); err != nil {
+		if e.publisher, err = natspub.New(ctx, natspub.Config{URL: cfg.NATSURL, Stream: cfg.NATSStream, SubjectPrefix: cfg.NATSSubjectPrefix, Logger: log}); err != nil {
 			return nil, fmt.Errorf("engine: connect to NATS: %w", err)
 		}
 		h := e.publisher.Handler()
