@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 
@@ -106,6 +107,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		return nil, err
 	}
 	cfg = cfg.withDefaults(os.Hostname, os.Getpid())
+	cfg.Logger = slog.New(telemetry.NewLogHandler(cfg.Logger.Handler())) // trace_id on every line logged under a trace
 	e := &Engine{cfg: cfg, metrics: telemetry.NewMetrics()}
 	defer func() {
 		if err != nil {
@@ -126,6 +128,9 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
 		MustExist: cfg.DatabaseMustExist, SkipMigrate: cfg.DatabaseSkipMigrate, LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
 		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
+	}
+	for name, pool := range e.db.Pools() { // go_sql_* series, label db_name
+		e.metrics.Registry.MustRegister(collectors.NewDBStatsCollector(pool, "orderly_"+name))
 	}
 	var st store.Store = e.db
 	if cfg.Wrap.Store != nil {
@@ -385,7 +390,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken, Keys: e.keys, Idempotency: e.idem, Admin: e.admin, Webhooks: e.webhooks,
 		Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),
-		RequestTimeout: cfg.RequestTimeout, Logger: log, TracerProvider: cfg.TracerProvider, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}),
+		RequestTimeout: cfg.RequestTimeout, Logger: log, TracerProvider: cfg.TracerProvider, Metrics: promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{}), RequestMetrics: e.metrics,
 		Ready: func(ctx context.Context) error {
 			return e.db.Read(ctx, func(tx store.Tx) error { _, err := tx.Now(ctx); return err })
 		},

@@ -1,6 +1,9 @@
 package engine_test
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +102,58 @@ func histogram(t *testing.T, m *telemetry.Metrics, name, label string) (uint64, 
 		}
 	}
 	return 0, 0
+}
+
+// TestHTTPAndPoolMetrics: every answer of the API is counted by method, route pattern and
+// status (a path no route has under "unmatched"), and timed; the database pools' statistics
+// are exported (go_sql_*, label db_name).
+func TestHTTPAndPoolMetrics(t *testing.T) {
+	t.Parallel()
+	e := enginetest.New(t, enginetest.Options{})
+	h, m := e.Engine.Handler(), e.Metrics
+	for _, rq := range []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/orders/o-1", ""},
+		{http.MethodGet, "/v1/orders/o-2", ""},
+		{http.MethodPost, "/v1/orders", `{"user_id":""}`},
+		{http.MethodGet, "/no/such/route", ""},
+		{http.MethodGet, "/no/such/route/either", ""},
+	} {
+		req := httptest.NewRequest(rq.method, rq.path, strings.NewReader(rq.body))
+		if rq.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	for _, c := range []struct {
+		method, route, code string
+		want                float64
+	}{
+		{"GET", "/v1/orders/{id}", "404", 2},
+		{"POST", "/v1/orders", "422", 1},
+		{"GET", "unmatched", "404", 2},
+	} {
+		if got := testutil.ToFloat64(m.HTTPRequests.WithLabelValues(c.method, c.route, c.code)); got != c.want {
+			t.Errorf("orderly_http_requests_total{%s %s %s} = %v, want %v", c.method, c.route, c.code, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.HTTPRequestDuration); n != 3 {
+		t.Errorf("orderly_http_request_duration_seconds has %d series, want 3 (one per method and route)", n)
+	}
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := map[string]bool{}
+	for _, f := range families {
+		if f.GetName() == "go_sql_max_open_connections" {
+			for _, mt := range f.GetMetric() {
+				for _, l := range mt.GetLabel() {
+					pools[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if !pools["orderly_writer"] || !pools["orderly_reader"] {
+		t.Errorf("go_sql_max_open_connections for pools %v, want orderly_writer and orderly_reader (SQLite)", pools)
+	}
 }

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 
+	"github.com/felixge/httpsnoop"
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/trace"
@@ -20,14 +22,9 @@ import (
 // TraceIDHeader is the response header that carries a request's trace id.
 const TraceIDHeader = "Orderly-Trace-Id"
 
-// traceIDKey is the context key of the trace id.
-type traceIDKey struct{}
-
-// TraceIDFromContext returns the trace id that the server gave the request, "" if none.
-func TraceIDFromContext(ctx context.Context) string {
-	id, _ := ctx.Value(traceIDKey{}).(string)
-	return id
-}
+// TraceIDFromContext returns the trace id that the server gave the request (the trace id
+// of ctx, telemetry.TraceIDOf), "" if none.
+func TraceIDFromContext(ctx context.Context) string { return telemetry.TraceIDOf(ctx) }
 
 // traceMiddleware runs each request in an OpenTelemetry server span (otelhttp; W3C
 // traceparent/tracestate extracted with telemetry.Propagator, whatever the global
@@ -43,7 +40,7 @@ func (s *Server) traceMiddleware(next http.Handler) http.Handler {
 			id = newTraceID()
 		}
 		w.Header().Set(TraceIDHeader, id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), traceIDKey{}, id)))
+		next.ServeHTTP(w, r.WithContext(telemetry.WithTraceID(r.Context(), id)))
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
 			trace.SpanFromContext(r.Context()).SetName(r.Method + " " + rc.RoutePattern())
 		}
@@ -54,6 +51,24 @@ func (s *Server) traceMiddleware(next http.Handler) http.Handler {
 		opts = append(opts, otelhttp.WithTracerProvider(s.tracer))
 	}
 	return otelhttp.NewHandler(inner, "http", opts...)
+}
+
+// metricsMiddleware counts each answer in Config.RequestMetrics by method, route pattern
+// and status, and observes its duration. The route is a pattern of the router, or
+// "unmatched" for a path no route has: made-up paths cannot grow the series without bound.
+func (s *Server) metricsMiddleware(next http.Handler) http.Handler {
+	if s.requestMetrics == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := httpsnoop.CaptureMetrics(next, w, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		s.requestMetrics.HTTPRequests.WithLabelValues(r.Method, route, strconv.Itoa(m.Code)).Inc()
+		s.requestMetrics.HTTPRequestDuration.WithLabelValues(r.Method, route).Observe(m.Duration.Seconds())
+	})
 }
 
 // newTraceID returns 16 random bytes in hex, the shape of a W3C trace-id.

@@ -16,6 +16,7 @@ import (
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/idempotency"
 	"github.com/orderlyhq/orderly/payment"
+	"github.com/orderlyhq/orderly/telemetry"
 )
 
 // DefaultMaxBodyBytes is the default limit of a request body: 1 MiB.
@@ -67,6 +68,9 @@ type Config struct {
 	// routes whose service keeps no key itself (idempotencyMiddleware). nil: those routes
 	// ignore the header.
 	Idempotency *idempotency.Service
+	// RequestMetrics, when set, counts and times every answer by route
+	// (telemetry.Metrics.HTTPRequests, HTTPRequestDuration).
+	RequestMetrics *telemetry.Metrics
 	// OrderSearch serves GET /v1/orders, a buyer's orders (admin.Service). nil means Admin;
 	// with neither that route answers 404.
 	OrderSearch OrderSearcher
@@ -113,33 +117,34 @@ type Config struct {
 
 // Server is the HTTP adapter. It is safe for concurrent use.
 type Server struct {
-	orders        orderly.OrderService
-	payments      orderly.PaymentService
-	catalog       orderly.CatalogService
-	refunds       orderly.RefundService
-	groups        orderly.GroupService
-	wallets       orderly.WalletService
-	trips         orderly.TripService
-	sagas         SagaService
-	webhooks      orderly.WebhookService
-	secret        []byte
-	adminToken    []byte
-	keys          KeyAuthenticator
-	idempotency   *idempotency.Service
-	search        OrderSearcher
-	admin         AdminService
-	tolerance     time.Duration
-	maxBody       int64
-	timeout       time.Duration
-	now           func() time.Time
-	logger        *slog.Logger
-	tracer        trace.TracerProvider
-	ready         func(ctx context.Context) error
-	degraded      func() []string
-	metrics       http.Handler
-	channels      map[string]channel.Adapter
-	notifications NotificationHandler
-	channelStats  func() []channel.Stat
+	orders         orderly.OrderService
+	payments       orderly.PaymentService
+	catalog        orderly.CatalogService
+	refunds        orderly.RefundService
+	groups         orderly.GroupService
+	wallets        orderly.WalletService
+	trips          orderly.TripService
+	sagas          SagaService
+	webhooks       orderly.WebhookService
+	secret         []byte
+	adminToken     []byte
+	keys           KeyAuthenticator
+	idempotency    *idempotency.Service
+	requestMetrics *telemetry.Metrics
+	search         OrderSearcher
+	admin          AdminService
+	tolerance      time.Duration
+	maxBody        int64
+	timeout        time.Duration
+	now            func() time.Time
+	logger         *slog.Logger
+	tracer         trace.TracerProvider
+	ready          func(ctx context.Context) error
+	degraded       func() []string
+	metrics        http.Handler
+	channels       map[string]channel.Adapter
+	notifications  NotificationHandler
+	channelStats   func() []channel.Stat
 
 	router *chi.Mux
 }
@@ -156,33 +161,34 @@ func New(cfg Config) *Server {
 		panic("httpapi: Config.Catalog is nil")
 	}
 	s := &Server{
-		orders:        cfg.Orders,
-		payments:      cfg.Payments,
-		catalog:       cfg.Catalog,
-		refunds:       cfg.Refunds,
-		groups:        cfg.Groups,
-		wallets:       cfg.Wallets,
-		trips:         cfg.Trips,
-		sagas:         cfg.Sagas,
-		webhooks:      cfg.Webhooks,
-		secret:        cfg.CallbackSecret,
-		adminToken:    []byte(cfg.AdminToken),
-		keys:          cfg.Keys,
-		idempotency:   cfg.Idempotency,
-		search:        cfg.OrderSearch,
-		admin:         cfg.Admin,
-		tolerance:     cfg.SignatureTolerance,
-		maxBody:       cfg.MaxBodyBytes,
-		timeout:       cfg.RequestTimeout,
-		now:           cfg.Now,
-		logger:        cfg.Logger,
-		tracer:        cfg.TracerProvider,
-		ready:         cfg.Ready,
-		degraded:      cfg.Degraded,
-		metrics:       cfg.Metrics,
-		channels:      map[string]channel.Adapter{},
-		notifications: cfg.Notifications,
-		channelStats:  cfg.ChannelStats,
+		orders:         cfg.Orders,
+		payments:       cfg.Payments,
+		catalog:        cfg.Catalog,
+		refunds:        cfg.Refunds,
+		groups:         cfg.Groups,
+		wallets:        cfg.Wallets,
+		trips:          cfg.Trips,
+		sagas:          cfg.Sagas,
+		webhooks:       cfg.Webhooks,
+		secret:         cfg.CallbackSecret,
+		adminToken:     []byte(cfg.AdminToken),
+		keys:           cfg.Keys,
+		idempotency:    cfg.Idempotency,
+		requestMetrics: cfg.RequestMetrics,
+		search:         cfg.OrderSearch,
+		admin:          cfg.Admin,
+		tolerance:      cfg.SignatureTolerance,
+		maxBody:        cfg.MaxBodyBytes,
+		timeout:        cfg.RequestTimeout,
+		now:            cfg.Now,
+		logger:         cfg.Logger,
+		tracer:         cfg.TracerProvider,
+		ready:          cfg.Ready,
+		degraded:       cfg.Degraded,
+		metrics:        cfg.Metrics,
+		channels:       map[string]channel.Adapter{},
+		notifications:  cfg.Notifications,
+		channelStats:   cfg.ChannelStats,
 	}
 	for _, a := range cfg.Channels {
 		s.channels[a.Name()] = a
@@ -237,7 +243,7 @@ func (s *Server) Handler() http.Handler { return s.router }
 // test walks this router to keep the two in step.
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(s.traceMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware, s.idempotencyMiddleware)
+	r.Use(s.traceMiddleware, s.metricsMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware, s.idempotencyMiddleware)
 	r.NotFound(s.routeNotFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 

@@ -107,6 +107,11 @@ type Metrics struct {
 	// amount and items are refundable again) or operator_task (the order was already
 	// refunded, a terminal state: reconciliation reports refund_mismatch, money owed).
 	RefundReversals *prometheus.CounterVec
+	// HTTPRequests counts the API's answers by method, route (the route pattern, such as
+	// /v1/orders/{id}; "unmatched" for a path no route has) and status code;
+	// HTTPRequestDuration observes them in seconds by method and route.
+	HTTPRequests        *prometheus.CounterVec
+	HTTPRequestDuration *prometheus.HistogramVec
 }
 
 // latencyBuckets are 1 ms … 60 s.
@@ -220,6 +225,12 @@ func NewMetrics() *Metrics {
 		RefundReversals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_refund_reversals_total", Help: "Refunds a provider failed after confirming them, by channel and outcome.",
 		}, []string{"channel", "outcome"}),
+		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderly_http_requests_total", Help: "HTTP API answers, by method, route pattern and status code.",
+		}, []string{"method", "route", "code"}),
+		HTTPRequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orderly_http_request_duration_seconds", Help: "HTTP API requests, by method and route pattern.", Buckets: latencyBuckets,
+		}, []string{"method", "route"}),
 	}
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
@@ -229,7 +240,7 @@ func NewMetrics() *Metrics {
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
 		m.GatewayLatency, m.GatewayErrors, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
-		m.RefundReversals,
+		m.RefundReversals, m.HTTPRequests, m.HTTPRequestDuration,
 	)
 	return m
 }

@@ -473,6 +473,16 @@ func (db *DB) Dialect() string { return db.d.name }
 // another; on PostgreSQL and MySQL the one pool of the database.
 func (db *DB) WriterStats() sql.DBStats { return db.writer.Stats() }
 
+// Pools returns the connection pools by name, for their statistics (the Prometheus
+// collector of database/sql pools): "writer" always, and "reader" on SQLite, where reads
+// have a pool of their own. The caller must not close them.
+func (db *DB) Pools() map[string]*sql.DB {
+	if db.reader == db.writer {
+		return map[string]*sql.DB{"writer": db.writer}
+	}
+	return map[string]*sql.DB{"writer": db.writer, "reader": db.reader}
+}
+
 // Close implements store.Store.
 func (db *DB) Close() error {
 	errs := db.built.close()
