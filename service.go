@@ -104,6 +104,15 @@ type CatalogService interface {
 	SetStock(ctx context.Context, sku string, available int64) (*Stock, error)
 	// Stock returns a SKU's stock. Errors: ENOTFOUND.
 	Stock(ctx context.Context, sku string) (*Stock, error)
+	// AdjustStock adds delta units (negative: removes them) to a SKU's available units,
+	// held and sold kept, and returns the stock. Errors: EINVALID (delta 0, or a result
+	// above the most a SKU holds); ENOTFOUND (no such SKU); EOUTOFSTOCK (fewer available
+	// units than delta removes).
+	AdjustStock(ctx context.Context, sku string, delta int64) (*Stock, error)
+	// ListStock returns the stock of up to limit SKUs after after ("" from the first), by
+	// SKU, and the SKU to pass as after for the next page ("" on the last page).
+	// Errors: EINVALID (limit not 1–1000).
+	ListStock(ctx context.Context, after string, limit int) ([]*Stock, string, error)
 	// CreateCoupon issues a coupon. Errors: EINVALID.
 	CreateCoupon(ctx context.Context, params *CreateCouponParams) (*Coupon, error)
 	// Coupon returns one coupon. Errors: ENOTFOUND.

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
 )
 
 // stockRequest is the body of PUT /v1/inventory/{sku}.
@@ -43,6 +45,66 @@ func (s *Server) getStock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, st)
+}
+
+// adjustRequest is the body of POST /v1/inventory/{sku}/adjustments.
+type adjustRequest struct {
+	Delta *int64 `json:"delta"`
+}
+
+// adjustStock handles POST /v1/inventory/{sku}/adjustments: body {"delta": n}, n ≠ 0, adds n
+// units to the SKU's available units (a negative n removes them: a stock count, a loss, a
+// delivery); held and sold are kept. 200 with the stock; 404 for an unknown SKU; 409
+// out-of-stock when fewer units are available than -n; 422 for a missing or zero delta.
+// Send it with an Idempotency-Key: a delta sent twice would count twice.
+func (s *Server) adjustStock(w http.ResponseWriter, r *http.Request) {
+	var req adjustRequest
+	if !s.decode(w, r, &req, bodyRequired) {
+		return
+	}
+	if req.Delta == nil {
+		s.writeError(w, r, invalidf("delta: is required"))
+		return
+	}
+	st, err := s.catalog.AdjustStock(r.Context(), pathParam(r, "sku"), *req.Delta)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, st)
+}
+
+// stockPage is the body of GET /v1/inventory.
+type stockPage struct {
+	Stock []*orderly.Stock `json:"stock"`
+	// NextAfter is this page's last SKU when there is a next page: pass it as ?after=;
+	// absent on the last page.
+	NextAfter string `json:"next_after,omitempty"`
+}
+
+// listStock handles GET /v1/inventory?after=&limit=: every SKU's stock, by SKU; limit per
+// page (default 100, at most 1000); after = the next_after of the previous page (keyset
+// pagination: a SKU added meanwhile never shifts a page). 422 for a bad limit or after.
+func (s *Server) listStock(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after := q.Get("after")
+	limit, err := queryLimit(q)
+	if err == nil && after != "" && !order.ValidID(after) {
+		err = invalidf("after must be the next_after of the previous page")
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, next, err := s.catalog.ListStock(r.Context(), after, cmp.Or(limit, 100))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []*orderly.Stock{}
+	}
+	s.writeJSON(w, r, http.StatusOK, &stockPage{Stock: list, NextAfter: next})
 }
 
 // couponRequest is the body of POST /v1/coupons: orderly.CreateCouponParams with the

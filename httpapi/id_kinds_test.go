@@ -115,6 +115,7 @@ func (g *idEngine) objects(t *testing.T, tag string) map[string]string {
 	ids["requested_trip"] = g.must(t, 201, http.MethodPost, "/v1/trips", `{"rider_id":"rider2-`+tag+`","currency":"USD","estimate":4000}`, "id")
 	ids["webhook"] = g.must(t, 201, http.MethodPost, "/v1/admin/webhooks", `{"url":"https://shop.example/hooks","topics":["order.paid"]}`, "id")
 	ids["user"] = user
+	ids["sku"] = "SKU-" + tag
 	ids["outbox_message"] = "1"
 	return ids
 }

@@ -30,6 +30,7 @@ var postTargets = map[string]struct{ kind, body string }{
 	"/v1/orders/{id}/events":             {"order", `{"event":"ship"}`},
 	"/v1/orders/{id}/payments":           {"order", ""},
 	"/v1/orders/{id}/refunds":            {"wallet_order", `{"amount":100}`},
+	"/v1/inventory/{sku}/adjustments":    {"sku", `{"delta":-3}`},
 	"/v1/coupons":                        {"", `{"user_id":"buyer-{tag}","amount_off":100,"currency":"USD"}`},
 	"/v1/deals":                          {"", `{"sku":"SKU-{tag}","group_price":800,"currency":"USD","min_members":2,"max_members":3,"group_time_limit_seconds":600}`},
 	"/v1/groups":                         {"deal", `{"deal_id":"{deal}","user_id":"opener"}`},

@@ -247,6 +247,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"Callback":            reflect.TypeFor[callbackRequest](),
 		"CallbackAck":         reflect.TypeFor[callbackResponse](),
 		"StockUpdate":         reflect.TypeFor[stockRequest](),
+		"StockAdjustment":     reflect.TypeFor[adjustRequest](),
+		"StockPage":           reflect.TypeFor[stockPage](),
 		"Stock":               reflect.TypeFor[orderly.Stock](),
 		"CreateCouponRequest": reflect.TypeFor[couponRequest](),
 		"Coupon":              reflect.TypeFor[couponResponse](),

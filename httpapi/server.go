@@ -263,7 +263,9 @@ func (s *Server) routes() *chi.Mux {
 	r.Post("/v1/payments/callback", s.paymentCallback)
 	r.Post("/v1/channels/{channel}/webhook", s.channelWebhook)
 
+	r.Get("/v1/inventory", s.listStock)
 	r.Put("/v1/inventory/{sku}", s.setStock)
+	r.Post("/v1/inventory/{sku}/adjustments", s.adjustStock)
 	r.Get("/v1/inventory/{sku}", s.getStock)
 
 	r.Post("/v1/coupons", s.createCoupon)

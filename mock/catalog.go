@@ -12,6 +12,8 @@ var _ orderly.CatalogService = (*CatalogService)(nil)
 type CatalogService struct {
 	SetStockFn     func(ctx context.Context, sku string, available int64) (*orderly.Stock, error)
 	StockFn        func(ctx context.Context, sku string) (*orderly.Stock, error)
+	AdjustStockFn  func(ctx context.Context, sku string, delta int64) (*orderly.Stock, error)
+	ListStockFn    func(ctx context.Context, after string, limit int) ([]*orderly.Stock, string, error)
 	CreateCouponFn func(ctx context.Context, params *orderly.CreateCouponParams) (*orderly.Coupon, error)
 	CouponFn       func(ctx context.Context, id string) (*orderly.Coupon, error)
 }
@@ -30,6 +32,22 @@ func (s *CatalogService) Stock(ctx context.Context, sku string) (*orderly.Stock,
 		unset("CatalogService.Stock")
 	}
 	return s.StockFn(ctx, sku)
+}
+
+// AdjustStock calls AdjustStockFn.
+func (s *CatalogService) AdjustStock(ctx context.Context, sku string, delta int64) (*orderly.Stock, error) {
+	if s.AdjustStockFn == nil {
+		unset("CatalogService.AdjustStock")
+	}
+	return s.AdjustStockFn(ctx, sku, delta)
+}
+
+// ListStock calls ListStockFn.
+func (s *CatalogService) ListStock(ctx context.Context, after string, limit int) ([]*orderly.Stock, string, error) {
+	if s.ListStockFn == nil {
+		unset("CatalogService.ListStock")
+	}
+	return s.ListStockFn(ctx, after, limit)
 }
 
 // CreateCoupon calls CreateCouponFn.

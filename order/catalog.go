@@ -31,6 +31,49 @@ func (s *Service) Stock(ctx context.Context, sku string) (st *orderly.Stock, err
 	return st, err
 }
 
+// AdjustStock implements orderly.CatalogService.
+func (s *Service) AdjustStock(ctx context.Context, sku string, delta int64) (st *orderly.Stock, err error) {
+	if delta == 0 || delta > MaxStock || delta < -MaxStock {
+		return nil, orderly.Errorf(orderly.EINVALID, "delta must be a non-zero number of units, at most %d either way", int64(MaxStock))
+	}
+	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
+		ok, err := tx.StockAdjust(ctx, sku, delta, MaxStock)
+		if err != nil {
+			return err
+		}
+		if st, err = tx.StockGet(ctx, sku); err != nil || ok {
+			return err
+		}
+		if delta > 0 {
+			return orderly.Errorf(orderly.EINVALID, "sku %s has %d units available; %d more would pass the most a SKU holds, %d",
+				sku, st.Available, delta, int64(MaxStock))
+		}
+		return orderly.Errorf(orderly.EOUTOFSTOCK, "sku %s has %d units available, fewer than the %d to remove", sku, st.Available, -delta)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// ListStock implements orderly.CatalogService.
+func (s *Service) ListStock(ctx context.Context, after string, limit int) (list []*orderly.Stock, next string, err error) {
+	if limit < 1 || limit > 1000 {
+		return nil, "", orderly.Errorf(orderly.EINVALID, "limit must be 1–1000")
+	}
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		list, err = tx.StockList(ctx, after, limit+1) // one more tells whether a next page exists
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(list) > limit {
+		list, next = list[:limit], list[limit-1].SKU
+	}
+	return list, next, nil
+}
+
 // CreateCoupon implements orderly.CatalogService.
 func (s *Service) CreateCoupon(ctx context.Context, p *orderly.CreateCouponParams) (*orderly.Coupon, error) {
 	switch {

@@ -104,8 +104,13 @@ type Tx interface {
 	StockSet(ctx context.Context, sku string, available int64) (*orderly.Stock, error)
 	// StockGet returns a SKU's stock; ENOTFOUND if there is none.
 	StockGet(ctx context.Context, sku string) (*orderly.Stock, error)
-	// StockList returns every SKU's stock, by SKU.
-	StockList(ctx context.Context) ([]*orderly.Stock, error)
+	// StockList returns the stock of the SKUs after after ("" from the first), by SKU, at
+	// most limit of them (0: all).
+	StockList(ctx context.Context, after string, limit int) ([]*orderly.Stock, error)
+	// StockAdjust adds delta (negative: removes) to a SKU's available units unless that
+	// would take them below 0 or above most, and reports whether it did; ENOTFOUND if the
+	// SKU has no stock row.
+	StockAdjust(ctx context.Context, sku string, delta, most int64) (bool, error)
 	// StockReserve moves Quantity units of SKU from available to held and records a held
 	// reservation for the order; ok=false (nothing changed) when there are not enough.
 	StockReserve(ctx context.Context, params *StockReserveParams) (ok bool, err error)

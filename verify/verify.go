@@ -595,7 +595,7 @@ func (c *checker) checkOrphans() {
 
 // checkStock checks I4 for stock.
 func (c *checker) checkStock(ctx context.Context, tx store.Tx) error {
-	stock, err := tx.StockList(ctx)
+	stock, err := tx.StockList(ctx, "", 0)
 	if err != nil {
 		return err
 	}

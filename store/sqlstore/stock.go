@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -28,7 +29,8 @@ var (
 		return `INSERT INTO stock (sku, available) VALUES (?, ?) ON CONFLICT (sku) DO UPDATE SET available = excluded.available`
 	})
 	qStockGet     = sqlText(`SELECT available, held, sold FROM stock WHERE sku = ?`)
-	qStockList    = sqlText(`SELECT sku, available, held, sold FROM stock ORDER BY sku`)
+	qStockList    = sqlText(`SELECT sku, available, held, sold FROM stock WHERE sku > ? ORDER BY sku LIMIT ?`)
+	qStockAdjust  = sqlText(`UPDATE stock SET available = available + ? WHERE sku = ? AND available + ? BETWEEN 0 AND ?`)
 	qStockReserve = sqlText(`UPDATE stock SET available = available - ?, held = held + ? WHERE sku = ? AND available >= ?`)
 	qStockRelease = sqlText(`UPDATE stock SET available = available + ?, held = held - ? WHERE sku = ?`)
 	qStockCommit  = sqlText(`UPDATE stock SET sold = sold + ?, held = held - ? WHERE sku = ?`)
@@ -73,8 +75,11 @@ func (t *tx) StockGet(ctx context.Context, sku string) (*orderly.Stock, error) {
 }
 
 // StockList implements store.Tx.
-func (t *tx) StockList(ctx context.Context) ([]*orderly.Stock, error) {
-	rows, err := t.query(ctx, qStockList)
+func (t *tx) StockList(ctx context.Context, after string, limit int) ([]*orderly.Stock, error) {
+	if limit <= 0 {
+		limit = math.MaxInt32
+	}
+	rows, err := t.query(ctx, qStockList, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list stock: %w", err)
 	}
@@ -88,6 +93,19 @@ func (t *tx) StockList(ctx context.Context) ([]*orderly.Stock, error) {
 		out = append(out, &s)
 	}
 	return out, rows.Err()
+}
+
+// StockAdjust implements store.Tx.
+func (t *tx) StockAdjust(ctx context.Context, sku string, delta, most int64) (bool, error) {
+	if err := t.gate("stock " + sku); err != nil { // a hot SKU's row, as StockReserve
+		return false, err
+	}
+	n, err := t.exec(ctx, "adjust stock "+sku, qStockAdjust, delta, sku, delta, most)
+	if err != nil || n == 1 {
+		return n == 1, err
+	}
+	_, err = t.StockGet(ctx, sku)
+	return false, err
 }
 
 // StockReserve implements store.Tx.

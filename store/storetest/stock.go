@@ -20,17 +20,39 @@ func testStock(t *testing.T, open opener) {
 	t.Run("SetGetList", func(t *testing.T) {
 		ctx, s := setup(t, open)
 		equal(t, "StockList of an empty store", len(read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) {
-			return tx.StockList(ctx)
+			return tx.StockList(ctx, "", 0)
 		})), 0)
 		for _, st := range []orderly.Stock{{SKU: "sku-c", Available: 3}, {SKU: "sku-a", Available: 1}, {SKU: "sku-b", Available: 2}, {SKU: "sku-zero"}} {
 			got := write(t, s, func(tx store.Tx) (*orderly.Stock, error) { return tx.StockSet(ctx, st.SKU, st.Available) })
 			equal(t, "StockSet("+st.SKU+")", got, &st)
 		}
 		equal(t, "StockGet(sku-b)", getStock(t, s, "sku-b"), &orderly.Stock{SKU: "sku-b", Available: 2})
-		equal(t, "StockList, by SKU", read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx) }),
+		equal(t, "StockList, by SKU", read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx, "", 0) }),
 			[]*orderly.Stock{{SKU: "sku-a", Available: 1}, {SKU: "sku-b", Available: 2}, {SKU: "sku-c", Available: 3}, {SKU: "sku-zero"}})
+		equal(t, "StockList after sku-a, 2", read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx, "sku-a", 2) }),
+			[]*orderly.Stock{{SKU: "sku-b", Available: 2}, {SKU: "sku-c", Available: 3}})
 		err := s.Read(ctx, func(tx store.Tx) error { _, err := tx.StockGet(ctx, "missing"); return err })
 		wantCode(t, "StockGet(missing)", err, orderly.ENOTFOUND)
+	})
+
+	t.Run("Adjust", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		setStock(t, s, "sku-1", 10)
+		adjust := func(delta, most int64) bool {
+			return write(t, s, func(tx store.Tx) (bool, error) { return tx.StockAdjust(ctx, "sku-1", delta, most) })
+		}
+		for _, c := range []struct {
+			delta, most int64
+			ok          bool
+			want        int64
+		}{{-4, 100, true, 6}, {-7, 100, false, 6}, {-6, 100, true, 0}, {5, 100, true, 5}, {96, 100, false, 5}, {95, 100, true, 100}} {
+			if ok := adjust(c.delta, c.most); ok != c.ok {
+				t.Errorf("StockAdjust(%+d, most %d) = %v, want %v", c.delta, c.most, ok, c.ok)
+			}
+			equal(t, fmt.Sprintf("available after %+d", c.delta), getStock(t, s, "sku-1").Available, c.want)
+		}
+		err := s.InTx(ctx, func(tx store.Tx) error { _, err := tx.StockAdjust(ctx, "missing", 1, 100); return err })
+		wantCode(t, "StockAdjust(missing)", err, orderly.ENOTFOUND)
 	})
 
 	t.Run("SetKeepsHeldAndSold", func(t *testing.T) {
@@ -68,7 +90,7 @@ func testStock(t *testing.T, open opener) {
 		equal(t, "committed", moved, []*orderly.Reservation{
 			{OrderID: "o1", SKU: "sku-a", Quantity: 3, State: orderly.ReservationCommitted},
 			{OrderID: "o1", SKU: "sku-b", Quantity: 2, State: orderly.ReservationCommitted}})
-		equal(t, "stock", read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx) }), []*orderly.Stock{
+		equal(t, "stock", read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx, "", 0) }), []*orderly.Stock{
 			{SKU: "sku-a", Available: 7, Sold: 3}, {SKU: "sku-b", Available: 4, Held: 4, Sold: 2}, {SKU: "sku-c", Available: 10}})
 	})
 

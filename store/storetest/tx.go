@@ -227,7 +227,7 @@ func testTx(t *testing.T, open opener) {
 		if !errors.Is(spErr, dupErr) || spErr == nil {
 			t.Errorf("Savepoint returned %v, want fn's error %v", spErr, dupErr)
 		}
-		list := read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx) })
+		list := read(t, s, func(tx store.Tx) ([]*orderly.Stock, error) { return tx.StockList(ctx, "", 0) })
 		var skus []string
 		for _, st := range list {
 			skus = append(skus, st.SKU)
