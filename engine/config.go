@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -82,6 +83,11 @@ type Config struct {
 	// DatabaseURL names the database (sqlstore.Config.URL): a SQLite file path ("" means
 	// ./orderly.db), postgres://… or mysql://… for many instances.
 	DatabaseURL string
+	// DB, in place of DatabaseURL, is a PostgreSQL or MySQL pool the embedder opened and
+	// keeps (pgx or go-sql-driver/mysql): orderly migrates and uses it, never closes it,
+	// and leaves its pool and session settings alone (sqlstore.Config.DB). Without the
+	// LISTEN connection a URL gives on PostgreSQL, the timer polls (DefaultPolledTimerPoll).
+	DB *sql.DB
 	// AdminToken is the bearer token of the operator routes (/v1/admin/…); empty turns
 	// them off, and Open logs that it did.
 	AdminToken string
@@ -121,8 +127,8 @@ type Config struct {
 	// deployments sharing a NATS server keep their events apart (natspub.Config).
 	NATSStream        string
 	NATSSubjectPrefix string
-	// TimerPoll caps the timer's sleep: DefaultPolledTimerPoll (200 ms) on MySQL and with
-	// TimerRedis, DefaultTimerPoll (5 s) elsewhere.
+	// TimerPoll caps the timer's sleep: DefaultPolledTimerPoll (200 ms) on MySQL, on a
+	// PostgreSQL DB and with TimerRedis, DefaultTimerPoll (5 s) elsewhere.
 	TimerPoll time.Duration
 
 	// RequestTimeout is the server-side deadline of every HTTP request; past it lock waits

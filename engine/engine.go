@@ -125,7 +125,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		}
 		e.cfg.TracerProvider = cfg.TracerProvider
 	}
-	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
+	if e.db, err = sqlstore.Open(ctx, sqlstore.Config{URL: cfg.DatabaseURL, DB: cfg.DB, Now: cfg.Now, MaxConns: cfg.DatabaseMaxConns,
 		MustExist: cfg.DatabaseMustExist, SkipMigrate: cfg.DatabaseSkipMigrate, LockTimeout: cfg.DatabaseLockTimeout, IdleInTransactionTimeout: cfg.DatabaseIdleInTransactionTimeout}); err != nil {
 		return nil, err // sqlstore's errors name the database already (redacted), as `orderly migrate` prints them
 	}
@@ -285,7 +285,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		Signals: sig, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
 		TracerProvider: cfg.TracerProvider,
 	}
-	if e.db.Dialect() == "mysql" {
+	if e.db.Dialect() != "sqlite" && !e.db.Notifies() {
 		// No cross-instance wake-up: other instances' earlier deadlines are seen by polling.
 		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, DefaultPolledTimerPoll)
 	}

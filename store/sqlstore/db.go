@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -48,6 +49,14 @@ type Config struct {
 	// (pgx connection string) for PostgreSQL; "mysql://user:pass@host:port/db?param=…" for
 	// MySQL 8 or MariaDB 10.6+.
 	URL string
+	// DB, when set in place of URL, is a PostgreSQL or MySQL pool the caller opened and
+	// keeps: with the pgx driver (github.com/jackc/pgx/v5/stdlib) or go-sql-driver/mysql,
+	// which tell the dialect. The store runs its migrations and statements on it, leaves its
+	// pool settings alone, and does not close it. MaxConns, LockTimeout and
+	// IdleInTransactionTimeout do not apply (set the session timeouts in its DSN), and on
+	// PostgreSQL no LISTEN connection is opened (Notifies reports false). EINVALID for
+	// another driver, or with URL.
+	DB *sql.DB
 	// Now, when set, replaces the database clock (tests and simulations only).
 	Now func() time.Time
 	// SkipMigrate skips applying migrations at open, for a deployment that applies them
@@ -82,7 +91,9 @@ type DB struct {
 	dsn    string // the driver's data source name (for LISTEN connections)
 	writer *sql.DB
 	reader *sql.DB // == writer except on SQLite
-	now    func() time.Time
+	// borrowed: writer is the caller's (Config.DB), left open by Close.
+	borrowed bool
+	now      func() time.Time
 	// wstmts and rstmts are every registered query, prepared on the writer and the reader.
 	wstmts, rstmts []*sql.Stmt
 	// gates admit this process's transactions one at a time to a hot row (gate.go);
@@ -118,6 +129,9 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 }
 
 func open(ctx context.Context, cfg Config) (*DB, error) {
+	if cfg.DB != nil {
+		return openHandle(ctx, cfg)
+	}
 	d, dsn, err := parseURL(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -127,6 +141,37 @@ func open(ctx context.Context, cfg Config) (*DB, error) {
 		err = db.openSQLite(ctx, dsn, cfg.SkipMigrate, cfg.MustExist)
 	} else {
 		err = db.openPool(ctx, dsn, cfg)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// openHandle opens a store on the caller's pool cfg.DB (see Config.DB).
+func openHandle(ctx context.Context, cfg Config) (*DB, error) {
+	if cfg.URL != "" {
+		return nil, orderly.Errorf(orderly.EINVALID, "a database URL and a *sql.DB (Config.DB) do not go together: give one database")
+	}
+	var d *dialect
+	switch cfg.DB.Driver().(type) {
+	case *stdlib.Driver:
+		d = postgresDialect
+	case *mysql.MySQLDriver:
+		d = mysqlDialect
+	default:
+		return nil, orderly.Errorf(orderly.EINVALID,
+			"the *sql.DB (Config.DB) has driver %T; use pgx (github.com/jackc/pgx/v5/stdlib) for PostgreSQL or go-sql-driver/mysql for MySQL", cfg.DB.Driver())
+	}
+	db := &DB{d: d, writer: cfg.DB, reader: cfg.DB, borrowed: true, now: cfg.Now,
+		lockTimeout: max(sessionTimeouts{lock: cfg.LockTimeout}.withDefaults().lock, 0)}
+	err := cfg.DB.PingContext(ctx)
+	if err != nil {
+		err = fmt.Errorf("open %s: %w", d.name, err)
+	} else if err = db.migrateOrCheck(ctx, cfg.SkipMigrate); err == nil {
+		db.wstmts, err = prepareAll(ctx, d, cfg.DB)
+		db.rstmts = db.wstmts
 	}
 	if err != nil {
 		_ = db.Close()
@@ -497,7 +542,7 @@ func (db *DB) Close() error {
 			errs = append(errs, db.reader.Close())
 		}
 	}
-	if db.writer != nil {
+	if db.writer != nil && !db.borrowed {
 		errs = append(errs, db.writer.Close())
 	}
 	return errors.Join(errs...)

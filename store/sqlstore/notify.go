@@ -11,8 +11,8 @@ import (
 )
 
 // Notifies reports whether the database delivers notifications across instances
-// (PostgreSQL LISTEN/NOTIFY). Where it does not, the timer polls instead.
-func (db *DB) Notifies() bool { return db.d == postgresDialect }
+// (PostgreSQL LISTEN/NOTIFY, on a store opened from a URL: the listener dials it). Where it does not, the timer polls instead.
+func (db *DB) Notifies() bool { return db.d == postgresDialect && db.dsn != "" }
 
 // Notify sends payload on channel to every listening instance (PostgreSQL NOTIFY). It is
 // a no-op on the other dialects.
