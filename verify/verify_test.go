@@ -298,8 +298,8 @@ type tamperTx struct {
 
 var _ store.Tx = (*tamperTx)(nil)
 
-func (t *tamperTx) StockList(ctx context.Context) ([]*orderly.Stock, error) {
-	list, err := t.Tx.StockList(ctx)
+func (t *tamperTx) StockList(ctx context.Context, after string, limit int) ([]*orderly.Stock, error) {
+	list, err := t.Tx.StockList(ctx, after, limit)
 	if err == nil && t.s.stock != nil {
 		list = t.s.stock(list)
 	}
