@@ -59,6 +59,38 @@ type WebhookDelivery struct {
 	Payload  []byte `json:"payload"` // the event's JSON payload
 }
 
+// EventsQuery selects a page of events for a consumer catching up (GET /v1/events).
+type EventsQuery struct {
+	// After is the NextAfter of the previous page: the events committed after it; "" from
+	// the oldest event kept.
+	After string
+	// Topic keeps only the events of one event topic (EventTopics); "" keeps every topic.
+	Topic string
+	// OrderID keeps only the events of one order (their key); "" keeps every order.
+	OrderID string
+	// Limit is the most events of the page: 1–1000.
+	Limit int
+}
+
+// EventsPage is a page of events, in the order they were committed.
+type EventsPage struct {
+	Events []*PublishedEvent
+	// NextAfter is the After of the next page: the last event's position, or the query's
+	// After when the page is empty (poll again with it).
+	NextAfter string
+}
+
+// PublishedEvent is an event as webhooks and NATS deliver it: the same id (the subscriber's
+// de-duplication key), topic, key, sequence and data.
+type PublishedEvent struct {
+	ID        string    // the event's message id, unique across databases
+	Topic     string    // e.g. order.closed
+	Key       string    // the order id
+	Sequence  int64     // the event's per-order sequence
+	Data      []byte    // the event's JSON payload (OrderEvent, …)
+	CreatedAt time.Time // when its transaction wrote it, database clock
+}
+
 // WebhookService manages merchant webhook subscriptions (package webhook; the admin API
 // serves it).
 type WebhookService interface {
@@ -73,4 +105,9 @@ type WebhookService interface {
 	// Unsubscribe deletes a subscription; ENOTFOUND if there is none. Its deliveries still
 	// pending are dropped.
 	Unsubscribe(ctx context.Context, id string) error
+	// Events returns the events committed after q.After (kept for the outbox retention,
+	// 7 days after their delivery), oldest first, for a consumer that missed deliveries.
+	// EINVALID: an After that no page gave, a topic that is not an event topic, an order
+	// id too long or with control characters, a Limit outside 1–1000.
+	Events(ctx context.Context, q *EventsQuery) (*EventsPage, error)
 }

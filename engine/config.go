@@ -54,6 +54,10 @@ const (
 	DefaultPolledTimerPoll = 200 * time.Millisecond
 	// retentionInterval is the period of the outbox retention job.
 	retentionInterval = time.Minute
+	// eventsDelay is how old an event must be for GET /v1/events to list it on PostgreSQL
+	// and MySQL (webhook.Config.EventsDelay): twice the default lock timeout, past which
+	// a transaction that wrote events waiting on locks has committed or rolled back.
+	eventsDelay = 2 * sqlstore.DefaultLockTimeout
 	// shutdownTimeout bounds Close's wait for in-flight HTTP requests when its context has
 	// no deadline.
 	shutdownTimeout = 10 * time.Second

@@ -266,7 +266,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	// Merchant webhooks: every event delivered fans out, in its delivery transaction, to
 	// one webhook.deliver message per subscriber of its topic (package webhook).
 	if e.webhooks, err = webhook.New(webhook.Config{Store: st, Logger: log, Metrics: e.metrics, Timeout: cfg.WebhookTimeout,
-		Topics: orderly.EventTopics(cfg.Flows)}); err != nil {
+		Topics: orderly.EventTopics(cfg.Flows), EventsDelay: eventsDelayOn(e.db.Dialect())}); err != nil {
 		return nil, fmt.Errorf("engine: webhooks: %w", err)
 	}
 	handlers[orderly.TopicWebhookDeliver] = e.webhooks.Handler()
@@ -749,3 +749,12 @@ func withFanOut(h *outbox.Handler, fanOut func(ctx context.Context, tx store.Tx,
 // run as sets (saga.Config.JoinOnlySets): one lane of sets beat two or three on the 2-core
 // machine of docs/benchmarks-history.md "Wallet checkout as sets".
 const joinRuns = 32
+
+// eventsDelayOn is webhook.Config.EventsDelay on dialect: 0 on SQLite, whose one writer
+// commits events in the order of their positions, eventsDelay elsewhere.
+func eventsDelayOn(dialect string) time.Duration {
+	if dialect == "sqlite" {
+		return 0
+	}
+	return eventsDelay
+}

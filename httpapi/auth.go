@@ -67,6 +67,7 @@ var routeScopes = map[string][]string{
 	"POST /v1/payments/callback":           scopesOpen,
 	"POST /v1/channels/{channel}/webhook":  scopesOpen,
 	"GET /v1/inventory":                    scopesMerchant,
+	"GET /v1/events":                       scopesMerchant,
 	"PUT /v1/inventory/{sku}":              scopesMerchant,
 	"POST /v1/inventory/{sku}/adjustments": scopesMerchant,
 	"GET /v1/inventory/{sku}":              scopesBuyerMerchant,

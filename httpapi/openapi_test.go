@@ -249,6 +249,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		"StockUpdate":         reflect.TypeFor[stockRequest](),
 		"StockAdjustment":     reflect.TypeFor[adjustRequest](),
 		"StockPage":           reflect.TypeFor[stockPage](),
+		"Event":               reflect.TypeFor[eventResponse](),
+		"EventsPage":          reflect.TypeFor[eventsPage](),
 		"Stock":               reflect.TypeFor[orderly.Stock](),
 		"CreateCouponRequest": reflect.TypeFor[couponRequest](),
 		"Coupon":              reflect.TypeFor[couponResponse](),

@@ -281,6 +281,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Group(s.walletRoutes)
 	r.Group(s.tripRoutes)
 	r.Get("/v1/sagas/{id}", s.getSaga)
+	r.Get("/v1/events", s.listEvents)
 
 	r.Route("/v1/admin", s.adminRoutes)
 	r.Get("/admin", s.adminPage)

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"cmp"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -95,4 +97,52 @@ func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// eventResponse is one event of GET /v1/events: the body a webhook delivery POSTs
+// (webhook.Envelope) and the time it was written.
+type eventResponse struct {
+	ID        string          `json:"id"`
+	Topic     string          `json:"topic"`
+	Key       string          `json:"key"`
+	Sequence  int64           `json:"sequence"`
+	Data      json.RawMessage `json:"data"`
+	CreatedAt Time            `json:"created_at"`
+}
+
+// eventsPage is the body of GET /v1/events.
+type eventsPage struct {
+	Events []*eventResponse `json:"events"`
+	// NextAfter is the after of the next page: pass it back, now or later, to go on from
+	// here (never absent: on an empty page it is the after that was given).
+	NextAfter string `json:"next_after"`
+}
+
+// listEvents handles GET /v1/events?after=&topic=&order_id=&limit=: the events committed
+// after the position after, oldest first, with the bodies and sequences their webhook
+// deliveries and NATS messages have; limit per page (default 100, at most 1000). A
+// consumer whose endpoint was down catches up from the next_after it kept. 422 for an
+// after no page gave, an unknown topic, a bad order id or limit; 404 route-not-found
+// when the server has no webhook service.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	if s.webhooksOff(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	limit, err := queryLimit(q)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.webhooks.Events(r.Context(), &orderly.EventsQuery{After: q.Get("after"), Topic: q.Get("topic"),
+		OrderID: q.Get("order_id"), Limit: cmp.Or(limit, 100)})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := &eventsPage{Events: make([]*eventResponse, len(page.Events)), NextAfter: page.NextAfter}
+	for i, e := range page.Events {
+		out.Events[i] = &eventResponse{ID: e.ID, Topic: e.Topic, Key: e.Key, Sequence: e.Sequence, Data: e.Data, CreatedAt: Time(e.CreatedAt)}
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
 }

@@ -225,6 +225,10 @@ type Tx interface {
 	OutboxMarkFailed(ctx context.Context, params *OutboxMarkFailedParams) error
 	// OutboxList returns up to Limit messages in a state, oldest first.
 	OutboxList(ctx context.Context, state string, limit int) ([]*orderly.Message, error)
+	// OutboxEvents returns up to Limit events (messages with a Sequence, in any state) by id:
+	// those with an id above AfterID, written at or before Before, of Topic and Key where
+	// they are not "".
+	OutboxEvents(ctx context.Context, params *OutboxEventsParams) ([]*orderly.Message, error)
 	// OutboxCounts returns the number of messages per state.
 	OutboxCounts(ctx context.Context) (map[string]int64, error)
 	// OutboxRedrive makes a dead message pending again with attempts=0, due at now.
@@ -259,6 +263,15 @@ type Tx interface {
 	TelemetryTx
 	ChannelEventTx
 	OverviewTx
+}
+
+// OutboxEventsParams is the input of Tx.OutboxEvents.
+type OutboxEventsParams struct {
+	AfterID int64
+	Before  time.Time
+	Topic   string
+	Key     string
+	Limit   int
 }
 
 // LeaseParams is the input of Tx.LeaseAcquire.

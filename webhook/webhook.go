@@ -32,6 +32,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -68,6 +70,11 @@ type Config struct {
 	// Topics are the event topics a subscription may name (orderly.EventTopics of the
 	// engine's flows); nil means orderly.EventTopics(orderly.DefaultFlows()).
 	Topics []string
+	// EventsDelay is how old an event must be for Events to list it: at least the longest
+	// a transaction that writes events may take to commit after writing them, so that a
+	// page never passes over an event with a smaller position committed after it. 0 fits
+	// SQLite alone, whose one writer commits in position order.
+	EventsDelay time.Duration
 	// Now is the clock of the signature's timestamp; time.Now.
 	Now     func() time.Time
 	Logger  *slog.Logger
@@ -171,6 +178,45 @@ func (s *Service) validTopics(topics []string) error {
 		}
 	}
 	return nil
+}
+
+// Events implements orderly.WebhookService.
+func (s *Service) Events(ctx context.Context, q *orderly.EventsQuery) (*orderly.EventsPage, error) {
+	var after int64
+	if q.After != "" {
+		var err error
+		if after, err = strconv.ParseInt(q.After, 10, 64); err != nil || after < 0 {
+			return nil, orderly.Errorf(orderly.EINVALID, "after: must be the next_after of a previous page")
+		}
+	}
+	switch {
+	case q.Topic != "" && !slices.Contains(s.cfg.Topics, q.Topic):
+		return nil, orderly.Errorf(orderly.EINVALID, "topic: %.128q is not an event topic: one of %s", q.Topic, strings.Join(s.cfg.Topics, ", "))
+	case len(q.OrderID) > maxTopic || !utf8.ValidString(q.OrderID) || strings.ContainsFunc(q.OrderID, unicode.IsControl):
+		return nil, orderly.Errorf(orderly.EINVALID, "order_id: must be an order id")
+	case q.Limit < 1 || q.Limit > 1000:
+		return nil, orderly.Errorf(orderly.EINVALID, "limit: must be 1–1000")
+	}
+	var msgs []*orderly.Message
+	err := s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		msgs, err = tx.OutboxEvents(ctx, &store.OutboxEventsParams{AfterID: after, Before: now.Add(-s.cfg.EventsDelay),
+			Topic: q.Topic, Key: q.OrderID, Limit: q.Limit})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	page := &orderly.EventsPage{Events: make([]*orderly.PublishedEvent, len(msgs)), NextAfter: q.After}
+	for i, m := range msgs {
+		page.Events[i] = &orderly.PublishedEvent{ID: m.MessageID, Topic: m.Topic, Key: m.Key, Sequence: m.Sequence,
+			Data: m.Payload, CreatedAt: m.CreatedAt}
+		page.NextAfter = strconv.FormatInt(m.ID, 10)
+	}
+	return page, nil
 }
 
 // knownTopic reports whether a subscription may name t: "*", an event topic, or a

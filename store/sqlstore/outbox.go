@@ -114,8 +114,10 @@ var (
 	qOutboxDelivered = newQuery(func(d *dialect) string {
 		return d.updateByIDs("outbox", "id", d.intIDs, `state = 'delivered', delivered_at = ?, last_error = ''`, `state = 'pending'`)
 	})
-	qOutboxFailed  = sqlText(`UPDATE outbox SET state = ?, next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'`)
-	qOutboxList    = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE state = ? ORDER BY id LIMIT ?`)
+	qOutboxFailed = sqlText(`UPDATE outbox SET state = ?, next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'`)
+	qOutboxList   = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE state = ? ORDER BY id LIMIT ?`)
+	qOutboxEvents = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE id > ? AND sequence > 0 AND created_at <= ?
+		AND (? = '' OR topic = ?) AND (? = '' OR message_key = ?) ORDER BY id LIMIT ?`)
 	qOutboxCounts  = sqlText(`SELECT state, COUNT(*) FROM outbox GROUP BY state`)
 	qOutboxRedrive = sqlText(`UPDATE outbox SET state = 'pending', attempts = 0, next_attempt_at = ?
 		WHERE id = ? AND state = 'dead'`)
@@ -550,6 +552,15 @@ func (t *tx) OutboxCounts(ctx context.Context) (map[string]int64, error) {
 func (t *tx) OutboxRedrive(ctx context.Context, id int64, now time.Time) (bool, error) {
 	n, err := t.exec(ctx, fmt.Sprintf("re-drive message %d", id), qOutboxRedrive, ms(now), id)
 	return n == 1, err
+}
+
+// OutboxEvents implements store.Tx.
+func (t *tx) OutboxEvents(ctx context.Context, p *store.OutboxEventsParams) ([]*orderly.Message, error) {
+	rows, err := t.query(ctx, qOutboxEvents, p.AfterID, ms(p.Before), p.Topic, p.Topic, p.Key, p.Key, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	return scanMessages(rows)
 }
 
 // OutboxDeleteDelivered implements store.Tx.

@@ -18,6 +18,37 @@ import (
 // testOutbox checks the transactional outbox (I7): insert, leased claims, delivery,
 // retries, dead letters, re-drive, counts and retention.
 func testOutbox(t *testing.T, open opener) {
+	t.Run("Events", func(t *testing.T) {
+		ctx, s := setup(t, open)
+		closed1 := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
+		insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0) // not an event
+		paid2 := insertMessage(t, s, orderly.TopicOrderPaid, "o2", t0.Add(time.Second))
+		refunded2 := insertMessage(t, s, orderly.TopicOrderRefunded, "o2", t0.Add(2*time.Second))
+		events := func(p store.OutboxEventsParams) []int64 {
+			t.Helper()
+			if p.Limit == 0 {
+				p.Limit = 100
+			}
+			if p.Before.IsZero() {
+				p.Before = t0.Add(time.Hour)
+			}
+			ms := read(t, s, func(tx store.Tx) ([]*orderly.Message, error) { return tx.OutboxEvents(ctx, &p) })
+			ids := make([]int64, len(ms))
+			for i, m := range ms {
+				ids[i] = m.ID
+				if m.Sequence < 1 || m.MessageID == "" || len(m.Payload) == 0 {
+					t.Errorf("event %d: sequence %d, message id %q, payload %s", m.ID, m.Sequence, m.MessageID, m.Payload)
+				}
+			}
+			return ids
+		}
+		equal(t, "every event", events(store.OutboxEventsParams{}), []int64{closed1, paid2, refunded2})
+		equal(t, "after the first, 1", events(store.OutboxEventsParams{AfterID: closed1, Limit: 1}), []int64{paid2})
+		equal(t, "written by t0+1s", events(store.OutboxEventsParams{Before: t0.Add(time.Second)}), []int64{closed1, paid2})
+		equal(t, "order.paid", events(store.OutboxEventsParams{Topic: orderly.TopicOrderPaid}), []int64{paid2})
+		equal(t, "order o2", events(store.OutboxEventsParams{Key: "o2"}), []int64{paid2, refunded2})
+		equal(t, "after the last", events(store.OutboxEventsParams{AfterID: refunded2}), []int64{})
+	})
 	t.Run("InsertList", func(t *testing.T) {
 		ctx, s := setup(t, open)
 		now := time.Date(2030, 1, 2, 3, 4, 5, 678_999_999, time.FixedZone("UTC+1", 3600))
