@@ -143,16 +143,7 @@ func (s *Service) Retention(ctx context.Context, fence job.Fence) (scanned, dele
 	const batch = 1000
 	for {
 		var n int64
-		err := s.st.InTx(ctx, func(tx store.Tx) error {
-			if fence != nil {
-				if err := fence(ctx, tx); err != nil {
-					return err
-				}
-			}
-			now, err := tx.Now(ctx)
-			if err != nil {
-				return err
-			}
+		err := job.InFencedTx(ctx, s.st, fence, func(tx store.Tx, now time.Time) (err error) {
 			n, err = tx.IdempotencyDeleteExpired(ctx, now, batch)
 			return err
 		})

@@ -27,6 +27,23 @@ var ErrLeaseLost = errors.New("job: lease lost to another instance")
 // its token; it returns ErrLeaseLost otherwise, and the transaction must roll back.
 type Fence func(ctx context.Context, tx store.Tx) error
 
+// InFencedTx runs fn in a write transaction of st after fence (when not nil), with the
+// database's clock (store.Tx.Now): the shape of every write transaction of a job.
+func InFencedTx(ctx context.Context, st store.Store, fence Fence, fn func(tx store.Tx, now time.Time) error) error {
+	return st.InTx(ctx, func(tx store.Tx) error {
+		if fence != nil {
+			if err := fence(ctx, tx); err != nil {
+				return err
+			}
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		return fn(tx, now)
+	})
+}
+
 // Func is one run of a job: it calls fence first in each of its write transactions and
 // returns how many rows it looked at and changed.
 type Func func(ctx context.Context, fence Fence) (scanned, changed int64, err error)

@@ -876,16 +876,7 @@ func (r *Relay) Retention(ctx context.Context, fence job.Fence) (scanned, delete
 	const batch = 1000
 	for {
 		var n int64
-		err := r.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-			if fence != nil {
-				if err := fence(ctx, tx); err != nil {
-					return err
-				}
-			}
-			now, err := tx.Now(ctx)
-			if err != nil {
-				return err
-			}
+		err := job.InFencedTx(ctx, r.cfg.Store, fence, func(tx store.Tx, now time.Time) (err error) {
 			n, err = tx.OutboxDeleteDelivered(ctx, now.Add(-r.cfg.Retention), batch)
 			return err
 		})

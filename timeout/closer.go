@@ -281,16 +281,7 @@ func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) 
 func (c *Closer) fireTimed(ctx context.Context, t Timed, trigger string, fence job.Fence) (claimed, fired int, err error) {
 	for {
 		var n, f int
-		err := c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-			if fence != nil {
-				if err := fence(ctx, tx); err != nil {
-					return err
-				}
-			}
-			now, err := tx.Now(ctx)
-			if err != nil {
-				return err
-			}
+		err := job.InFencedTx(ctx, c.cfg.Store, fence, func(tx store.Tx, now time.Time) (err error) {
 			n, f, err = t.FireDue(ctx, tx, now, c.cfg.BatchSize, trigger)
 			return err
 		})
@@ -345,17 +336,8 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 		closed []*store.DueOrder
 		now    time.Time
 	)
-	err = c.cfg.Store.InTx(ctx, func(tx store.Tx) error {
-		res, paying, closed = PassResult{}, nil, nil
-		if fence != nil {
-			if err := fence(ctx, tx); err != nil {
-				return err
-			}
-		}
-		var err error
-		if now, err = tx.Now(ctx); err != nil {
-			return err
-		}
+	err = job.InFencedTx(ctx, c.cfg.Store, fence, func(tx store.Tx, txNow time.Time) (err error) {
+		res, paying, closed, now = PassResult{}, nil, nil, txNow
 		due := only
 		if due == nil {
 			if due, err = tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: c.cfg.BatchSize, IDs: ids}); err != nil {
