@@ -2,13 +2,16 @@ package engine_test
 
 import (
 	"database/sql"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 )
 
@@ -46,5 +49,46 @@ func TestOpenOnEmbeddersDB(t *testing.T) {
 	var held int64
 	if err := h.QueryRowContext(t.Context(), `SELECT held FROM stock WHERE sku = 'sku-1'`).Scan(&held); err != nil || held != 1 {
 		t.Errorf("the embedder's pool after Close: held %d, %v; want 1 and an open pool", held, err)
+	}
+}
+
+// TestEventsListedAfterDelay: on PostgreSQL, GET /v1/events lists an event once it is 20 s
+// old (eventsDelay), so that a page never passes over an event committed out of order; on
+// SQLite at once.
+func TestEventsListedAfterDelay(t *testing.T) {
+	for _, c := range []struct {
+		dialect string
+		delay   time.Duration
+	}{{"sqlite", 0}, {"postgres", 20 * time.Second}} {
+		t.Run(c.dialect, func(t *testing.T) {
+			t.Parallel()
+			e := enginetest.New(t, enginetest.Options{Dialect: c.dialect})
+			e.SetStock(t, "SKU-1", 5)
+			o := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 1, UnitPrice: 100})
+			if _, err := e.Orders.CancelOrder(t.Context(), o.ID, "buyer", ""); err != nil {
+				t.Fatal(err)
+			}
+			count := func() int {
+				rec := httptest.NewRecorder()
+				e.Engine.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/events?order_id="+o.ID, nil))
+				var p struct {
+					Events []json.RawMessage `json:"events"`
+				}
+				if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &p) != nil {
+					t.Fatalf("GET /v1/events = %d %s", rec.Code, rec.Body)
+				}
+				return len(p.Events)
+			}
+			if c.delay > 0 {
+				e.Clock.Advance(c.delay - time.Millisecond)
+				if n := count(); n != 0 {
+					t.Errorf("%d events listed %v after the cancel, want 0 before %v", n, c.delay-time.Millisecond, c.delay)
+				}
+				e.Clock.Advance(time.Millisecond)
+			}
+			if n := count(); n != 1 {
+				t.Errorf("%d events listed %v after the cancel, want its order.closed", n, c.delay)
+			}
+		})
 	}
 }
