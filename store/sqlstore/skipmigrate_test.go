@@ -47,36 +47,24 @@ func TestSkipMigrateChecksSchema(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var last int64
-			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&last); err != nil {
-				t.Fatal(err)
-			}
+			last := lastVersion(t, db)
 			_ = db.Close()
 			if db, err = Open(ctx, skip); err != nil {
 				t.Fatalf("SkipMigrate on a current schema: %v", err)
 			}
 			// Versions still in the legacy table (not renamed without a migration): current.
-			rename := func(from, to string) {
-				t.Helper()
-				if _, err := db.writer.ExecContext(ctx, "ALTER TABLE "+from+" RENAME TO "+to); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rename(VersionTable, "goose_db_version")
+			renameTableSQL(t, db, VersionTable, "goose_db_version")
 			if legacy, err := Open(ctx, skip); err != nil {
 				t.Fatalf("SkipMigrate on a current schema whose versions are in goose_db_version: %v", err)
 			} else {
 				_ = legacy.Close()
 			}
-			rename("goose_db_version", VersionTable)
+			renameTableSQL(t, db, "goose_db_version", VersionTable)
 			// One migration behind: the version row of the last one gone.
-			var prev int64
 			if _, err := db.writer.ExecContext(ctx, "DELETE FROM "+VersionTable+" WHERE version_id = "+strconv.FormatInt(last, 10)); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&prev); err != nil {
-				t.Fatal(err)
-			}
+			prev := lastVersion(t, db)
 			_ = db.Close()
 			_, err = Open(ctx, skip)
 			want := fmt.Sprintf("at migration %d, this build needs %d", prev, last)
@@ -102,22 +90,16 @@ func TestVersionTableRenamed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var last int64
-			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&last); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.writer.ExecContext(ctx, "ALTER TABLE "+VersionTable+" RENAME TO goose_db_version"); err != nil {
-				t.Fatal(err)
-			}
+			last := lastVersion(t, db)
+			renameTableSQL(t, db, VersionTable, "goose_db_version")
 			_ = db.Close()
 
 			if db, err = Open(ctx, Config{URL: url}); err != nil {
 				t.Fatalf("open a database whose versions are in goose_db_version: %v", err)
 			}
 			defer db.Close()
-			var now int64
-			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&now); err != nil || now != last {
-				t.Errorf("%s after the rename: version %d (%v), want %d", VersionTable, now, err, last)
+			if now := lastVersion(t, db); now != last {
+				t.Errorf("%s after the rename: version %d, want %d", VersionTable, now, last)
 			}
 			if ok, err := probeTable(ctx, db.writer, db.d, "goose_db_version"); err != nil || ok {
 				t.Errorf("goose_db_version still exists beside %s (%v)", VersionTable, err)
@@ -223,4 +205,22 @@ func freshURL(t *testing.T, dialect string) string {
 		return filepath.Join(t.TempDir(), "shop.db")
 	}
 	return testdb.Fresh(t, testdb.URL(t, dialect))
+}
+
+// lastVersion returns the highest migration version recorded in db's VersionTable.
+func lastVersion(t *testing.T, db *DB) int64 {
+	t.Helper()
+	var v int64
+	if err := db.writer.QueryRowContext(t.Context(), "SELECT MAX(version_id) FROM "+VersionTable).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// renameTableSQL renames a table with plain SQL (not DB.renameTable, which the tests check).
+func renameTableSQL(t *testing.T, db *DB, from, to string) {
+	t.Helper()
+	if _, err := db.writer.ExecContext(t.Context(), "ALTER TABLE "+from+" RENAME TO "+to); err != nil {
+		t.Fatal(err)
+	}
 }
