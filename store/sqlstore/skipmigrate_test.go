@@ -181,17 +181,12 @@ func TestMigrationStatus(t *testing.T) {
 			}
 			defer db.Close()
 			check("migrated", len(names))
-			var last int64
-			if err := db.writer.QueryRowContext(ctx, "SELECT MAX(version_id) FROM "+VersionTable).Scan(&last); err != nil {
-				t.Fatal(err)
-			}
+			last := lastVersion(t, db)
 			if _, err := db.writer.ExecContext(ctx, "DELETE FROM "+VersionTable+" WHERE version_id = "+strconv.FormatInt(last, 10)); err != nil {
 				t.Fatal(err)
 			}
 			check("the last version row gone", len(names)-1)
-			if _, err := db.writer.ExecContext(ctx, "ALTER TABLE "+VersionTable+" RENAME TO goose_db_version"); err != nil {
-				t.Fatal(err)
-			}
+			renameTableSQL(t, db, VersionTable, "goose_db_version")
 			check("versions in goose_db_version", len(names)-1)
 		})
 	}
