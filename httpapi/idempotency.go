@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -131,16 +133,22 @@ var notKept = map[string]bool{
 // recorder passes an answer through and keeps a copy of it.
 type recorder struct {
 	http.ResponseWriter
-	status  int
-	problem string // the problem code, when the answer is a problem (writeProblem)
-	body    bytes.Buffer
-	large   bool
+	status int
+	body   bytes.Buffer
+	large  bool
 }
 
 // kept reports whether the recorded answer is kept: one was written, it is not a 5xx, its
-// problem code is not in notKept, and its body fits maxKeptAnswer.
+// body fits maxKeptAnswer, and if it is a problem its code is not in notKept.
 func (w *recorder) kept() bool {
-	return w.status != 0 && w.status < http.StatusInternalServerError && !notKept[w.problem] && !w.large
+	if w.status == 0 || w.status >= http.StatusInternalServerError || w.large {
+		return false
+	}
+	var p Problem
+	if w.status < http.StatusBadRequest || json.Unmarshal(w.body.Bytes(), &p) != nil {
+		return true
+	}
+	return !notKept[strings.TrimPrefix(p.Type, ProblemTypeBase)]
 }
 
 // WriteHeader implements http.ResponseWriter.

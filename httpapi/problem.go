@@ -141,9 +141,6 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, code, deta
 		http.Error(w, internalDetail, http.StatusInternalServerError)
 		return
 	}
-	if rec, ok := w.(*recorder); ok {
-		rec.problem = code
-	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if kind.status == http.StatusServiceUnavailable || code == orderly.EIDEMPOTENCYINFLIGHT {
