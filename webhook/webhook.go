@@ -32,12 +32,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
@@ -192,7 +191,7 @@ func (s *Service) Events(ctx context.Context, q *orderly.EventsQuery) (*orderly.
 	switch {
 	case q.Topic != "" && !slices.Contains(s.cfg.Topics, q.Topic):
 		return nil, orderly.Errorf(orderly.EINVALID, "topic: %.128q is not an event topic: one of %s", q.Topic, strings.Join(s.cfg.Topics, ", "))
-	case len(q.OrderID) > maxTopic || !utf8.ValidString(q.OrderID) || strings.ContainsFunc(q.OrderID, unicode.IsControl):
+	case q.OrderID != "" && !order.ValidID(q.OrderID):
 		return nil, orderly.Errorf(orderly.EINVALID, "order_id: must be an order id")
 	case q.Limit < 1 || q.Limit > 1000:
 		return nil, orderly.Errorf(orderly.EINVALID, "limit: must be 1–1000")
