@@ -68,9 +68,6 @@ func New(cfg Config) (*Service, error) {
 	return &Service{st: cfg.Store, ttl: cmp.Or(cfg.TTL, DefaultTTL), lease: cmp.Or(cfg.Lease, DefaultLease)}, nil
 }
 
-// TTL returns how long answers are kept.
-func (s *Service) TTL() time.Duration { return s.ttl }
-
 // Answer is a kept answer: HTTP status, Content-Type, Location ("" for none) and body.
 type Answer struct {
 	Status      int
