@@ -121,7 +121,8 @@ func (s *Server) authRequired(ctx context.Context) (bool, error) {
 // one of the route's scopes (routeScopes). Otherwise: 401 unauthorized (no bearer token,
 // or one that is no valid key: malformed, unknown, wrong, revoked) with a WWW-Authenticate
 // challenge, 403 forbidden (a valid key without the scope). A path that no route has goes
-// on to the router's 404 or 405.
+// on to the router's 404 or 405. An authorized request goes on through idempotent, with
+// the route this middleware found (one routing per request serves both).
 func (s *Server) authMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pattern := s.router.Find(chi.NewRouteContext(), r.Method, cmp.Or(r.URL.RawPath, r.URL.Path))
@@ -129,7 +130,7 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.authorize(scopesOf(r.Method, pattern), next).ServeHTTP(w, r)
+		s.authorize(scopesOf(r.Method, pattern), s.idempotent(pattern, next)).ServeHTTP(w, r)
 	})
 }
 

@@ -2,15 +2,12 @@ package httpapi
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/idempotency"
@@ -36,21 +33,20 @@ const maxKeptAnswer = 1 << 20
 // keptTimeout bounds the write of a claim's answer, which runs after the request's deadline.
 const keptTimeout = 5 * time.Second
 
-// idempotencyMiddleware makes every POST route with an Idempotency-Key header idempotent
-// (package idempotency) apart from keyedInService: the first request runs and its answer
-// is kept; the same request sent again gets that answer with Idempotent-Replayed: true;
-// another request under the key gets 422 idempotency-key-reused, and one sent while the
-// first runs 409 idempotency-key-in-flight (Retry-After: 1). The key's scope is the
-// method and path. An answer that changed nothing (see kept) is not kept.
-func (s *Server) idempotencyMiddleware(next http.Handler) http.Handler {
+// idempotent makes a POST to route pattern sent with an Idempotency-Key header idempotent
+// (package idempotency) unless the route is in keyedInService: the first request runs and
+// its answer is kept; the same request sent again gets that answer with
+// Idempotent-Replayed: true; another request under the key gets 422
+// idempotency-key-reused, and one sent while the first runs 409 idempotency-key-in-flight
+// (Retry-After: 1). The key's scope is the method and path. An answer that changed nothing
+// (see kept) is not kept. authMiddleware, which has routed the request, calls it.
+func (s *Server) idempotent(pattern string, next http.Handler) http.Handler {
+	if s.idempotency == nil || keyedInService[pattern] {
+		return next
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(IdempotencyKeyHeader)
-		if key == "" || r.Method != http.MethodPost || s.idempotency == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		pattern := s.router.Find(chi.NewRouteContext(), r.Method, cmp.Or(r.URL.RawPath, r.URL.Path))
-		if pattern == "" || keyedInService[pattern] {
+		if key == "" || r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -65,7 +65,7 @@ type Config struct {
 	// Keys authenticates API keys (package apikey). nil: no keys, only AdminToken.
 	Keys KeyAuthenticator
 	// Idempotency keeps the answers of POST requests sent with an Idempotency-Key on the
-	// routes whose service keeps no key itself (idempotencyMiddleware). nil: those routes
+	// routes whose service keeps no key itself (Server.idempotent). nil: those routes
 	// ignore the header.
 	Idempotency *idempotency.Service
 	// RequestMetrics, when set, counts and times every answer by route
@@ -235,15 +235,15 @@ func New(cfg Config) *Server {
 }
 
 // Handler returns the server's HTTP handler: every route of the API behind the trace id,
-// panic recovery, request deadline, API key (authMiddleware) and Idempotency-Key
-// (idempotencyMiddleware) middleware.
+// request metrics, panic recovery, request deadline, API key and Idempotency-Key
+// (authMiddleware, idempotent) middleware.
 func (s *Server) Handler() http.Handler { return s.router }
 
 // routes builds the router. The OpenAPI document (openapi.json) lists the same routes; a
 // test walks this router to keep the two in step.
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(s.traceMiddleware, s.metricsMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware, s.idempotencyMiddleware)
+	r.Use(s.traceMiddleware, s.metricsMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware)
 	r.NotFound(s.routeNotFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 
