@@ -108,8 +108,8 @@ type Tx interface {
 	// most limit of them (0: all).
 	StockList(ctx context.Context, after string, limit int) ([]*orderly.Stock, error)
 	// StockAdjust adds delta (negative: removes) to a SKU's available units unless that
-	// would take them below 0 or above most, and reports whether it did; ENOTFOUND if the
-	// SKU has no stock row.
+	// would take them below 0 or above most, and reports whether it did (false too for a
+	// SKU without a stock row).
 	StockAdjust(ctx context.Context, sku string, delta, most int64) (bool, error)
 	// StockReserve moves Quantity units of SKU from available to held and records a held
 	// reservation for the order; ok=false (nothing changed) when there are not enough.

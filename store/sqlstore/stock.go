@@ -101,11 +101,7 @@ func (t *tx) StockAdjust(ctx context.Context, sku string, delta, most int64) (bo
 		return false, err
 	}
 	n, err := t.exec(ctx, "adjust stock "+sku, qStockAdjust, delta, sku, delta, most)
-	if err != nil || n == 1 {
-		return n == 1, err
-	}
-	_, err = t.StockGet(ctx, sku)
-	return false, err
+	return n == 1, err
 }
 
 // StockReserve implements store.Tx.
