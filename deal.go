@@ -51,6 +51,8 @@ type Group struct {
 	SeatsTaken   int64          `json:"seats_taken"`
 	Version      int64          `json:"version"`
 	Members      []*GroupMember `json:"members"`
+	// Metadata is the merchant's own data (set at open, changed by PATCH).
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // GroupMember is a member of a group: a user and the member order (flow group_buy) that
@@ -85,6 +87,10 @@ type JoinGroupParams struct {
 	UserID   string `json:"user_id"`
 	Quantity int64  `json:"quantity,omitempty"` // units of the deal's SKU; 0 means 1
 	CouponID string `json:"coupon_id,omitempty"`
+	// Metadata is the member order's own data; GroupMetadata the group's, at open only
+	// (EINVALID on a join). Metadata's bounds apply to each.
+	Metadata      Metadata `json:"metadata,omitempty"`
+	GroupMetadata Metadata `json:"group_metadata,omitempty"`
 	// IdempotencyKey, when set, makes the call idempotent per user, as for orders.
 	IdempotencyKey string `json:"-"`
 	Actor          string `json:"-"`

@@ -86,6 +86,8 @@ type Order struct {
 	// what may still be refunded.
 	RefundedAmount int64 `json:"refunded_amount"`
 	Version        int64 `json:"version"` // incremented by every change of state or pay status
+	// Metadata is the merchant's own data (set at create, changed by PATCH); not versioned.
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // Audit events: changes recorded in the audit trail that are not transitions of a flow.

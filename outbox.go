@@ -132,6 +132,8 @@ type PaymentRef struct {
 	// Sequence is the event's per-order sequence on payment.refunded (see OrderEvent);
 	// absent on payment.refund.
 	Sequence int64 `json:"sequence,omitempty"`
+	// Metadata is the payment's, on payment.refunded.
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // SetSequence implements Sequenced.
@@ -150,6 +152,8 @@ type OrderEvent struct {
 	// (a redelivery, or a re-driven dead letter), and a gap means an event it has not seen
 	// yet (still being retried, or dead).
 	Sequence int64 `json:"sequence"`
+	// Metadata is the order's as it was when the event was written.
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // SetSequence implements Sequenced.

@@ -53,6 +53,8 @@ type Payment struct {
 	// NextAction is what the buyer's client needs to pay the attempt at its provider (the
 	// handoff), nil for a channel that needs none.
 	NextAction *NextAction `json:"next_action,omitempty"`
+	// Metadata is the merchant's own data (set at start, changed by PATCH).
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // Next action types (NextAction.Type).

@@ -50,6 +50,8 @@ type Refund struct {
 	// ("pending", "PROCESSING", "ABNORMAL"): accepted, not confirmed. "" before the provider
 	// answered and once the refund is final.
 	ProviderStatus string `json:"provider_status,omitempty"`
+	// Metadata is the merchant's own data (set at create, changed by PATCH).
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // CreateRefundParams is the input of RefundService.CreateRefund.
@@ -59,6 +61,8 @@ type CreateRefundParams struct {
 	Items   []RefundItem `json:"items,omitempty"` // units covered; each SKU once, at most what was bought
 	Restock bool         `json:"restock,omitempty"`
 	Reason  string       `json:"reason,omitempty"` // free text, at most 512 bytes
+	// Metadata is the refund's own data (Metadata's bounds, else EINVALID).
+	Metadata Metadata `json:"metadata,omitempty"`
 	// IdempotencyKey, when set, makes the call idempotent per order: the same key with the
 	// same parameters returns the first refund; with different parameters EIDEMPOTENCY.
 	IdempotencyKey string `json:"-"`
@@ -80,6 +84,8 @@ type RefundService interface {
 	CreateRefund(ctx context.Context, params *CreateRefundParams) (refund *Refund, created bool, err error)
 	// OrderRefunds returns an order's refunds, oldest first. Errors: ENOTFOUND.
 	OrderRefunds(ctx context.Context, orderID string) ([]*Refund, error)
+	// Refund returns one refund. Errors: ENOTFOUND.
+	Refund(ctx context.Context, id string) (*Refund, error)
 }
 
 // RefundRef is the payload of refund.* messages: the refund.execute command and the
@@ -93,6 +99,8 @@ type RefundRef struct {
 	// Sequence is the event's per-order sequence on refund.succeeded and refund.failed (see
 	// OrderEvent); absent on refund.execute.
 	Sequence int64 `json:"sequence,omitempty"`
+	// Metadata is the refund's, on the refund.* events.
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // SetSequence implements Sequenced.

@@ -19,6 +19,9 @@ type CreateOrderParams struct {
 	// (POST /v1/orders/{id}/payments), PaymentMethodWallet to check out from the user's
 	// wallet at once, as a saga (package checkout). Part of the idempotency fingerprint.
 	PaymentMethod string `json:"payment_method,omitempty"`
+	// Metadata is the order's own data (Metadata's bounds, else EINVALID). Part of the
+	// idempotency fingerprint.
+	Metadata Metadata `json:"metadata,omitempty"`
 	// IdempotencyKey, when set, makes the call idempotent per user: the same key with the
 	// same parameters returns the first order; with different parameters EIDEMPOTENCY.
 	IdempotencyKey string `json:"-"`
@@ -60,7 +63,18 @@ type StartPaymentParams struct {
 	// buyer's WeChat openid under the channel's appid makes a JSAPI / mini-program handoff
 	// instead of a Native QR code. At most 128 bytes.
 	PayerID string `json:"payer_id,omitempty"`
-	TraceID string `json:"-"`
+	// Metadata is the attempt's own data (Metadata's bounds, else EINVALID).
+	Metadata Metadata `json:"metadata,omitempty"`
+	TraceID  string   `json:"-"`
+}
+
+// MetadataService changes the merchant's metadata of orders (and so trips), payments,
+// refunds and groups.
+type MetadataService interface {
+	// UpdateMetadata applies patch to the metadata of object id of kind of, with its row
+	// locked, and returns the metadata as stored (nil for none). Errors: ENOTFOUND,
+	// EINVALID (the result breaks Metadata's bounds; nothing changed).
+	UpdateMetadata(ctx context.Context, of MetadataOf, id string, patch MetadataPatch) (Metadata, error)
 }
 
 // PaymentService starts payment attempts and applies gateways' callbacks.

@@ -48,18 +48,20 @@ type Trip struct {
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
 	Version         int64     `json:"version"`
+	Metadata        Metadata  `json:"metadata,omitempty"` // the trip's order's: set at create, changed by PATCH
 }
 
 // CreateTripParams is the input of TripService.CreateTrip: RiderID asks for a trip whose
 // fare is estimated at Estimate minor units of Currency, paid by PaymentMethod ("" or
 // "card").
 type CreateTripParams struct {
-	RiderID       string `json:"rider_id"`
-	Currency      string `json:"currency"`
-	Estimate      int64  `json:"estimate"`
-	PaymentMethod string `json:"payment_method,omitempty"`
-	Actor         string `json:"-"`
-	TraceID       string `json:"-"`
+	RiderID       string   `json:"rider_id"`
+	Currency      string   `json:"currency"`
+	Estimate      int64    `json:"estimate"`
+	PaymentMethod string   `json:"payment_method,omitempty"`
+	Metadata      Metadata `json:"metadata,omitempty"` // Metadata's bounds, else EINVALID
+	Actor         string   `json:"-"`
+	TraceID       string   `json:"-"`
 }
 
 // TripService runs ride-hailing trips (package ride). Every event is a transition of the

@@ -386,7 +386,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	}
 	e.handler = httpapi.New(httpapi.Config{
 		Trips:  trips,
-		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
+		Orders: orders, Payments: payments, Catalog: e.orders, Refunds: e.orders, Metadata: e.orders, Groups: groups, Wallets: e.wallets, Sagas: e.sagas,
 		CallbackSecret: cfg.CallbackSecret,
 		AdminToken:     cfg.AdminToken, Keys: e.keys, Idempotency: e.idem, Admin: e.admin, Webhooks: e.webhooks,
 		Channels: cfg.Channels, Notifications: e.payments, ChannelStats: channelStats(e.router),

@@ -189,7 +189,10 @@ func validateJoin(p *orderly.JoinGroupParams) error {
 	case p.Quantity < 0 || p.Quantity > order.MaxQuantity:
 		return orderly.Errorf(orderly.EINVALID, "quantity must be 1–%d (absent means 1)", order.MaxQuantity)
 	}
-	return nil
+	if err := p.GroupMetadata.Validate(); err != nil {
+		return orderly.Errorf(orderly.EINVALID, "group_%s", orderly.ErrorMessage(err))
+	}
+	return p.Metadata.Validate()
 }
 
 // memberOrder returns the parameters of p's member order of deal d.
@@ -198,6 +201,7 @@ func memberOrder(d *orderly.Deal, p *orderly.JoinGroupParams) *orderly.CreateOrd
 		UserID: p.UserID, Currency: d.Currency, CouponID: p.CouponID, Flow: FlowName,
 		Items:                 []orderly.Item{{SKU: d.SKU, Quantity: cmp.Or(p.Quantity, 1), UnitPrice: d.GroupPrice}},
 		PaymentTimeoutSeconds: d.MemberPaymentTimeoutSeconds,
+		Metadata:              p.Metadata,
 		IdempotencyKey:        p.IdempotencyKey, Actor: cmp.Or(p.Actor, "buyer"), TraceID: p.TraceID,
 	}
 }
@@ -221,12 +225,15 @@ func (s *Service) OpenGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 		}
 		var g *orderly.Group
 		o, created, err := s.cfg.Orders.CreateInTx(ctx, tx, memberOrder(d, p), &order.CreateOptions{
-			RequestTag: "open group of deal " + d.ID,
+			// The group's metadata is part of the request: the same key with other group
+			// metadata is another request.
+			RequestTag: "open group of deal " + d.ID + "\x00" + fmt.Sprint(map[string]string(p.GroupMetadata)),
 			Admit: func(now time.Time) (time.Time, error) {
 				g = &orderly.Group{
 					ID: groupID, DealID: d.ID, State: orderly.GroupForming, LeaderUserID: p.UserID,
 					MinMembers: d.MinMembers, MaxMembers: d.MaxMembers, CreatedAt: now,
 					DeadlineAt: now.Add(time.Duration(d.GroupTimeLimitSeconds) * time.Second),
+					Metadata:   p.GroupMetadata,
 				}
 				return g.DeadlineAt, tx.GroupInsert(ctx, g)
 			},
@@ -319,6 +326,8 @@ func (s *Service) JoinGroup(ctx context.Context, p *orderly.JoinGroupParams) (*o
 	}
 	if !order.ValidID(p.GroupID) {
 		return nil, nil, false, orderly.Errorf(orderly.ENOTFOUND, "group %q not found", p.GroupID)
+	} else if len(p.GroupMetadata) > 0 {
+		return nil, nil, false, orderly.Errorf(orderly.EINVALID, "group_metadata is set when a group opens; change it with PATCH /v1/groups/{id}")
 	}
 	if err := s.refuseUnlocked(ctx, p.GroupID, p.UserID, p.IdempotencyKey, joinRefusal); err != nil {
 		return nil, nil, false, err

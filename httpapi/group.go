@@ -52,6 +52,7 @@ type groupResponse struct {
 	PaidMembers  int64              `json:"paid_members"`
 	SeatsTaken   int64              `json:"seats_taken"`
 	Members      []*memberResponse  `json:"members"`
+	Metadata     orderly.Metadata   `json:"metadata"`
 }
 
 func newGroupResponse(g *orderly.Group) *groupResponse {
@@ -62,7 +63,8 @@ func newGroupResponse(g *orderly.Group) *groupResponse {
 	}
 	return &groupResponse{ID: g.ID, DealID: g.DealID, State: g.State, LeaderUserID: g.LeaderUserID, MinMembers: g.MinMembers,
 		MaxMembers: g.MaxMembers, DeadlineAt: Time(g.DeadlineAt), CreatedAt: Time(g.CreatedAt), SucceededAt: timePtr(g.SucceededAt),
-		FailedAt: timePtr(g.FailedAt), PaidMembers: g.PaidMembers, SeatsTaken: g.SeatsTaken, Members: members}
+		FailedAt: timePtr(g.FailedAt), PaidMembers: g.PaidMembers, SeatsTaken: g.SeatsTaken, Members: members,
+		Metadata: metadataOut(g.Metadata)}
 }
 
 // groupOrderResponse is the answer of opening or joining a group: the group and the
@@ -74,17 +76,20 @@ type groupOrderResponse struct {
 
 // openGroupRequest is the body of POST /v1/groups.
 type openGroupRequest struct {
-	DealID   string `json:"deal_id"`
-	UserID   string `json:"user_id"`
-	Quantity *int64 `json:"quantity,omitempty"` // absent means 1; 0 is refused
-	CouponID string `json:"coupon_id,omitempty"`
+	DealID        string           `json:"deal_id"`
+	UserID        string           `json:"user_id"`
+	Quantity      *int64           `json:"quantity,omitempty"` // absent means 1; 0 is refused
+	CouponID      string           `json:"coupon_id,omitempty"`
+	Metadata      orderly.Metadata `json:"metadata,omitempty"`       // the member order's
+	GroupMetadata orderly.Metadata `json:"group_metadata,omitempty"` // the group's
 }
 
 // joinGroupRequest is the body of POST /v1/groups/{id}/join.
 type joinGroupRequest struct {
-	UserID   string `json:"user_id"`
-	Quantity *int64 `json:"quantity,omitempty"` // absent means 1; 0 is refused
-	CouponID string `json:"coupon_id,omitempty"`
+	UserID   string           `json:"user_id"`
+	Quantity *int64           `json:"quantity,omitempty"` // absent means 1; 0 is refused
+	CouponID string           `json:"coupon_id,omitempty"`
+	Metadata orderly.Metadata `json:"metadata,omitempty"` // the member order's
 }
 
 // memberQuantity returns the quantity of an open or join request: 0 (the service's "1")
@@ -148,7 +153,7 @@ func (s *Server) openGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.admitMember(w, r, s.groups.OpenGroup, &orderly.JoinGroupParams{DealID: req.DealID, UserID: req.UserID,
-		Quantity: quantity, CouponID: req.CouponID, IdempotencyKey: key})
+		Quantity: quantity, CouponID: req.CouponID, Metadata: req.Metadata, GroupMetadata: req.GroupMetadata, IdempotencyKey: key})
 }
 
 // joinGroup handles POST /v1/groups/{id}/join: 201 with the group and the new member
@@ -169,7 +174,7 @@ func (s *Server) joinGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.admitMember(w, r, s.groups.JoinGroup, &orderly.JoinGroupParams{GroupID: pathParam(r, "id"), UserID: req.UserID,
-		Quantity: quantity, CouponID: req.CouponID, IdempotencyKey: key})
+		Quantity: quantity, CouponID: req.CouponID, Metadata: req.Metadata, IdempotencyKey: key})
 }
 
 // admitMember runs an open or a join and writes its answer.

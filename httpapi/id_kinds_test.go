@@ -133,6 +133,11 @@ var routeBodies = map[string]string{
 	"POST /v1/wallets/{user_id}/credits":      `{"amount":100,"currency":"USD"}`,
 	"POST /v1/admin/outbox/dead/{id}/discard": `{"reason":"test"}`,
 	"POST /v1/channels/{channel}/webhook":     `{}`,
+	"PATCH /v1/orders/{id}":                   `{"metadata":{"k":"v"}}`,
+	"PATCH /v1/trips/{id}":                    `{"metadata":{"k":"v"}}`,
+	"PATCH /v1/payments/{id}":                 `{"metadata":{"k":"v"}}`,
+	"PATCH /v1/refunds/{id}":                  `{"metadata":{"k":"v"}}`,
+	"PATCH /v1/groups/{id}":                   `{"metadata":{"k":"v"}}`,
 }
 
 // malformedIDs are path segments that no id has: a NUL byte, invalid UTF-8, a bad escape,

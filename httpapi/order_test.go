@@ -37,7 +37,7 @@ func sampleOrder() *orderly.Order {
 const sampleOrderJSON = `{"id":"ord_1","user_id":"u_1","flow":"standard","state":"pending_payment","pay_status":"unpaid",
 	"items":[{"sku":"sku-1","quantity":2,"unit_price":1250}],"amount":2500,"currency":"EUR",
 	"created_at":"2026-11-30T07:33:07.123Z","expires_at":"2026-11-30T08:03:07.123Z","close_at":"2026-11-30T08:03:17.123Z",
-	"refunded_amount":0,"version":1}`
+	"refunded_amount":0,"version":1,"metadata":{}}`
 
 const createOrderBody = `{"user_id":"u_1","items":[{"sku":"sku-1","quantity":2,"unit_price":1250}],"currency":"EUR",
 	"coupon_id":"c_1","payment_timeout_seconds":900,"flow":"standard"}`
@@ -258,7 +258,7 @@ func TestGetOrder(t *testing.T) {
 		assertJSON(t, rec, http.StatusOK, `{"id":"ord_closed","user_id":"u_1","flow":"standard","state":"closed","pay_status":"unpaid",
 			"items":[{"sku":"sku-1","quantity":2,"unit_price":1250}],"amount":2500,"currency":"EUR",
 			"created_at":"2026-11-30T07:33:07.123Z","expires_at":"2026-11-30T08:03:07.123Z","close_at":"2026-11-30T08:03:17.123Z",
-			"closed_at":"2026-11-30T06:40:00.999Z","close_reason":"buyer_cancelled","refunded_amount":0,"version":2}`)
+			"closed_at":"2026-11-30T06:40:00.999Z","close_reason":"buyer_cancelled","refunded_amount":0,"version":2,"metadata":{}}`)
 	})
 	t.Run("escaped id", func(t *testing.T) {
 		t.Parallel()

@@ -24,7 +24,7 @@ func samplePayment() *orderly.Payment {
 }
 
 const samplePaymentJSON = `{"payment_id":"pay_1","order_id":"ord_1","attempt":1,"channel":"sim","variant":"","channel_txn_id":"txn_1",
-	"amount":2500,"currency":"EUR","state":"succeeded","created_at":"2026-11-30T07:34:00.000Z","succeeded_at":"2026-11-30T07:35:00.005Z"}`
+	"amount":2500,"currency":"EUR","state":"succeeded","created_at":"2026-11-30T07:34:00.000Z","succeeded_at":"2026-11-30T07:35:00.005Z","metadata":{}}`
 
 func TestStartPayment(t *testing.T) {
 	t.Parallel()

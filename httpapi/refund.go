@@ -25,6 +25,7 @@ type refundResponse struct {
 	CompletedAt    *Time                `json:"completed_at,omitempty"`
 	ProviderRef    string               `json:"provider_ref,omitempty"`
 	ProviderStatus string               `json:"provider_status,omitempty"`
+	Metadata       orderly.Metadata     `json:"metadata"`
 }
 
 func newRefundResponse(f *orderly.Refund) *refundResponse {
@@ -46,6 +47,7 @@ func newRefundResponse(f *orderly.Refund) *refundResponse {
 		CreatedAt:   Time(f.CreatedAt),
 		CompletedAt: timePtr(f.CompletedAt),
 		ProviderRef: f.ProviderRef, ProviderStatus: f.ProviderStatus,
+		Metadata: metadataOut(f.Metadata),
 	}
 }
 
@@ -108,6 +110,10 @@ func (noRefunds) CreateRefund(context.Context, *orderly.CreateRefundParams) (*or
 }
 
 func (noRefunds) OrderRefunds(context.Context, string) ([]*orderly.Refund, error) {
+	return nil, errNoRefunds
+}
+
+func (noRefunds) Refund(context.Context, string) (*orderly.Refund, error) {
 	return nil, errNoRefunds
 }
 

@@ -18,11 +18,11 @@ func TestCreateRefund(t *testing.T) {
 	at := time.Date(2026, 11, 30, 7, 33, 7, 123_456_789, time.UTC)
 	refund := &orderly.Refund{ID: "ref_1", OrderID: "ord_1", PaymentID: "pay_1", Amount: 700, Currency: "EUR",
 		Items: []orderly.RefundItem{{SKU: "sku-1", Quantity: 1}}, Restock: true, Reason: "returned",
-		State: orderly.RefundRequested, CreatedAt: at}
-	const body = `{"amount":700,"items":[{"sku":"sku-1","quantity":1}],"restock":true,"reason":"returned"}`
+		State: orderly.RefundRequested, CreatedAt: at, Metadata: orderly.Metadata{"rma": "R-1"}}
+	const body = `{"amount":700,"items":[{"sku":"sku-1","quantity":1}],"restock":true,"reason":"returned","metadata":{"rma":"R-1"}}`
 	const want = `{"id":"ref_1","order_id":"ord_1","payment_id":"pay_1","amount":700,"currency":"EUR",
 		"items":[{"sku":"sku-1","quantity":1}],"restock":true,"reason":"returned","state":"requested",
-		"created_at":"2026-11-30T07:33:07.123Z"}`
+		"created_at":"2026-11-30T07:33:07.123Z","metadata":{"rma":"R-1"}}`
 	tests := []struct {
 		name     string
 		key      string
@@ -99,6 +99,6 @@ func TestListRefunds(t *testing.T) {
 	f := setup(t, func(c *Config) { c.Refunds = refunds })
 	assertJSON(t, f.do(newRequest(http.MethodGet, "/v1/orders/ord_1/refunds", "")), http.StatusOK,
 		`{"refunds":[{"id":"ref_1","order_id":"ord_1","payment_id":"pay_1","amount":300,"currency":"EUR","items":[],
-		"restock":false,"state":"succeeded","created_at":"2026-11-30T07:33:07.123Z","completed_at":"2026-11-30T07:33:08.123Z"}]}`)
+		"restock":false,"state":"succeeded","created_at":"2026-11-30T07:33:07.123Z","completed_at":"2026-11-30T07:33:08.123Z","metadata":{}}]}`)
 	assertProblem(t, f.do(newRequest(http.MethodGet, "/v1/orders/nope/refunds", "")), http.StatusNotFound, orderly.ENOTFOUND)
 }

@@ -26,6 +26,7 @@ type orderResponse struct {
 	PaidAt           *Time               `json:"paid_at,omitempty"`
 	RefundedAmount   int64               `json:"refunded_amount"`
 	Version          int64               `json:"version"`
+	Metadata         orderly.Metadata    `json:"metadata"`
 }
 
 func newOrderResponse(o *orderly.Order) *orderResponse {
@@ -52,6 +53,7 @@ func newOrderResponse(o *orderly.Order) *orderResponse {
 		PaidAt:           timePtr(o.PaidAt),
 		RefundedAmount:   o.RefundedAmount,
 		Version:          o.Version,
+		Metadata:         metadataOut(o.Metadata),
 	}
 }
 
@@ -110,6 +112,7 @@ type paymentResponse struct {
 	ProviderRef  string               `json:"provider_ref,omitempty"`
 	PayerID      string               `json:"payer_id,omitempty"`
 	NextAction   *orderly.NextAction  `json:"next_action,omitempty"`
+	Metadata     orderly.Metadata     `json:"metadata"`
 }
 
 func newPaymentResponse(p *orderly.Payment) *paymentResponse {
@@ -131,6 +134,7 @@ func newPaymentResponse(p *orderly.Payment) *paymentResponse {
 		ProviderRef:  p.ProviderRef,
 		PayerID:      p.PayerID,
 		NextAction:   p.NextAction,
+		Metadata:     metadataOut(p.Metadata),
 	}
 }
 

@@ -25,6 +25,7 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		Items: []orderly.Item{{SKU: "a", Quantity: 1, UnitPrice: 2}}, Amount: 2, Currency: "EUR", CouponID: "c_1",
 		CurrentPaymentID: "pay_1", CreatedAt: at(1), ExpiresAt: at(2), CloseAt: at(3), ClosedAt: atp(4),
 		CloseReason: orderly.CloseReasonPaymentTimeout, PaidAt: atp(5), RefundedAmount: 1, Version: 3,
+		Metadata: orderly.Metadata{"cart_id": "c_1"},
 	}
 	transition := &orderly.Transition{
 		ID: 1, OrderID: "ord_1", From: orderly.StatePendingPayment, To: orderly.StatePaid, Event: orderly.EventPay,
@@ -35,6 +36,7 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		State: orderly.PaymentRefunded, FailReason: "x", CreatedAt: at(7), SucceededAt: atp(8), RefundedAt: atp(9),
 		DuplicateOf: "pay_0", ProviderRef: "pi_1", PayerID: "openid_1",
 		NextAction: &orderly.NextAction{Type: orderly.NextActionStripeSDK, ClientSecret: "pi_1_secret_x"},
+		Metadata:   orderly.Metadata{"k": "v"},
 	}
 	refusal := &orderly.CallbackRefusal{
 		ID: 7, PaymentID: "pay_1", OrderID: "ord_2", Reason: orderly.RefusalOrderMismatch, Detail: "d",
@@ -48,7 +50,7 @@ func TestResponsesMirrorDomainTypes(t *testing.T) {
 		ID: "ref_1", OrderID: "ord_1", PaymentID: "pay_1", Amount: 1, Currency: "EUR",
 		Items: []orderly.RefundItem{{SKU: "a", Quantity: 1}}, Restock: true, Reason: "return",
 		State: orderly.RefundFailed, FailReason: "refused", CreatedAt: at(12), CompletedAt: atp(13),
-		ProviderRef: "re_1", ProviderStatus: "pending",
+		ProviderRef: "re_1", ProviderStatus: "pending", Metadata: orderly.Metadata{"rma": "R-1"},
 	}
 	tests := []struct {
 		name     string

@@ -41,6 +41,10 @@ type Config struct {
 	// Refunds serves the refund routes. nil means Orders when it implements
 	// orderly.RefundService (order.Service does); else they answer 500.
 	Refunds orderly.RefundService
+	// Metadata serves the PATCH routes of orders, trips, payments, refunds and groups. nil
+	// means Orders when it implements orderly.MetadataService (order.Service does); else
+	// they answer 500.
+	Metadata orderly.MetadataService
 	// Groups serves the group-buy routes (/v1/deals, /v1/groups). nil answers them 404.
 	Groups orderly.GroupService
 	// Trips serves the ride-hailing routes (/v1/trips). nil answers them 404.
@@ -121,6 +125,7 @@ type Server struct {
 	payments       orderly.PaymentService
 	catalog        orderly.CatalogService
 	refunds        orderly.RefundService
+	metadata       orderly.MetadataService
 	groups         orderly.GroupService
 	wallets        orderly.WalletService
 	trips          orderly.TripService
@@ -165,6 +170,7 @@ func New(cfg Config) *Server {
 		payments:       cfg.Payments,
 		catalog:        cfg.Catalog,
 		refunds:        cfg.Refunds,
+		metadata:       cfg.Metadata,
 		groups:         cfg.Groups,
 		wallets:        cfg.Wallets,
 		trips:          cfg.Trips,
@@ -192,6 +198,13 @@ func New(cfg Config) *Server {
 	}
 	for _, a := range cfg.Channels {
 		s.channels[a.Name()] = a
+	}
+	if s.metadata == nil {
+		if ms, ok := cfg.Orders.(orderly.MetadataService); ok {
+			s.metadata = ms
+		} else {
+			s.metadata = noMetadata{}
+		}
 	}
 	if s.refunds == nil {
 		if rs, ok := cfg.Orders.(orderly.RefundService); ok {
@@ -250,6 +263,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Post("/v1/orders", s.createOrder)
 	r.Get("/v1/orders", s.listOrders)
 	r.Get("/v1/orders/{id}", s.getOrder)
+	r.Patch("/v1/orders/{id}", s.patchMetadata(orderly.MetadataOfOrder, s.orderByID))
 	r.Get("/v1/orders/{id}/history", s.getOrderHistory)
 	r.Post("/v1/orders/{id}/cancel", s.cancelOrder)
 	r.Post("/v1/orders/{id}/events", s.applyOrderEvent)
@@ -259,6 +273,9 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/orders/{id}/refunds", s.listRefunds)
 
 	r.Get("/v1/payments/{id}", s.getPayment)
+	r.Patch("/v1/payments/{id}", s.patchMetadata(orderly.MetadataOfPayment, s.paymentByID))
+	r.Get("/v1/refunds/{id}", s.getRefund)
+	r.Patch("/v1/refunds/{id}", s.patchMetadata(orderly.MetadataOfRefund, s.refundByID))
 	r.Get("/v1/payments/{id}/refusals", s.listCallbackRefusals)
 	r.Post("/v1/payments/callback", s.paymentCallback)
 	r.Post("/v1/channels/{channel}/webhook", s.channelWebhook)
@@ -275,6 +292,7 @@ func (s *Server) routes() *chi.Mux {
 	r.Get("/v1/deals/{id}", s.getDeal)
 	r.Post("/v1/groups", s.openGroup)
 	r.Get("/v1/groups/{id}", s.getGroup)
+	r.Patch("/v1/groups/{id}", s.patchMetadata(orderly.MetadataOfGroup, s.groupByID))
 	r.Post("/v1/groups/{id}/join", s.joinGroup)
 	r.Post("/v1/groups/{id}/leave", s.leaveGroup)
 

@@ -90,7 +90,7 @@ func TestRouting(t *testing.T) {
 	}{
 		{"GET", "/nope", 404, CodeRouteNotFound, ""},
 		{"DELETE", "/v1/orders", 405, CodeMethodNotAllowed, "GET, POST"},
-		{"DELETE", "/v1/orders/ord_1", 405, CodeMethodNotAllowed, "GET"},
+		{"DELETE", "/v1/orders/ord_1", 405, CodeMethodNotAllowed, "GET, PATCH"},
 		{"POST", "/v1/inventory/sku-1", 405, CodeMethodNotAllowed, "GET, PUT"},
 		{"PUT", "/v1/orders/ord_1/payments", 405, CodeMethodNotAllowed, "GET, POST"},
 		{"BREW", "/v1/orders", 405, CodeMethodNotAllowed, "GET, POST"},

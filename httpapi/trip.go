@@ -12,31 +12,32 @@ import (
 
 // tripResponse is the JSON of an orderly.Trip (amounts in minor units of currency).
 type tripResponse struct {
-	ID              string        `json:"id"`
-	RiderID         string        `json:"rider_id"`
-	DriverID        string        `json:"driver_id,omitempty"`
-	State           orderly.State `json:"state"`
-	CloseReason     string        `json:"close_reason,omitempty"`
-	PaymentMethod   string        `json:"payment_method"`
-	Currency        string        `json:"currency"`
-	Estimate        int64         `json:"estimate"`
-	HoldID          string        `json:"hold_id"`
-	HoldAmount      int64         `json:"hold_amount"`
-	HoldExpiresAt   Time          `json:"hold_expires_at"`
-	Fare            int64         `json:"fare"`
-	CancellationFee int64         `json:"cancellation_fee"`
-	Captured        int64         `json:"captured"`
-	Released        int64         `json:"released"`
-	ExtraCharged    int64         `json:"extra_charged"`
-	CollectionDue   int64         `json:"collection_due"`
-	DriverPayout    int64         `json:"driver_payout"`
-	PlatformFee     int64         `json:"platform_fee"`
-	Refunded        int64         `json:"refunded"`
-	PaymentSagaID   string        `json:"payment_saga_id,omitempty"`
-	RefundSagaID    string        `json:"refund_saga_id,omitempty"`
-	CreatedAt       Time          `json:"created_at"`
-	UpdatedAt       Time          `json:"updated_at"`
-	Version         int64         `json:"version"`
+	ID              string           `json:"id"`
+	RiderID         string           `json:"rider_id"`
+	DriverID        string           `json:"driver_id,omitempty"`
+	State           orderly.State    `json:"state"`
+	CloseReason     string           `json:"close_reason,omitempty"`
+	PaymentMethod   string           `json:"payment_method"`
+	Currency        string           `json:"currency"`
+	Estimate        int64            `json:"estimate"`
+	HoldID          string           `json:"hold_id"`
+	HoldAmount      int64            `json:"hold_amount"`
+	HoldExpiresAt   Time             `json:"hold_expires_at"`
+	Fare            int64            `json:"fare"`
+	CancellationFee int64            `json:"cancellation_fee"`
+	Captured        int64            `json:"captured"`
+	Released        int64            `json:"released"`
+	ExtraCharged    int64            `json:"extra_charged"`
+	CollectionDue   int64            `json:"collection_due"`
+	DriverPayout    int64            `json:"driver_payout"`
+	PlatformFee     int64            `json:"platform_fee"`
+	Refunded        int64            `json:"refunded"`
+	PaymentSagaID   string           `json:"payment_saga_id,omitempty"`
+	RefundSagaID    string           `json:"refund_saga_id,omitempty"`
+	CreatedAt       Time             `json:"created_at"`
+	UpdatedAt       Time             `json:"updated_at"`
+	Version         int64            `json:"version"`
+	Metadata        orderly.Metadata `json:"metadata"`
 }
 
 func newTripResponse(t *orderly.Trip) *tripResponse {
@@ -45,7 +46,8 @@ func newTripResponse(t *orderly.Trip) *tripResponse {
 		HoldExpiresAt: Time(t.HoldExpiresAt), Fare: t.Fare, CancellationFee: t.CancellationFee, Captured: t.Captured,
 		Released: t.Released, ExtraCharged: t.ExtraCharged, CollectionDue: t.CollectionDue, DriverPayout: t.DriverPayout,
 		PlatformFee: t.PlatformFee, Refunded: t.Refunded, PaymentSagaID: t.PaymentSagaID, RefundSagaID: t.RefundSagaID,
-		CreatedAt: Time(t.CreatedAt), UpdatedAt: Time(t.UpdatedAt), Version: t.Version}
+		CreatedAt: Time(t.CreatedAt), UpdatedAt: Time(t.UpdatedAt), Version: t.Version,
+		Metadata: metadataOut(t.Metadata)}
 }
 
 // assignDriverRequest is the body of POST /v1/trips/{id}/assign.
@@ -67,6 +69,7 @@ func (s *Server) tripRoutes(r chi.Router) {
 	r.Post("/v1/trips/{id}/cancel", s.tripEvent(s.trips.CancelTrip))
 	r.Post("/v1/trips/{id}/refund", s.tripEvent(s.trips.RefundTrip))
 	r.Post("/v1/trips/{id}/end", s.endTrip)
+	r.Patch("/v1/trips/{id}", s.patchMetadata(orderly.MetadataOfOrder, s.tripByID))
 }
 
 // createTrip handles POST /v1/trips: body orderly.CreateTripParams; 201 with the trip in

@@ -12,6 +12,7 @@ var _ orderly.RefundService = (*RefundService)(nil)
 type RefundService struct {
 	CreateRefundFn func(ctx context.Context, params *orderly.CreateRefundParams) (*orderly.Refund, bool, error)
 	OrderRefundsFn func(ctx context.Context, orderID string) ([]*orderly.Refund, error)
+	RefundFn       func(ctx context.Context, id string) (*orderly.Refund, error)
 }
 
 // CreateRefund calls CreateRefundFn.
@@ -28,4 +29,12 @@ func (s *RefundService) OrderRefunds(ctx context.Context, orderID string) ([]*or
 		unset("RefundService.OrderRefunds")
 	}
 	return s.OrderRefundsFn(ctx, orderID)
+}
+
+// Refund calls RefundFn.
+func (s *RefundService) Refund(ctx context.Context, id string) (*orderly.Refund, error) {
+	if s.RefundFn == nil {
+		unset("RefundService.Refund")
+	}
+	return s.RefundFn(ctx, id)
 }

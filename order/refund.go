@@ -56,6 +56,9 @@ func validateRefund(p *orderly.CreateRefundParams) error {
 	case len(p.IdempotencyKey) > 255:
 		return orderly.Errorf(orderly.EINVALID, "Idempotency-Key is longer than 255 characters")
 	}
+	if err := p.Metadata.Validate(); err != nil {
+		return err
+	}
 	seen := make(map[string]bool, len(p.Items))
 	for i, it := range p.Items {
 		switch {
@@ -160,6 +163,7 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 			f = &orderly.Refund{
 				ID: id, OrderID: cur.ID, PaymentID: paymentID, Amount: p.Amount, Currency: cur.Currency,
 				Items: items, Restock: p.Restock, Reason: p.Reason, State: orderly.RefundRequested, CreatedAt: now,
+				Metadata: p.Metadata,
 			}
 			if f.Items == nil {
 				f.Items = []orderly.RefundItem{}
@@ -200,7 +204,8 @@ func (s *Service) CreateRefund(ctx context.Context, p *orderly.CreateRefundParam
 
 // RefundRef returns the outbox payload that names refund f.
 func RefundRef(f *orderly.Refund) orderly.RefundRef {
-	return orderly.RefundRef{RefundID: f.ID, OrderID: f.OrderID, PaymentID: f.PaymentID, Amount: f.Amount, Currency: f.Currency}
+	return orderly.RefundRef{RefundID: f.ID, OrderID: f.OrderID, PaymentID: f.PaymentID, Amount: f.Amount, Currency: f.Currency,
+		Metadata: f.Metadata}
 }
 
 // capturedPayment returns the id of the order's captured payment (the succeeded one that
@@ -330,6 +335,18 @@ func (s *Service) OrderRefunds(ctx context.Context, orderID string) (refunds []*
 		refunds = []*orderly.Refund{}
 	}
 	return refunds, err
+}
+
+// Refund implements orderly.RefundService.
+func (s *Service) Refund(ctx context.Context, id string) (f *orderly.Refund, err error) {
+	if !ValidID(id) {
+		return nil, orderly.Errorf(orderly.ENOTFOUND, "refund %s not found", id)
+	}
+	err = s.cfg.Store.Read(ctx, func(tx store.Tx) error {
+		f, err = tx.RefundGet(ctx, id)
+		return err
+	})
+	return f, err
 }
 
 // refundPayment is the effect orderly.EffectRefundPayment: for each order that changed, a

@@ -162,6 +162,9 @@ func validate(p *orderly.CreateOrderParams) (int64, error) {
 	case p.PaymentMethod != "" && p.PaymentMethod != orderly.PaymentMethodWallet:
 		return 0, orderly.Errorf(orderly.EINVALID, "payment_method must be absent or %q", orderly.PaymentMethodWallet)
 	}
+	if err := p.Metadata.Validate(); err != nil {
+		return 0, err
+	}
 	var total int64
 	seen := make(map[string]bool, len(p.Items))
 	for i, it := range p.Items {
@@ -434,6 +437,7 @@ func (s *Service) newOrder(ctx context.Context, tx store.Tx, p *orderly.CreateOr
 		ID: id, UserID: p.UserID, Flow: flow.Name, State: flow.Initial, PayStatus: orderly.PayUnpaid,
 		Items: p.Items, Amount: amount, Currency: p.Currency, CouponID: p.CouponID,
 		CreatedAt: now, ExpiresAt: expiresAt, CloseAt: expiresAt.Add(s.cfg.GracePeriod), Version: 1,
+		Metadata: p.Metadata,
 	}
 	_, timed := flow.TimedIn(o.State)
 	return &newOrder{order: o, hash: hash, now: now, timed: timed}, nil

@@ -277,7 +277,8 @@ func (b *EffectBatch) couponRefs() []orderly.CouponRef {
 func publish(ctx context.Context, tx store.Tx, topic string, b *EffectBatch) error {
 	payloads := make([]orderly.Sequenced, len(b.IDs))
 	for i, id := range b.IDs {
-		payloads[i] = &orderly.OrderEvent{OrderID: id, State: b.Transition.To, Reason: string(b.Params.CloseReason), At: b.Params.Now}
+		payloads[i] = &orderly.OrderEvent{OrderID: id, State: b.Transition.To, Reason: string(b.Params.CloseReason), At: b.Params.Now,
+			Metadata: b.Params.Metadata[id]}
 	}
 	msgs, err := outbox.NewEvents(ctx, tx, topic, b.IDs, payloads, b.Params.Now)
 	if err != nil {

@@ -302,7 +302,13 @@ func (s *Service) confirmPaymentRefund(ctx context.Context, tx store.Tx, ref *or
 	}
 	// The event is about the order: keyed by the order id, with the order's next sequence, so
 	// that subscribers never see it before the order's earlier events (order.closed).
-	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicPaymentRefunded, ref.OrderID, ref, now)
+	p, err := tx.PaymentGet(ctx, ref.PaymentID) // its metadata as it is now
+	if err != nil {
+		return true, err
+	}
+	event := *ref
+	event.Metadata = p.Metadata
+	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicPaymentRefunded, ref.OrderID, &event, now)
 	if err != nil {
 		return true, err
 	}

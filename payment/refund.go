@@ -230,7 +230,7 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 			return nil, fmt.Errorf("order %s changed concurrently", o.ID)
 		}
 		topics = append(topics, orderly.TopicOrderRefunded)
-		payloads = append(payloads, &orderly.OrderEvent{OrderID: o.ID, State: orderly.StateRefunded, Reason: cause, At: now})
+		payloads = append(payloads, &orderly.OrderEvent{OrderID: o.ID, State: orderly.StateRefunded, Reason: cause, At: now, Metadata: o.Metadata})
 	} else {
 		changed, err := s.cfg.Machine.Transition(ctx, tx, flow, &store.OrdersTransitionParams{
 			IDs: []string{o.ID}, From: o.State, Event: orderly.EventPartialRefund,
@@ -244,6 +244,7 @@ func (s *Service) completeRefund(ctx context.Context, tx store.Tx, ref *orderly.
 		}
 	}
 	succeededRef := *ref // the command's payload stays as it was
+	succeededRef.Metadata = f.Metadata
 	topics = append(topics, orderly.TopicRefundSucceeded)
 	payloads = append(payloads, &succeededRef)
 	msgs := make([]*store.OutboxInsertParams, len(topics))
@@ -307,7 +308,8 @@ func (s *Service) failRefundTx(ctx context.Context, tx store.Tx, ref *orderly.Re
 		s.cfg.Logger.ErrorContext(ctx, "a failed refund's units were restocked and sold again; they stay counted as refunded",
 			"refund_id", f.ID, "order_id", f.OrderID, "skus", kept)
 	}
-	failedRef := *ref // the command's payload stays as it was
+	failedRef := *ref               // the command's payload stays as it was
+	failedRef.Metadata = f.Metadata // as it is now: the merchant may have changed it since
 	ev, err := outbox.NewEvent(ctx, tx, orderly.TopicRefundFailed, f.OrderID, &failedRef, now)
 	if err != nil {
 		return true, err

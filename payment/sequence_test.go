@@ -1,9 +1,11 @@
 package payment_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +60,51 @@ func idOf(s string) int64 {
 	return id
 }
 
+// wantMetadata checks the "metadata" member of the payloads of orderID's events, in
+// order: each "<topic> <metadata JSON>", {} for none.
+func wantMetadata(t *testing.T, e *enginetest.Env, orderID string, want ...string) {
+	t.Helper()
+	var got []string
+	e.Read(t, func(tx store.Tx) error {
+		for _, state := range []string{orderly.MessagePending, orderly.MessageDelivered, orderly.MessageDead} {
+			msgs, err := tx.OutboxList(context.Background(), state, 10_000)
+			if err != nil {
+				return err
+			}
+			for _, m := range msgs {
+				if m.Key != orderID || !orderly.IsOrderEvent(m.Topic) {
+					continue
+				}
+				var p struct {
+					Metadata orderly.Metadata `json:"metadata"`
+				}
+				if err := json.Unmarshal(m.Payload, &p); err != nil {
+					return err
+				}
+				md, _ := json.Marshal(metadataOrEmpty(p.Metadata))
+				got = append(got, fmt.Sprintf("%d %s %s", m.ID, m.Topic, md))
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(got, func(a, b string) int { return cmp.Compare(idOf(a), idOf(b)) })
+	for i, s := range got {
+		got[i] = s[strings.IndexByte(s, ' ')+1:]
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("metadata of the events of order %s:\n got %q\nwant %q", orderID, got, want)
+	}
+}
+
+func metadataOrEmpty(m orderly.Metadata) orderly.Metadata {
+	if m == nil {
+		return orderly.Metadata{}
+	}
+	return m
+}
+
+func ptr[T any](v T) *T { return &v }
+
 // wantSequences checks that the events of an order are the topics of want, in order, and
 // numbered 1, 2, 3… in the row and in the payload alike: no zero, no gap, no repeat.
 func wantSequences(t *testing.T, e *enginetest.Env, orderID string, want ...string) {
@@ -107,11 +154,14 @@ func TestEveryOrderEventIsSequenced(t *testing.T) {
 	if _, err := e.Orders.ApplyEvent(ctx, o.ID, orderly.EventShip, "merchant", ""); err != nil {
 		t.Fatal(err)
 	}
-	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 300})
+	if _, err := e.Orders.UpdateMetadata(ctx, orderly.MetadataOfOrder, o.ID, orderly.MetadataPatch{"cart": ptr("c-1")}); err != nil {
+		t.Fatal(err)
+	}
+	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 300, Metadata: orderly.Metadata{"rma": "R-300"}})
 	e.Drain(t)
 	refuse = true
 	setGateway()
-	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 200})
+	refund(t, e, &orderly.CreateRefundParams{OrderID: o.ID, Amount: 200, Metadata: orderly.Metadata{"rma": "R-200"}})
 	e.Drain(t)
 	refuse = false
 	setGateway()
@@ -122,16 +172,24 @@ func TestEveryOrderEventIsSequenced(t *testing.T) {
 	wantOrder(t, e, o.ID, orderly.StateRefunded, orderly.PayRefunded, 1000)
 	wantSequences(t, e, o.ID, orderly.TopicOrderPaid, orderly.TopicRefundSucceeded, orderly.TopicRefundFailed,
 		orderly.TopicOrderRefunded, orderly.TopicRefundSucceeded)
+	// Each event carries the metadata of the object it names: the order's, or the refund's.
+	wantMetadata(t, e, o.ID, `order.paid {}`, `refund.succeeded {"rma":"R-300"}`, `refund.failed {"rma":"R-200"}`,
+		`order.refunded {"cart":"c-1"}`, `refund.succeeded {}`)
 
 	// Closed for timeout, then paid late: the capture is refunded.
 	e.SetStock(t, "SKU-2", 10)
 	c, _, err := e.Orders.CreateOrder(ctx, &orderly.CreateOrderParams{UserID: "user-2", Currency: "USD", PaymentTimeoutSeconds: 60,
-		Items: []orderly.Item{{SKU: "SKU-2", Quantity: 1, UnitPrice: 700}}})
+		Items: []orderly.Item{{SKU: "SKU-2", Quantity: 1, UnitPrice: 700}}, Metadata: orderly.Metadata{"cart": "c-2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	payLate(t, e, c, start(t, e, c))
+	late := start(t, e, c)
+	if _, err := e.Orders.UpdateMetadata(ctx, orderly.MetadataOfPayment, late.ID, orderly.MetadataPatch{"attempt": ptr("a-1")}); err != nil {
+		t.Fatal(err)
+	}
+	payLate(t, e, c, late)
 	e.Drain(t)
 	wantSequences(t, e, c.ID, orderly.TopicOrderClosed, orderly.TopicPaymentRefunded)
+	wantMetadata(t, e, c.ID, `order.closed {"cart":"c-2"}`, `payment.refunded {"attempt":"a-1"}`)
 	wantVerified(t, e)
 }

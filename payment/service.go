@@ -178,6 +178,9 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 	if params.PayerID != "" && !order.ValidID(params.PayerID) {
 		return nil, orderly.Errorf(orderly.EINVALID, "payer_id must be 1–%d bytes of UTF-8 without control characters", order.MaxIDLength)
 	}
+	if err := params.Metadata.Validate(); err != nil {
+		return nil, err
+	}
 	if err := s.checkChannel(params.Channel); err != nil {
 		return nil, err
 	}
@@ -226,6 +229,7 @@ func (s *Service) StartPayment(ctx context.Context, params *orderly.StartPayment
 		p = &orderly.Payment{
 			ID: id, OrderID: o.ID, Channel: ch, Variant: variant, Amount: o.Amount,
 			Currency: o.Currency, State: orderly.PaymentInitiated, CreatedAt: now, PayerID: params.PayerID,
+			Metadata: params.Metadata,
 		}
 		if gw, err = s.gatewayFor(p.Route()); err != nil {
 			return err

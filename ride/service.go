@@ -107,6 +107,9 @@ func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (
 	case p.PaymentMethod != "" && p.PaymentMethod != orderly.PaymentMethodCard:
 		return nil, orderly.Errorf(orderly.EINVALID, "payment_method must be %q", orderly.PaymentMethodCard)
 	}
+	if err := p.Metadata.Validate(); err != nil {
+		return nil, err
+	}
 	id, err := order.NewID()
 	if err != nil {
 		return nil, err
@@ -130,7 +133,8 @@ func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (
 		expires = expires.Add(time.Millisecond)
 	}
 	t := &orderly.Trip{ID: id, RiderID: p.RiderID, State: StateRequested, PaymentMethod: orderly.PaymentMethodCard,
-		Currency: p.Currency, Estimate: p.Estimate, HoldID: id, HoldAmount: h.Amount, HoldExpiresAt: expires, Version: 1}
+		Currency: p.Currency, Estimate: p.Estimate, HoldID: id, HoldAmount: h.Amount, HoldExpiresAt: expires, Version: 1,
+		Metadata: p.Metadata}
 	err = s.cfg.Store.InTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
 		if err != nil {
@@ -139,7 +143,7 @@ func (s *Service) CreateTrip(ctx context.Context, p *orderly.CreateTripParams) (
 		t.CreatedAt, t.UpdatedAt = now, now
 		o := &orderly.Order{ID: id, UserID: p.RiderID, Flow: FlowName, State: StateRequested, PayStatus: orderly.PayUnpaid,
 			Items: []orderly.Item{}, Currency: p.Currency, CreatedAt: now, ExpiresAt: t.HoldExpiresAt,
-			CloseAt: t.HoldExpiresAt, Version: 1}
+			CloseAt: t.HoldExpiresAt, Version: 1, Metadata: p.Metadata}
 		if err := s.cfg.Machine.Insert(ctx, tx, &store.OrderInsertParams{Order: o}); err != nil {
 			return err
 		}

@@ -55,6 +55,11 @@ type Tx interface {
 	OrdersInsertMany(ctx context.Context, params []*OrderInsertParams) error
 	// OrderGet returns an order; ENOTFOUND if there is none.
 	OrderGet(ctx context.Context, id string) (*orderly.Order, error)
+	// MetadataLock locks the row of object id of kind of and returns its metadata (nil for
+	// none); ENOTFOUND if there is no such object.
+	MetadataLock(ctx context.Context, of orderly.MetadataOf, id string) (orderly.Metadata, error)
+	// MetadataSet replaces the metadata of object id of kind of (nil clears it).
+	MetadataSet(ctx context.Context, of orderly.MetadataOf, id string, m orderly.Metadata) error
 	// OrderGetByIdempotencyKey returns the order a user created with key and the hash of
 	// that request; ENOTFOUND if there is none.
 	OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (*orderly.Order, string, error)
@@ -343,6 +348,9 @@ type OrdersTransitionParams struct {
 	Causes  map[string]string
 	Actor   string
 	TraceID string
+	// Metadata is set by OrdersTransition: the metadata of each changed order that has any,
+	// read with its lock, so that the transition's events carry it without another read.
+	Metadata map[string]orderly.Metadata
 }
 
 // OrderSetPayStatusParams is the input of Tx.OrderSetPayStatus.

@@ -15,7 +15,7 @@ const dealColumns = `id, sku, group_price, currency, min_members, max_members, g
 
 // groupColumns are the columns of an orderly.Group, with the seats still held counted.
 const groupColumns = `g.id, g.deal_id, g.state, g.leader_user_id, g.min_members, g.max_members, g.deadline_at,
-	g.created_at, g.succeeded_at, g.failed_at, g.paid_members, g.version,
+	g.created_at, g.succeeded_at, g.failed_at, g.paid_members, g.version, g.metadata,
 	(SELECT COUNT(*) FROM group_members m WHERE m.group_id = g.id AND m.left_at IS NULL)`
 
 const memberColumns = `m.group_id, m.user_id, m.order_id, o.state, o.pay_status, m.joined_at, m.left_at`
@@ -24,8 +24,8 @@ var (
 	qDealInsert  = sqlText(`INSERT INTO deals (` + dealColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qDealGet     = sqlText(`SELECT ` + dealColumns + ` FROM deals WHERE id = ?`)
 	qGroupInsert = sqlText(`INSERT INTO deal_groups (id, deal_id, state, leader_user_id, min_members, max_members,
-		deadline_at, wake_at, created_at, succeeded_at, failed_at, paid_members, version)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		deadline_at, wake_at, created_at, succeeded_at, failed_at, paid_members, version, metadata)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qGroupGet  = sqlText(`SELECT ` + groupColumns + ` FROM deal_groups g WHERE g.id = ?`)
 	qGroupList = sqlText(`SELECT ` + groupColumns + ` FROM deal_groups g WHERE g.id > ? ORDER BY g.id LIMIT ?`)
 	// qGroupListMembers reads the members of a page of groups: those of the ids in
@@ -97,7 +97,7 @@ func (t *tx) GroupInsert(ctx context.Context, g *orderly.Group) error {
 		wakeAt = sql.NullInt64{Int64: ms(g.DeadlineAt), Valid: true}
 	}
 	_, err := t.exec(ctx, "group "+g.ID, qGroupInsert, g.ID, g.DealID, g.State, g.LeaderUserID, g.MinMembers, g.MaxMembers,
-		ms(g.DeadlineAt), wakeAt, ms(g.CreatedAt), nullMS(g.SucceededAt), nullMS(g.FailedAt), g.PaidMembers, max(g.Version, 1))
+		ms(g.DeadlineAt), wakeAt, ms(g.CreatedAt), nullMS(g.SucceededAt), nullMS(g.FailedAt), g.PaidMembers, max(g.Version, 1), encodeMetadata(g.Metadata))
 	return err
 }
 
@@ -107,10 +107,14 @@ func scanGroup(r rowScanner) (*orderly.Group, error) {
 		g                     orderly.Group
 		deadline, created     int64
 		succeededAt, failedAt sql.NullInt64
+		metadata              sql.NullString
 	)
 	err := r.Scan(&g.ID, &g.DealID, &g.State, &g.LeaderUserID, &g.MinMembers, &g.MaxMembers,
-		&deadline, &created, &succeededAt, &failedAt, &g.PaidMembers, &g.Version, &g.SeatsTaken)
+		&deadline, &created, &succeededAt, &failedAt, &g.PaidMembers, &g.Version, &metadata, &g.SeatsTaken)
 	if err != nil {
+		return nil, err
+	}
+	if g.Metadata, err = decodeMetadata(metadata, "group "+g.ID); err != nil {
 		return nil, err
 	}
 	g.DeadlineAt, g.CreatedAt, g.SucceededAt, g.FailedAt = fromMS(deadline), fromMS(created), timePtr(succeededAt), timePtr(failedAt)

@@ -63,7 +63,7 @@ func orderInsertArgs(p *store.OrderInsertParams) ([]any, error) {
 	return []any{o.ID, o.UserID, o.Flow, o.State, o.PayStatus, string(items), o.Amount, o.Currency,
 		nullString(o.CouponID), nullString(o.CurrentPaymentID), ms(o.CreatedAt), ms(o.ExpiresAt),
 		ms(o.CloseAt), wakeAt, nullMS(o.ClosedAt), nullString(string(o.CloseReason)), nullMS(o.PaidAt),
-		o.Version, nullString(p.IdempotencyKey), nullString(p.RequestHash)}, nil
+		o.Version, nullString(p.IdempotencyKey), nullString(p.RequestHash), encodeMetadata(o.Metadata)}, nil
 }
 
 // TransitionsInsertMany implements store.Tx.

@@ -17,15 +17,15 @@ import (
 const dueColumns = `orders.id, flow, state, pay_status, current_payment_id, coupon_id, close_at, wake_at`
 
 const orderColumns = `id, user_id, flow, state, pay_status, items, amount, currency, coupon_id,
-	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version, refunded_amount`
+	current_payment_id, created_at, expires_at, close_at, closed_at, close_reason, paid_at, version, refunded_amount, metadata`
 
 // The INSERTs of orders and audit rows, head and one row's VALUES tuple: one row prepared
 // (qOrderInsert, qTransitionInsert) or many (OrdersInsertMany, TransitionsInsertMany).
 const (
 	qOrderInsertHead = `INSERT INTO orders (id, user_id, flow, state, pay_status, items, amount,
 		currency, coupon_id, current_payment_id, created_at, expires_at, close_at, wake_at, closed_at,
-		close_reason, paid_at, version, idempotency_key, request_hash)`
-	qOrderInsertRow       = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		close_reason, paid_at, version, idempotency_key, request_hash, metadata)`
+	qOrderInsertRow       = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qTransitionInsertHead = `INSERT INTO order_transitions (order_id, from_state, to_state, event, cause, actor, at,
 		trace_id, pay_status_from, pay_status_to)`
 	qTransitionInsertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -38,7 +38,7 @@ var (
 	// qOrdersLock selects (and locks, where the dialect has row locks) the orders of a
 	// transition that pass its guards; qOrdersTransition then changes exactly those.
 	qOrdersLock = newQuery(func(d *dialect) string {
-		return d.selectByIDs("orders.id, orders.pay_status", "orders", "id", d.ids, `state = ? AND pay_status IN (`+stateIn+`) AND close_at <= ?`,
+		return d.selectByIDs("orders.id, orders.pay_status, orders.metadata", "orders", "id", d.ids, `state = ? AND pay_status IN (`+stateIn+`) AND close_at <= ?`,
 			` ORDER BY orders.id`+d.lockRows)
 	})
 	qOrdersTransition = newQuery(func(d *dialect) string { // the rows qOrdersLock locked
@@ -128,13 +128,19 @@ func scanOrder(r rowScanner) (*orderly.Order, error) {
 		o                             orderly.Order
 		items                         string
 		couponID, paymentID, reason   sql.NullString
+		metadata                      sql.NullString
 		createdAt, expiresAt, closeAt int64
 		closedAt, paidAt              sql.NullInt64
 	)
 	if err := r.Scan(&o.ID, &o.UserID, &o.Flow, &o.State, &o.PayStatus, &items, &o.Amount, &o.Currency,
-		&couponID, &paymentID, &createdAt, &expiresAt, &closeAt, &closedAt, &reason, &paidAt, &o.Version, &o.RefundedAmount); err != nil {
+		&couponID, &paymentID, &createdAt, &expiresAt, &closeAt, &closedAt, &reason, &paidAt, &o.Version, &o.RefundedAmount, &metadata); err != nil {
 		return nil, err
 	}
+	m, err := decodeMetadata(metadata, "order "+o.ID)
+	if err != nil {
+		return nil, err
+	}
+	o.Metadata = m
 	if err := json.Unmarshal([]byte(items), &o.Items); err != nil {
 		return nil, fmt.Errorf("order %s items: %w", o.ID, err)
 	}
@@ -191,13 +197,24 @@ func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionPara
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				id  string
-				pay orderly.PayStatus
+				id       string
+				pay      orderly.PayStatus
+				metadata sql.NullString
 			)
-			if err := rows.Scan(&id, &pay); err != nil {
+			if err := rows.Scan(&id, &pay, &metadata); err != nil {
 				return err
 			}
 			changed, byPay[pay] = append(changed, id), append(byPay[pay], id)
+			if metadata.Valid {
+				m, err := decodeMetadata(metadata, "order "+id)
+				if err != nil {
+					return err
+				}
+				if p.Metadata == nil {
+					p.Metadata = map[string]orderly.Metadata{}
+				}
+				p.Metadata[id] = m
+			}
 		}
 		return rows.Err()
 	}()

@@ -11,21 +11,21 @@ import (
 )
 
 const paymentColumns = `id, order_id, attempt, channel, channel_txn_id, amount, currency, state, fail_reason,
-	created_at, succeeded_at, refunded_at, duplicate_of, variant, provider_ref, payer_id, next_action`
+	created_at, succeeded_at, refunded_at, duplicate_of, variant, provider_ref, payer_id, next_action, metadata`
 
 var (
 	qPaymentNextAttempt = sqlText(`SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?`)
-	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	qPaymentInsert      = sqlText(`INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	// qPaymentInsertNext numbers the attempt in the insert and returns it (dialects with
 	// RETURNING; MySQL refuses a subquery on the table an INSERT writes).
 	// Every registered statement is prepared at Open, so MySQL 8, which has neither, gets
 	// the plain insert (never run there).
 	qPaymentInsertNext = newQuery(func(d *dialect) string {
 		if !d.returning {
-			return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+			return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 		}
 		return `INSERT INTO payments (` + paymentColumns + `) VALUES (?, ?,
-			(SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING attempt`
+			(SELECT COALESCE(MAX(attempt), 0) + 1 FROM payments WHERE order_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING attempt`
 	})
 	qPaymentGet        = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`)
 	qPaymentGetByTxnID = sqlText(`SELECT ` + paymentColumns + ` FROM payments WHERE channel_txn_id = ?`)
@@ -44,13 +44,18 @@ func scanPayment(r rowScanner) (*orderly.Payment, error) {
 		txnID, duplicateOf      sql.NullString
 		createdAt               int64
 		succeededAt, refundedAt sql.NullInt64
-		nextAction              sql.NullString
+		nextAction, metadata    sql.NullString
 	)
 	if err := r.Scan(&p.ID, &p.OrderID, &p.Attempt, &p.Channel, &txnID, &p.Amount, &p.Currency, &p.State,
 		&p.FailReason, &createdAt, &succeededAt, &refundedAt, &duplicateOf, &p.Variant, &p.ProviderRef, &p.PayerID,
-		&nextAction); err != nil {
+		&nextAction, &metadata); err != nil {
 		return nil, err
 	}
+	m, err := decodeMetadata(metadata, "payment "+p.ID)
+	if err != nil {
+		return nil, err
+	}
+	p.Metadata = m
 	if nextAction.Valid && nextAction.String != "" {
 		p.NextAction = new(orderly.NextAction)
 		if err := json.Unmarshal([]byte(nextAction.String), p.NextAction); err != nil {
@@ -68,7 +73,7 @@ func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 	if t.db.d.returning {
 		err := t.queryRow(ctx, qPaymentInsertNext, p.ID, p.OrderID, p.OrderID, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency,
 			p.State, p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant,
-			p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction)).Scan(&p.Attempt)
+			p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction), encodeMetadata(p.Metadata)).Scan(&p.Attempt)
 		return t.translate(t.check(err), "payment "+p.ID)
 	}
 	if err := t.queryRow(ctx, qPaymentNextAttempt, p.OrderID).Scan(&p.Attempt); err != nil {
@@ -77,7 +82,7 @@ func (t *tx) PaymentInsert(ctx context.Context, p *orderly.Payment) error {
 	_, err := t.exec(ctx, "payment "+p.ID, qPaymentInsert,
 		p.ID, p.OrderID, p.Attempt, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency, p.State,
 		p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant,
-		p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction))
+		p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction), encodeMetadata(p.Metadata))
 	return err
 }
 

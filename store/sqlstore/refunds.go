@@ -11,11 +11,11 @@ import (
 )
 
 const refundColumns = `id, order_id, payment_id, amount, currency, items, restock, reason, state, fail_reason,
-	created_at, completed_at, provider_ref, provider_status`
+	created_at, completed_at, provider_ref, provider_status, metadata`
 
 var (
 	qRefundInsert = sqlText(`INSERT INTO refunds (` + refundColumns + `, idempotency_key, request_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	qRefundGet = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE id = ?`)
 	// qRefundByProviderRef reads through refunds_provider_ref (migration 00019).
 	qRefundByProviderRef = sqlText(`SELECT ` + refundColumns + ` FROM refunds WHERE provider_ref = ? AND provider_ref <> ''
@@ -50,11 +50,17 @@ func scanRefund(r rowScanner) (*orderly.Refund, error) {
 		items       string
 		createdAt   int64
 		completedAt sql.NullInt64
+		metadata    sql.NullString
 	)
 	if err := r.Scan(&f.ID, &f.OrderID, &f.PaymentID, &f.Amount, &f.Currency, &items, &f.Restock, &f.Reason,
-		&f.State, &f.FailReason, &createdAt, &completedAt, &f.ProviderRef, &f.ProviderStatus); err != nil {
+		&f.State, &f.FailReason, &createdAt, &completedAt, &f.ProviderRef, &f.ProviderStatus, &metadata); err != nil {
 		return nil, err
 	}
+	m, err := decodeMetadata(metadata, "refund "+f.ID)
+	if err != nil {
+		return nil, err
+	}
+	f.Metadata = m
 	if err := json.Unmarshal([]byte(items), &f.Items); err != nil {
 		return nil, fmt.Errorf("refund %s items: %w", f.ID, err)
 	}
@@ -78,7 +84,7 @@ func (t *tx) RefundInsert(ctx context.Context, p *store.RefundInsertParams) erro
 	}
 	_, err = t.exec(ctx, "refund "+f.ID, qRefundInsert, f.ID, f.OrderID, f.PaymentID, f.Amount, f.Currency, string(b),
 		f.Restock, f.Reason, f.State, f.FailReason, ms(f.CreatedAt), nullMS(f.CompletedAt), f.ProviderRef, f.ProviderStatus,
-		nullString(p.IdempotencyKey), nullString(p.RequestHash))
+		encodeMetadata(f.Metadata), nullString(p.IdempotencyKey), nullString(p.RequestHash))
 	return err
 }
 

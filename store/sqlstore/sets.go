@@ -80,7 +80,7 @@ const (
 	qSagaInsertHead           = `INSERT INTO saga_instances (` + sagaColumns + `)`
 	qSagaInsertRow            = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`
 	qPaymentInsertHead        = `INSERT INTO payments (` + paymentColumns + `)`
-	qPaymentInsertRow         = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qPaymentInsertRow         = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qWalletTransferInsertHead = `INSERT INTO wallet_transfers (` + walletTransferColumns + `)`
 	qWalletTransferInsertRow  = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
@@ -171,7 +171,7 @@ func (t *tx) PaymentsInsertMany(ctx context.Context, ps []*orderly.Payment) erro
 		}
 		args = append(args, p.ID, p.OrderID, p.Attempt, p.Channel, nullString(p.ChannelTxnID), p.Amount, p.Currency, p.State,
 			p.FailReason, ms(p.CreatedAt), nullMS(p.SucceededAt), nullMS(p.RefundedAt), nullString(p.DuplicateOf), p.Variant,
-			p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction))
+			p.ProviderRef, p.PayerID, nextActionJSON(p.NextAction), encodeMetadata(p.Metadata))
 	}
 	return t.insertMany(ctx, fmt.Sprintf("%d payments", len(ps)), qPaymentInsertHead, qPaymentInsertRow, args)
 }

@@ -11,7 +11,7 @@ import (
 const tripColumns = `t.order_id, t.rider_id, t.driver_id, o.state, o.close_reason, t.payment_method, t.currency,
 	t.estimate, t.hold_id, t.hold_amount, t.hold_expires_at, t.fare, t.cancellation_fee, t.captured, t.released,
 	t.extra_charged, t.collection_due, t.driver_payout, t.platform_fee, t.refunded, t.payment_saga_id,
-	t.refund_saga_id, t.created_at, t.updated_at, t.version`
+	t.refund_saga_id, t.created_at, t.updated_at, t.version, o.metadata`
 
 var (
 	qTripInsert = sqlText(`INSERT INTO trips (order_id, rider_id, driver_id, payment_method, currency, estimate, hold_id,
@@ -53,14 +53,17 @@ func (t *tx) TripList(ctx context.Context, p *store.ListParams) ([]*orderly.Trip
 func scanTrip(r rowScanner) (*orderly.Trip, error) {
 	var (
 		p                orderly.Trip
-		reason           sql.NullString
+		reason, metadata sql.NullString
 		expires, at, upd int64
 	)
 	err := r.Scan(&p.ID, &p.RiderID, &p.DriverID, &p.State, &reason, &p.PaymentMethod,
 		&p.Currency, &p.Estimate, &p.HoldID, &p.HoldAmount, &expires, &p.Fare, &p.CancellationFee, &p.Captured,
 		&p.Released, &p.ExtraCharged, &p.CollectionDue, &p.DriverPayout, &p.PlatformFee, &p.Refunded, &p.PaymentSagaID,
-		&p.RefundSagaID, &at, &upd, &p.Version)
+		&p.RefundSagaID, &at, &upd, &p.Version, &metadata)
 	if err != nil {
+		return nil, err
+	}
+	if p.Metadata, err = decodeMetadata(metadata, "trip "+p.ID); err != nil {
 		return nil, err
 	}
 	p.CloseReason, p.HoldExpiresAt, p.CreatedAt, p.UpdatedAt = reason.String, fromMS(expires), fromMS(at), fromMS(upd)

@@ -84,6 +84,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Webhooks", testWebhooks},
 		{"Keys", testKeys},
 		{"Idempotency", testIdempotency},
+		{"Metadata", testMetadata},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
