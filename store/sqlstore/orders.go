@@ -173,6 +173,7 @@ func (t *tx) OrderGetByIdempotencyKey(ctx context.Context, userID, key string) (
 // OrdersTransition implements store.Tx: select (and lock) the orders that pass every
 // guard, change exactly those, and write their audit rows.
 func (t *tx) OrdersTransition(ctx context.Context, p *store.OrdersTransitionParams) ([]string, error) {
+	p.Metadata = nil // this call's: params reused by a retry or another transition start empty
 	if len(p.IDs) == 0 {
 		return nil, nil
 	}
