@@ -59,6 +59,9 @@ func (m Metadata) Apply(p MetadataPatch) (Metadata, error) {
 	}
 	if len(out) == 0 {
 		out = nil
+	} else if len(out) > MetadataMaxKeys {
+		return nil, Errorf(EINVALID, "metadata: at most %d keys; with this patch the object would hold %d (it holds %d): remove some with null",
+			MetadataMaxKeys, len(out), len(m))
 	}
 	return out, out.Validate()
 }

@@ -66,6 +66,13 @@ func TestMetadataApply(t *testing.T) {
 	if got, err := orderly.Metadata(nil).Apply(orderly.MetadataPatch{"k": s("v")}); err != nil || got["k"] != "v" {
 		t.Errorf("patch of none = %v, %v", got, err)
 	}
+	over := orderly.MetadataPatch{}
+	for i := range orderly.MetadataMaxKeys - 1 {
+		over[fmt.Sprint("n", i)] = s("v")
+	}
+	if _, err := m.Apply(over); orderly.ErrorCode(err) != orderly.EINVALID || !strings.Contains(err.Error(), "would hold 51 (it holds 2)") {
+		t.Errorf("a patch past the key bound = %v, want %s naming the count after the patch", err, orderly.EINVALID)
+	}
 	if _, err := m.Apply(orderly.MetadataPatch{"k": s(strings.Repeat("v", 501))}); orderly.ErrorCode(err) != orderly.EINVALID {
 		t.Errorf("a value over the bound = %v, want %s", err, orderly.EINVALID)
 	}

@@ -1157,7 +1157,7 @@ type EndTripRequest struct {
 type Event struct {
 	CreatedAt time.Time `json:"created_at"`
 
-	// Data the event's payload (OrderEvent, …)
+	// Data the event's body: for order.* and trip.* {order_id, state, reason?, at, sequence, metadata?}; for refund.* {refund_id, order_id, payment_id, amount, currency, sequence, metadata?}; for payment.refunded {payment_id, order_id, amount, channel_txn_id?, sequence, metadata?} (docs/concepts/outbox-and-events.md)
 	Data map[string]interface{} `json:"data"`
 
 	// Id the event's id, unique across databases: the de-duplication key (webhook header Orderly-Event-Id, NATS Nats-Msg-Id)
@@ -2422,10 +2422,10 @@ type CreateDealParams struct {
 
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
-	// After the next_after of a previous page; absent from the oldest event kept
+	// After the next_after of a previous page; absent from the oldest event kept. A value no page gave (not a plain decimal position, 0, beyond the newest event of this database) is 422 invalid-input
 	After *string `form:"after,omitempty" json:"after,omitempty"`
 
-	// Topic only events of this event topic
+	// Topic only events of this event topic (one exact topic, no wildcard)
 	Topic *string `form:"topic,omitempty" json:"topic,omitempty"`
 
 	// OrderId only events of this order

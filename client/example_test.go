@@ -36,8 +36,10 @@ func ExampleNewClientWithResponses() {
 		order = created.JSON200 // a retry of the same Idempotency-Key: the first order
 	}
 	pay, err := c.StartPaymentWithResponse(ctx, order.Id, nil, client.StartPaymentJSONRequestBody{})
-	if err != nil || pay.JSON201 == nil {
-		log.Fatalf("start payment: %v", err)
+	if err != nil {
+		log.Fatal(err)
+	} else if pay.JSON201 == nil {
+		log.Fatalf("start payment answered %d: %s", pay.StatusCode(), pay.Body)
 	}
 	fmt.Println("pay", pay.JSON201.Amount, pay.JSON201.Currency, "before", order.ExpiresAt)
 
@@ -45,8 +47,10 @@ func ExampleNewClientWithResponses() {
 	var after *string
 	for {
 		page, err := c.ListEventsWithResponse(ctx, &client.ListEventsParams{After: after})
-		if err != nil || page.JSON200 == nil {
-			log.Fatalf("events: %v", err)
+		if err != nil {
+			log.Fatal(err)
+		} else if page.JSON200 == nil {
+			log.Fatalf("events answered %d: %s", page.StatusCode(), page.Body)
 		}
 		if len(page.JSON200.Events) == 0 {
 			break

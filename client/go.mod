@@ -1,6 +1,6 @@
 module github.com/orderlyhq/orderly/client
 
-go 1.26.8
+go 1.26.0
 
 require github.com/oapi-codegen/runtime v1.9.0
 

@@ -3,13 +3,12 @@ package client_test
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,6 +85,25 @@ func TestToyShop(t *testing.T) {
 		Topics: []string{"order.paid", "refund.succeeded"}}); err != nil || r.JSON201 == nil {
 		t.Fatalf("subscribe: %v %s", err, body(r))
 	}
+	// And one that is up: it verifies each delivery's signature and keeps the topics.
+	const hookSecret = "whsec_toy_shop_0123456789"
+	delivered := make(chan string, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if err := client.VerifySignature(hookSecret, r.Header.Get(client.SignatureHeader), b, time.Now(), 5*time.Minute); err != nil {
+			t.Errorf("webhook delivery: %v", err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		var ev client.Event
+		_ = json.Unmarshal(b, &ev)
+		delivered <- fmt.Sprintf("%s %v", ev.Topic, ev.Data["metadata"])
+	}))
+	defer hook.Close()
+	if r, err := c.CreateWebhookWithResponse(ctx, nil, client.CreateWebhookJSONRequestBody{Url: hook.URL + "/hooks",
+		Topics: []string{"order.paid"}, Secret: client.Ptr(hookSecret)}); err != nil || r.JSON201 == nil {
+		t.Fatalf("subscribe: %v %s", err, body(r))
+	}
 
 	req := client.CreateOrderJSONRequestBody{UserId: "u-1", Currency: "USD",
 		Items:    []client.Item{{Sku: "TSHIRT-M", Quantity: 2, UnitPrice: 1500}},
@@ -112,13 +130,22 @@ func TestToyShop(t *testing.T) {
 	cb, _ := json.Marshal(client.Callback{PaymentId: pay.PaymentId, OrderId: o.Id, ChannelTxnId: client.Ptr("txn-1"),
 		Amount: pay.Amount, Currency: pay.Currency, Status: "succeeded", OccurredAt: time.Now().UTC()})
 	for range 2 { // a duplicate callback is acknowledged and changes nothing
-		r, err := c.PaymentCallbackWithBodyWithResponse(ctx, &client.PaymentCallbackParams{OrderlySignature: sign(cb)}, "application/json", bytes.NewReader(cb))
+		sig := client.Sign(callbackSecret, cb, time.Now())
+		r, err := c.PaymentCallbackWithBodyWithResponse(ctx, &client.PaymentCallbackParams{OrderlySignature: sig}, "application/json", bytes.NewReader(cb))
 		if err != nil || r.StatusCode() != http.StatusOK {
 			t.Fatalf("callback: %v %s", err, body(r))
 		}
 	}
 	if r, err := c.GetOrderWithResponse(ctx, o.Id); err != nil || r.JSON200 == nil || r.JSON200.State != "paid" {
 		t.Fatalf("after the payment: %v %s", err, body(r))
+	}
+	select {
+	case got := <-delivered:
+		if got != "order.paid map[cart_id:cart-42]" {
+			t.Errorf("delivered %q, want order.paid with the order's metadata", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no verified order.paid delivery in 10 s")
 	}
 
 	refunded, err := c.CreateRefundWithResponse(ctx, o.Id, &client.CreateRefundParams{IdempotencyKey: client.Ptr("return-1")},
@@ -174,14 +201,6 @@ func TestToyShop(t *testing.T) {
 	if r, err := c.GetStockWithResponse(ctx, "TSHIRT-M"); err != nil || r.JSON200 == nil || r.JSON200.Available != 8 || r.JSON200.Sold != 2 {
 		t.Fatalf("stock after one paid order of 2 and refused creates: %v %s", err, body(r))
 	}
-}
-
-// sign is the simulated channel's callback signature: t=<unix s>,v1=<hex HMAC-SHA256(secret, t "." body)>.
-func sign(body []byte) string {
-	t := strconv.FormatInt(time.Now().Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(callbackSecret))
-	mac.Write([]byte(t + "." + string(body)))
-	return "t=" + t + ",v1=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

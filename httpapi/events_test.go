@@ -10,7 +10,7 @@ import (
 
 // TestEventsOverHTTP: GET /v1/events lists a cancelled order's order.closed with its data,
 // filters by topic and order, and answers 422 invalid-input, changing nothing, for a bad
-// position, an unknown topic, a bad order id or limit.
+// position (one no page gave), an unknown topic, a bad order id or limit, a parameter twice.
 func TestEventsOverHTTP(t *testing.T) {
 	t.Parallel()
 	g := newIDEngine(t)
@@ -50,7 +50,11 @@ func TestEventsOverHTTP(t *testing.T) {
 	if q := list("?after=" + p.NextAfter + "&order_id=" + id); len(q.Events) != 0 || q.NextAfter != p.NextAfter {
 		t.Errorf("after the last = %+v, want an empty page keeping next_after %s", q, p.NextAfter)
 	}
-	for _, bad := range []string{"?after=abc", "?after=-1", "?topic=order.nope", "?order_id=%00", "?limit=0", "?limit=5000"} {
+	// Positions no page gave: not canonical, 0, beyond the newest (a cursor kept across a
+	// restore would skip events); a parameter given twice; a malformed query.
+	bad := []string{"?after=abc", "?after=-1", "?after=0", "?after=+" + p.NextAfter, "?after=0" + p.NextAfter, "?after=999999999999",
+		"?after=" + p.NextAfter + "&after=1", "?limit=5;x", "?topic=order.nope", "?order_id=%00", "?limit=0", "?limit=5000"}
+	for _, bad := range bad {
 		if rec := g.send(http.MethodGet, "/v1/events"+bad, ""); rec.Code != 422 || problemCode(rec) != orderly.EINVALID {
 			t.Errorf("GET /v1/events%s = %d %s, want 422 %s", bad, rec.Code, rec.Body, orderly.EINVALID)
 		}

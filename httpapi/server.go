@@ -256,7 +256,7 @@ func (s *Server) Handler() http.Handler { return s.router }
 // test walks this router to keep the two in step.
 func (s *Server) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(s.traceMiddleware, s.metricsMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware)
+	r.Use(s.traceMiddleware, s.metricsMiddleware, s.recoverMiddleware, s.deadlineMiddleware, s.authMiddleware, s.queryMiddleware)
 	r.NotFound(s.routeNotFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
 

@@ -234,6 +234,8 @@ type Tx interface {
 	// those with an id above AfterID, written at or before Before, of Topic and Key where
 	// they are not "".
 	OutboxEvents(ctx context.Context, params *OutboxEventsParams) ([]*orderly.Message, error)
+	// OutboxLastID returns the highest message id in the outbox, 0 when it is empty.
+	OutboxLastID(ctx context.Context) (int64, error)
 	// OutboxCounts returns the number of messages per state.
 	OutboxCounts(ctx context.Context) (map[string]int64, error)
 	// OutboxRedrive makes a dead message pending again with attempts=0, due at now.

@@ -184,7 +184,8 @@ func (s *Service) Events(ctx context.Context, q *orderly.EventsQuery) (*orderly.
 	var after int64
 	if q.After != "" {
 		var err error
-		if after, err = strconv.ParseInt(q.After, 10, 64); err != nil || after < 0 {
+		// Only a position a page gave: no sign, no leading zero, not 0 (the start is no after).
+		if after, err = strconv.ParseInt(q.After, 10, 64); err != nil || after < 1 || strconv.FormatInt(after, 10) != q.After {
 			return nil, orderly.Errorf(orderly.EINVALID, "after: must be the next_after of a previous page")
 		}
 	}
@@ -201,6 +202,17 @@ func (s *Service) Events(ctx context.Context, q *orderly.EventsQuery) (*orderly.
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
+		}
+		if after > 0 {
+			// A position beyond every message was never given here (a cursor kept across a
+			// restore from a backup): reading from it would skip the events written up to it.
+			last, err := tx.OutboxLastID(ctx)
+			if err != nil {
+				return err
+			} else if last > 0 && after > last {
+				return orderly.Errorf(orderly.EINVALID, "after: %d is beyond the newest position of this database (%d): "+
+					"it was not given here (restored from a backup?); catch up from the start or from a position it gave", after, last)
+			}
 		}
 		msgs, err = tx.OutboxEvents(ctx, &store.OutboxEventsParams{AfterID: after, Before: now.Add(-s.cfg.EventsDelay),
 			Topic: q.Topic, Key: q.OrderID, Limit: q.Limit})

@@ -116,6 +116,7 @@ var (
 	})
 	qOutboxFailed = sqlText(`UPDATE outbox SET state = ?, next_attempt_at = ?, last_error = ? WHERE id = ? AND state = 'pending'`)
 	qOutboxList   = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE state = ? ORDER BY id LIMIT ?`)
+	qOutboxLastID = sqlText(`SELECT COALESCE(MAX(id), 0) FROM outbox`)
 	qOutboxEvents = sqlText(`SELECT ` + messageColumns + ` FROM outbox WHERE id > ? AND sequence > 0 AND created_at <= ?
 		AND (? = '' OR topic = ?) AND (? = '' OR message_key = ?) ORDER BY id LIMIT ?`)
 	qOutboxCounts  = sqlText(`SELECT state, COUNT(*) FROM outbox GROUP BY state`)
@@ -561,6 +562,13 @@ func (t *tx) OutboxEvents(ctx context.Context, p *store.OutboxEventsParams) ([]*
 		return nil, fmt.Errorf("list events: %w", err)
 	}
 	return scanMessages(rows)
+}
+
+// OutboxLastID implements store.Tx.
+func (t *tx) OutboxLastID(ctx context.Context) (int64, error) {
+	var id int64
+	err := t.queryRow(ctx, qOutboxLastID).Scan(&id)
+	return id, translate(err, "last outbox id")
 }
 
 // OutboxDeleteDelivered implements store.Tx.

@@ -20,6 +20,7 @@ import (
 func testOutbox(t *testing.T, open opener) {
 	t.Run("Events", func(t *testing.T) {
 		ctx, s := setup(t, open)
+		equal(t, "last id of an empty outbox", read(t, s, func(tx store.Tx) (int64, error) { return tx.OutboxLastID(ctx) }), int64(0))
 		closed1 := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
 		insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0) // not an event
 		paid2 := insertMessage(t, s, orderly.TopicOrderPaid, "o2", t0.Add(time.Second))
@@ -48,6 +49,7 @@ func testOutbox(t *testing.T, open opener) {
 		equal(t, "order.paid", events(store.OutboxEventsParams{Topic: orderly.TopicOrderPaid}), []int64{paid2})
 		equal(t, "order o2", events(store.OutboxEventsParams{Key: "o2"}), []int64{paid2, refunded2})
 		equal(t, "after the last", events(store.OutboxEventsParams{AfterID: refunded2}), []int64{})
+		equal(t, "last id", read(t, s, func(tx store.Tx) (int64, error) { return tx.OutboxLastID(ctx) }), refunded2)
 	})
 	t.Run("InsertList", func(t *testing.T) {
 		ctx, s := setup(t, open)
