@@ -42,7 +42,7 @@ var layers = map[string]int{
 	"examples/": layerTool,
 	"cmd/":      layerCmd,
 	"internal/": layerTestKit, "mock": layerTestKit, "store/storetest": layerTestKit,
-	"httpapi/openapicheck": layerTestKit, "channel/alipay/alipaytest": layerTestKit,
+	"channel/alipay/alipaytest": layerTestKit,
 	"channel/stripe/stripetest": layerTestKit, "channel/wechatpay/wechatpaytest": layerTestKit,
 }
 
