@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderlyhq/orderly/bench"
 	"github.com/orderlyhq/orderly/internal/testdb"
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // TestMain removes the orderly binary the tests built: each run of the package left one
@@ -54,6 +55,7 @@ func orderlyBinary(t *testing.T) string {
 // TestScenariosSmall runs every scenario at a small scale on SQLite and checks what it
 // measured: every unpaid order closed, none early, releases applied, exact stock.
 func TestScenariosSmall(t *testing.T) {
+	testenv.Long(t)
 	bin := orderlyBinary(t)
 	cfg := bench.Config{Binary: bin, Rate: 100, Duration: time.Second, PaymentTimeout: time.Second, Burst: 500, BurstLead: 3 * time.Second,
 		FlashStock: 50, FlashBuyers: 200, Workers: 8, HistoryOrders: 3000, PendingOrders: 2000, PendingBaseline: 100, NotifyOrders: 200}

@@ -15,6 +15,7 @@ import (
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
 )
@@ -451,6 +452,7 @@ func TestUnassignedTripClosesAtHoldExpiry(t *testing.T) {
 // attempt's lease ends. Before, the move and the saga's start were two transactions: a
 // kill between them left the trip in refunding (or trip_ended) with no saga, for ever.
 func TestSagaCommitsWithItsMove(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()

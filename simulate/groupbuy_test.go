@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 func TestGroupPlan(t *testing.T) {
@@ -175,6 +176,7 @@ func TestGroupBuyAgainstFake(t *testing.T) {
 // TestGroupBuyDetectsBrokenServer runs against fake servers that break a group rule each
 // and checks that the run says which.
 func TestGroupBuyDetectsBrokenServer(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	tests := []struct {
 		name   string

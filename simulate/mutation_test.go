@@ -11,6 +11,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -36,6 +37,7 @@ type mutant struct {
 }
 
 func TestMutants(t *testing.T) {
+	testenv.Long(t)
 	if testing.Short() {
 		t.Skip("ten simulations of a whole engine; skipped with -short")
 	}

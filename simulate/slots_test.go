@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // TestSlotsFollowUpsFirst: with every slot taken, a freed slot goes to the follow-up
@@ -96,6 +98,7 @@ func TestSlotsCancelled(t *testing.T) {
 // Not parallel: the 1 s timeout is short, and a box busy with the package's other runs
 // delays the buyers' own goroutines into pay/close races.
 func TestRunOverloadedServerStillPays(t *testing.T) {
+	testenv.Long(t)
 	res, _ := runFake(t, fakeOptions{grace: 100 * time.Millisecond, slowWrites: 5 * time.Millisecond},
 		Config{Orders: 300, Rate: 300, Concurrency: 8, Seed: 7})
 	if !res.OK() {

@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/orderlyhq/orderly/internal/testdb"
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // buildOrderly builds the orderly command into dir; it skips the test under -short.
@@ -122,6 +123,7 @@ func decodeCluster(t *testing.T, stdout []byte) *clusterResult {
 
 // TestSimulateInstances builds the binary once and runs `simulate` with child instances.
 func TestSimulateInstances(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	bin := buildOrderly(t, t.TempDir())
 	t.Run("postgres", func(t *testing.T) { t.Parallel(); testSimulateCluster(t, bin) })

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // TestSimulateRideHailing runs `orderly simulate --flow ride_hailing` with every fault
@@ -53,6 +55,7 @@ func TestSimulateRideHailing(t *testing.T) {
 // the simulated gateway's holds live in the database, so a trip's events and its sagas'
 // retries reach its hold from any instance, a kill loses none, and every check holds.
 func TestSimulateRideHailingInstances(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	bin := buildOrderly(t, t.TempDir())
 	db := freshPostgres(t)
