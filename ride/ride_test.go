@@ -362,6 +362,7 @@ func TestIllegalAndInvalid(t *testing.T) {
 // still ends settled, each hold captured under one key and for its fare once; the lost
 // replies were retried (replays at the gateway) and the failures logged as transient.
 func TestInjectedFaults(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	e, err := engine.Open(t.Context(), engine.Config{
 		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // countingServer answers every request 200 {} and counts them.
@@ -251,6 +252,7 @@ func (d *dyingFront) serve(w http.ResponseWriter, r *http.Request) {
 // no create may make two orders, and a payment start sent twice may leave an attempt the
 // buyer never learnt of without it being a violation.
 func TestRunSurvivesDyingTarget(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	f, good := newFakeServer(t, testSecret, fakeOptions{grace: 100 * time.Millisecond})
 	front := newDyingFront(t, f)

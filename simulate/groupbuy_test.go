@@ -138,6 +138,7 @@ func runGroupFake(t *testing.T, faults groupFaults, flows ...string) *Result {
 }
 
 func TestGroupBuyAgainstFake(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	for _, flows := range [][]string{{flowGroupBuy}, {flowGroupBuy, orderly.FlowStandard}} {
 		t.Run(strings.Join(flows, "+"), func(t *testing.T) {

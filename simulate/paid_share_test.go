@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // A run whose payment starts reach the server after their orders' deadlines (issue 28: the
@@ -13,6 +15,7 @@ import (
 // planned one in the JSON, and a violation below Config.MinPaidShare. A run that pays
 // reports the same shares and no violation.
 func TestRunReportsAndChecksPaidShare(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	cases := []struct {
 		name  string

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -417,6 +418,7 @@ func TestRunRefundConfirmedWhileReading(t *testing.T) {
 // TestRunDetectsLateCloses: with Config.MaxLateness, orders closed later than the bound
 // (here all of them, 1.5 s after close_at) are one I5 violation that counts them.
 func TestRunDetectsLateCloses(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	res, _ := runFake(t, fakeOptions{lateClose: 1500 * time.Millisecond}, Config{Orders: 40, Seed: 3, MaxLateness: time.Second})
 	if res.Closed == 0 || res.Lateness.P50 < 1500 {
@@ -432,6 +434,7 @@ func TestRunDetectsLateCloses(t *testing.T) {
 // only for SKUs stocked above the run's demand is reported, and so is a created share below
 // the minimum.
 func TestRunDetectsWrongRefusals(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	n := 0
 	res, _ := runFake(t, fakeOptions{refuse: func() bool { n++; return n%3 == 0 }}, Config{Orders: 60, Seed: 3, MinCreatedShare: 0.8})
@@ -451,6 +454,7 @@ func TestRunDetectsWrongRefusals(t *testing.T) {
 // TestRunDetectsMissingLatePayment: a late payment the server acknowledged but left out of
 // the order's payments is a violation, not a silent pass.
 func TestRunDetectsMissingLatePayment(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	res, _ := runFake(t, fakeOptions{grace: 100 * time.Millisecond, hideLatePayments: true}, Config{Orders: 60, Seed: 3, Drain: time.Second})
 	late := res.Behaviours[payLate.String()]

@@ -10,6 +10,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -20,6 +21,7 @@ import (
 // wallet, not backed by any paid order, made while the run settles, is reported as a
 // money violation of that wallet.
 func TestWalletFlow(t *testing.T) {
+	testenv.Long(t)
 	if testing.Short() {
 		t.Skip("two simulations of a whole engine; skipped with -short")
 	}

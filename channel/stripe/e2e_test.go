@@ -22,6 +22,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -368,6 +369,7 @@ func TestCloseAlreadyPaid(t *testing.T) {
 // TestCloseUnknownHolds: Stripe cannot answer the cancel (500): the order stays open under
 // inspection until close_at + the inspection hold, then closes.
 func TestCloseUnknownHolds(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	const hold = 3 * time.Second
 	b := setup(t, func(c *engine.Config, _ *stripetest.Server) { c.InspectionHold = hold })

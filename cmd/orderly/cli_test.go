@@ -16,6 +16,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/testdb"
+	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/verify"
@@ -362,6 +363,7 @@ overdue          1
 // there; WeChat Pay notifies no failure, so a buyer's retry closes the failed attempt
 // first) and report no violation.
 func TestSimulateChinaChannels(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	for _, gateway := range []string{"alipay", "wechat"} {
 		t.Run(gateway, func(t *testing.T) {
@@ -387,6 +389,7 @@ func TestSimulateChinaChannels(t *testing.T) {
 // imitation of Stripe (intents created by the server's Stripe channel, outcomes delivered
 // as signed webhooks, closes cancelled there) and reports no violation.
 func TestSimulateStripe(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	code, stdout, stderr := runCLI(t, "simulate", "--gateway", "stripe", "--orders", "60", "--rate", "100", "--payment-timeout", "1s", "--json")
 	var res struct {

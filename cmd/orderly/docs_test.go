@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // docFiles are the user documentation whose orderly command lines TestDocsCommandLines checks.
@@ -266,6 +268,7 @@ func tourScript(t *testing.T, file, from, to string) string {
 // in-process server, as a reader would paste them, and checks the outcomes they announce.
 // It needs bash, curl, jq and openssl, as the tours do.
 func TestDocsTours(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq", "openssl"} {
 		if _, err := exec.LookPath(tool); err != nil {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly/internal/testdb"
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,6 +66,7 @@ func freshPostgres(t *testing.T) string {
 // TestLifecycle drives a cluster of one instance on a SQLite file directly: KillLoop kills
 // and restarts, an instance that dies on its own is a crash, Stop stops all.
 func TestLifecycle(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	bin := buildOrderly(t, t.TempDir())
 	dir := t.TempDir()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly/engine"
+	"github.com/orderlyhq/orderly/internal/testenv"
 )
 
 // TestStoppedLeaseHolder stops a real `orderly serve` process (SIGSTOP) while it is inside
@@ -29,6 +30,7 @@ import (
 // refused by the fence and recorded as "lease lost", and no order was late by more than
 // one sweep interval (serve's default, 15 s).
 func TestStoppedLeaseHolder(t *testing.T) {
+	testenv.Long(t)
 	t.Parallel()
 	bin := buildOrderly(t, t.TempDir())
 	dbURL := freshPostgres(t)
@@ -293,6 +295,7 @@ func logLatest(t *testing.T, db *sql.DB, stoppedAt time.Time) {
 // its whole pause, so that killLoop cannot kill (and restart) another instance meanwhile;
 // a Redis outage does not, since instances start and serve without Redis.
 func TestFaultsOneInstanceDownAtATime(t *testing.T) {
+	testenv.Long(t)
 	dir := t.TempDir()
 	cl := &Cluster{}
 	for i := range 2 {
