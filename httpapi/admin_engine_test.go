@@ -1,129 +1,29 @@
 package httpapi_test
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 
-	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/internal/admintest"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/outbox"
-	"github.com/orderlyhq/orderly/store"
 )
-
-const adminToken = "admin-test-token"
-
-// topicCounted is the topic of the test's messages; its handler fails while failing is
-// set and counts the deliveries it applied.
-const topicCounted = "test.counted"
-
-// adminEngine is the HTTP API with its admin routes on a real engine (SQLite).
-type adminEngine struct {
-	*enginetest.Env
-	h http.Handler
-
-	mu        sync.Mutex
-	failing   bool
-	delivered map[int64]int // message id → Apply calls that committed with the delivery
-}
-
-func newAdminEngine(t *testing.T) *adminEngine {
-	t.Helper()
-	g := &adminEngine{failing: true, delivered: map[int64]int{}}
-	g.Env = enginetest.New(t, enginetest.Options{MaxAttempts: 1, Handlers: map[string]outbox.Handler{topicCounted: {
-		Call: func(context.Context, *orderly.Message) error {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			if g.failing {
-				return errors.New("subscriber down")
-			}
-			return nil
-		},
-		Apply: func(_ context.Context, _ store.Tx, msgs []*orderly.Message) error {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			for _, m := range msgs {
-				g.delivered[m.ID]++
-			}
-			return nil
-		},
-	}}})
-	g.h = httpapi.New(httpapi.Config{Orders: g.Orders, Payments: g.Payments, Catalog: g.Orders, CallbackSecret: engineSecret,
-		AdminToken: adminToken, Admin: g.Engine.Admin()}).Handler()
-	return g
-}
-
-// do sends a request with the admin token (token "" sends none) and an operator name.
-func (g *adminEngine) do(t *testing.T, method, path, token, body string) (int, map[string]any) {
-	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	req.Header.Set(httpapi.OperatorHeader, "alice")
-	rec := httptest.NewRecorder()
-	g.h.ServeHTTP(rec, req)
-	var v map[string]any
-	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
-		t.Fatalf("%s %s: body %q: %v", method, path, rec.Body, err)
-	}
-	return rec.Code, v
-}
-
-// deadMessage writes a message of topicCounted and lets its one attempt fail: it is dead.
-func (g *adminEngine) deadMessage(t *testing.T, key string) int64 {
-	t.Helper()
-	ctx := context.Background()
-	g.InTx(t, func(tx store.Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		m, err := outbox.NewMessage(topicCounted, key, map[string]string{"key": key}, now)
-		if err != nil {
-			return err
-		}
-		return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{m})
-	})
-	g.Drain(t)
-	var dead []*orderly.Message
-	g.Read(t, func(tx store.Tx) (err error) {
-		dead, err = tx.OutboxDeadList(ctx, &store.OutboxFilter{Limit: 100})
-		return err
-	})
-	for _, m := range dead {
-		if m.Key == key {
-			return m.ID
-		}
-	}
-	t.Fatalf("message %s is not dead: %v", key, dead)
-	return 0
-}
 
 // TestAdminUnauthorized: a real admin route answers 401 with a problem without the token
 // and with a wrong one, and 200 with the right one.
 func TestAdminUnauthorized(t *testing.T) {
 	t.Parallel()
-	g := newAdminEngine(t)
+	g := admintest.New(t)
 	for _, c := range []struct {
 		name, token string
 		status      int
 	}{
 		{"no token", "", http.StatusUnauthorized},
-		{"wrong token", adminToken + "x", http.StatusUnauthorized},
-		{"right token", adminToken, http.StatusOK},
+		{"wrong token", admintest.Token + "x", http.StatusUnauthorized},
+		{"right token", admintest.Token, http.StatusOK},
 	} {
-		code, v := g.do(t, http.MethodGet, "/v1/admin/outbox/dead", c.token, "")
+		code, v := g.Do(t, http.MethodGet, "/v1/admin/outbox/dead", c.token, "")
 		if code != c.status {
 			t.Errorf("%s: %d %v, want %d", c.name, code, v, c.status)
 		}
@@ -138,10 +38,10 @@ func TestAdminUnauthorized(t *testing.T) {
 // and the re-drive is audited with the operator.
 func TestAdminRedriveDeliversOnce(t *testing.T) {
 	t.Parallel()
-	g := newAdminEngine(t)
-	id := g.deadMessage(t, "k-1")
+	g := admintest.New(t)
+	id := g.DeadMessage(t, "k-1")
 
-	code, v := g.do(t, http.MethodGet, "/v1/admin/outbox/dead?topic="+topicCounted, adminToken, "")
+	code, v := g.Do(t, http.MethodGet, "/v1/admin/outbox/dead?topic="+admintest.TopicCounted, admintest.Token, "")
 	msgs, _ := v["messages"].([]any)
 	if code != http.StatusOK || len(msgs) != 1 {
 		t.Fatalf("dead letters = %d %v, want one", code, v)
@@ -151,25 +51,21 @@ func TestAdminRedriveDeliversOnce(t *testing.T) {
 		t.Errorf("dead letter = %v, want id %d, 1 attempt, last_error subscriber down, key k-1", m, id)
 	}
 
-	g.mu.Lock()
-	g.failing = false
-	g.mu.Unlock()
+	g.SetFailing(false)
 	path := fmt.Sprintf("/v1/admin/outbox/dead/%d/redrive", id)
-	if code, v := g.do(t, http.MethodPost, path, adminToken, ""); code != http.StatusOK || v["redriven"] != float64(1) {
+	if code, v := g.Do(t, http.MethodPost, path, admintest.Token, ""); code != http.StatusOK || v["redriven"] != float64(1) {
 		t.Fatalf("re-drive = %d %v", code, v)
 	}
 	g.Drain(t)
 	g.Drain(t)
-	g.mu.Lock()
-	n := g.delivered[id]
-	g.mu.Unlock()
+	n := g.Delivered(id)
 	if n != 1 {
 		t.Errorf("delivered %d times, want once", n)
 	}
-	if code, v := g.do(t, http.MethodPost, path, adminToken, ""); code != http.StatusNotFound {
+	if code, v := g.Do(t, http.MethodPost, path, admintest.Token, ""); code != http.StatusNotFound {
 		t.Errorf("second re-drive = %d %v, want 404", code, v)
 	}
-	_, v = g.do(t, http.MethodGet, fmt.Sprintf("/v1/admin/actions?target=%d", id), adminToken, "")
+	_, v = g.Do(t, http.MethodGet, fmt.Sprintf("/v1/admin/actions?target=%d", id), admintest.Token, "")
 	acts, _ := v["actions"].([]any)
 	if len(acts) != 1 || acts[0].(map[string]any)["action"] != "redrive" || acts[0].(map[string]any)["operator"] != "alice" {
 		t.Errorf("audit of %d = %v, want one redrive by alice", id, v)
@@ -179,20 +75,16 @@ func TestAdminRedriveDeliversOnce(t *testing.T) {
 // TestAdminRedriveByFilter: a re-drive by topic re-drives every dead letter of the topic.
 func TestAdminRedriveByFilter(t *testing.T) {
 	t.Parallel()
-	g := newAdminEngine(t)
-	ids := []int64{g.deadMessage(t, "k-a"), g.deadMessage(t, "k-b")}
-	g.mu.Lock()
-	g.failing = false
-	g.mu.Unlock()
-	if code, v := g.do(t, http.MethodPost, "/v1/admin/outbox/dead/redrive", adminToken, `{"topic":"`+topicCounted+`"}`); code != http.StatusOK || v["redriven"] != float64(2) {
+	g := admintest.New(t)
+	ids := []int64{g.DeadMessage(t, "k-a"), g.DeadMessage(t, "k-b")}
+	g.SetFailing(false)
+	if code, v := g.Do(t, http.MethodPost, "/v1/admin/outbox/dead/redrive", admintest.Token, `{"topic":"`+admintest.TopicCounted+`"}`); code != http.StatusOK || v["redriven"] != float64(2) {
 		t.Fatalf("re-drive by filter = %d %v, want 2", code, v)
 	}
 	g.Drain(t)
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, id := range ids {
-		if g.delivered[id] != 1 {
-			t.Errorf("message %d delivered %d times, want once", id, g.delivered[id])
+		if g.Delivered(id) != 1 {
+			t.Errorf("message %d delivered %d times, want once", id, g.Delivered(id))
 		}
 	}
 }
@@ -201,22 +93,22 @@ func TestAdminRedriveByFilter(t *testing.T) {
 // audit keeps who, why and the message.
 func TestAdminDiscardAudited(t *testing.T) {
 	t.Parallel()
-	g := newAdminEngine(t)
-	id := g.deadMessage(t, "k-2")
+	g := admintest.New(t)
+	id := g.DeadMessage(t, "k-2")
 	path := fmt.Sprintf("/v1/admin/outbox/dead/%d/discard", id)
-	if code, v := g.do(t, http.MethodPost, path, adminToken, `{"reason":""}`); code != http.StatusUnprocessableEntity {
+	if code, v := g.Do(t, http.MethodPost, path, admintest.Token, `{"reason":""}`); code != http.StatusUnprocessableEntity {
 		t.Errorf("discard without a reason = %d %v, want 422", code, v)
 	}
-	if code, v := g.do(t, http.MethodPost, path, adminToken, `{"reason":"subscriber retired"}`); code != http.StatusOK || v["discarded"] != float64(id) {
+	if code, v := g.Do(t, http.MethodPost, path, admintest.Token, `{"reason":"subscriber retired"}`); code != http.StatusOK || v["discarded"] != float64(id) {
 		t.Fatalf("discard = %d %v", code, v)
 	}
-	if code, _ := g.do(t, http.MethodPost, path, adminToken, `{"reason":"again"}`); code != http.StatusNotFound {
+	if code, _ := g.Do(t, http.MethodPost, path, admintest.Token, `{"reason":"again"}`); code != http.StatusNotFound {
 		t.Errorf("second discard = %d, want 404", code)
 	}
-	if _, v := g.do(t, http.MethodGet, "/v1/admin/outbox/dead", adminToken, ""); len(v["messages"].([]any)) != 0 {
+	if _, v := g.Do(t, http.MethodGet, "/v1/admin/outbox/dead", admintest.Token, ""); len(v["messages"].([]any)) != 0 {
 		t.Errorf("dead letters after the discard: %v", v)
 	}
-	_, v := g.do(t, http.MethodGet, fmt.Sprintf("/v1/admin/actions?target=%d", id), adminToken, "")
+	_, v := g.Do(t, http.MethodGet, fmt.Sprintf("/v1/admin/actions?target=%d", id), admintest.Token, "")
 	acts, _ := v["actions"].([]any)
 	if len(acts) != 1 {
 		t.Fatalf("audit = %v, want one action", v)
@@ -224,7 +116,7 @@ func TestAdminDiscardAudited(t *testing.T) {
 	a := acts[0].(map[string]any)
 	detail, _ := a["detail"].(map[string]any)
 	if a["action"] != "discard" || a["operator"] != "alice" || a["reason"] != "subscriber retired" || a["trace_id"] == "" ||
-		detail["topic"] != topicCounted || detail["key"] != "k-2" {
+		detail["topic"] != admintest.TopicCounted || detail["key"] != "k-2" {
 		t.Errorf("audit row = %v, want discard by alice, the reason, a trace id and the message", a)
 	}
 }
@@ -233,7 +125,7 @@ func TestAdminDiscardAudited(t *testing.T) {
 // and reads one order's history and reconciliation.
 func TestAdminSearchOrders(t *testing.T) {
 	t.Parallel()
-	g := newAdminEngine(t)
+	g := admintest.New(t)
 	g.SetStock(t, "SKU-1", 10)
 	var want []string
 	for i := range 3 {
@@ -243,7 +135,7 @@ func TestAdminSearchOrders(t *testing.T) {
 	var got []string
 	path := "/v1/admin/orders?user_id=u1&state=pending_payment&limit=2"
 	for pages := 0; ; pages++ {
-		code, v := g.do(t, http.MethodGet, path, adminToken, "")
+		code, v := g.Do(t, http.MethodGet, path, admintest.Token, "")
 		if code != http.StatusOK || pages > 3 {
 			t.Fatalf("search = %d %v", code, v)
 		}
@@ -259,31 +151,31 @@ func TestAdminSearchOrders(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("pages gave %v, want %v", got, want)
 	}
-	if _, v := g.do(t, http.MethodGet, "/v1/admin/orders?state=closed", adminToken, ""); len(v["orders"].([]any)) != 0 {
+	if _, v := g.Do(t, http.MethodGet, "/v1/admin/orders?state=closed", admintest.Token, ""); len(v["orders"].([]any)) != 0 {
 		t.Errorf("closed orders: %v, want none", v)
 	}
 	// A filter nothing can match is a mistake, not an empty page (they answered 200 []).
 	for _, bad := range []string{"created_from=yesterday", "limit=0", "cursor=%21%21", "state=bogus", "flow=nope",
 		"flow=standard&state=group_failed", "cursor=garbage"} {
-		if code, v := g.do(t, http.MethodGet, "/v1/admin/orders?"+bad, adminToken, ""); code != http.StatusUnprocessableEntity {
+		if code, v := g.Do(t, http.MethodGet, "/v1/admin/orders?"+bad, admintest.Token, ""); code != http.StatusUnprocessableEntity {
 			t.Errorf("?%s = %d %v, want 422", bad, code, v)
 		}
 	}
-	if code, v := g.do(t, http.MethodGet, "/v1/admin/jobs/runs?job=bogus", adminToken, ""); code != http.StatusUnprocessableEntity {
+	if code, v := g.Do(t, http.MethodGet, "/v1/admin/jobs/runs?job=bogus", admintest.Token, ""); code != http.StatusUnprocessableEntity {
 		t.Errorf("job runs of job bogus = %d %v, want 422", code, v)
 	}
-	if code, _ := g.do(t, http.MethodGet, "/v1/admin/jobs/runs?job=sweep", adminToken, ""); code != http.StatusOK {
+	if code, _ := g.Do(t, http.MethodGet, "/v1/admin/jobs/runs?job=sweep", admintest.Token, ""); code != http.StatusOK {
 		t.Errorf("job runs of the sweep = %d, want 200", code)
 	}
-	code, v := g.do(t, http.MethodGet, "/v1/admin/orders/"+want[0], adminToken, "")
+	code, v := g.Do(t, http.MethodGet, "/v1/admin/orders/"+want[0], admintest.Token, "")
 	if code != http.StatusOK || v["order"].(map[string]any)["id"] != want[0] || len(v["transitions"].([]any)) != 1 {
 		t.Errorf("order detail = %d %v, want the order and its creation row", code, v)
 	}
-	code, v = g.do(t, http.MethodGet, "/v1/admin/orders/"+want[0]+"/reconcile", adminToken, "")
+	code, v = g.Do(t, http.MethodGet, "/v1/admin/orders/"+want[0]+"/reconcile", admintest.Token, "")
 	if fs, _ := v["findings"].([]any); code != http.StatusOK || fs == nil || len(fs) != 0 {
 		t.Errorf("reconcile = %d %v, want findings []", code, v)
 	}
-	if code, _ := g.do(t, http.MethodGet, "/v1/admin/orders/nope/reconcile", adminToken, ""); code != http.StatusNotFound {
+	if code, _ := g.Do(t, http.MethodGet, "/v1/admin/orders/nope/reconcile", admintest.Token, ""); code != http.StatusNotFound {
 		t.Errorf("reconcile of an unknown order = %d, want 404", code)
 	}
 }

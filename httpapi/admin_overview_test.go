@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/admintest"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -17,7 +18,7 @@ import (
 // and shows the lateness of a timer close in its bucket.
 func TestAdminOverview(t *testing.T) {
 	t.Parallel()
-	g := newAdminEngine(t)
+	g := admintest.New(t)
 	ctx := context.Background()
 	g.SetStock(t, "SKU-1", 10)
 	late := g.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 120})
@@ -27,7 +28,7 @@ func TestAdminOverview(t *testing.T) {
 	if _, err := g.Orders.CancelOrder(ctx, cancelled.ID, "buyer", ""); err != nil {
 		t.Fatal(err)
 	}
-	g.deadMessage(t, "k-overview")
+	g.DeadMessage(t, "k-overview")
 	// The 10 s order closes 30 ms after its deadline.
 	g.Clock.Set(timedOut.CloseAt.Add(30 * time.Millisecond))
 	if _, err := g.Closer.CloseDue(ctx, "timer"); err != nil {
@@ -35,7 +36,7 @@ func TestAdminOverview(t *testing.T) {
 	}
 	now := g.Clock.Now().UTC().Truncate(time.Millisecond)
 
-	code, v := g.do(t, http.MethodGet, "/v1/admin/overview", adminToken, "")
+	code, v := g.Do(t, http.MethodGet, "/v1/admin/overview", admintest.Token, "")
 	if code != http.StatusOK {
 		t.Fatalf("overview = %d %v", code, v)
 	}
@@ -83,15 +84,15 @@ func TestAdminOverview(t *testing.T) {
 	}
 
 	for _, bad := range []string{"deadlines=0", "deadlines=1001", "deadlines=x"} {
-		if code, v := g.do(t, http.MethodGet, "/v1/admin/overview?"+bad, adminToken, ""); code != http.StatusUnprocessableEntity {
+		if code, v := g.Do(t, http.MethodGet, "/v1/admin/overview?"+bad, admintest.Token, ""); code != http.StatusUnprocessableEntity {
 			t.Errorf("?%s = %d %v, want 422", bad, code, v)
 		}
 	}
-	if code, v := g.do(t, http.MethodGet, "/v1/admin/overview?deadlines=1", adminToken, ""); code != http.StatusOK ||
+	if code, v := g.Do(t, http.MethodGet, "/v1/admin/overview?deadlines=1", admintest.Token, ""); code != http.StatusOK ||
 		len(v["next_deadlines"].([]any)) != 1 || v["next_deadlines"].([]any)[0].(map[string]any)["order_id"] != early.ID {
 		t.Errorf("deadlines=1 = %d %v, want the earliest only", code, v)
 	}
-	if code, _ := g.do(t, http.MethodGet, "/v1/admin/overview", "", ""); code != http.StatusUnauthorized {
+	if code, _ := g.Do(t, http.MethodGet, "/v1/admin/overview", "", ""); code != http.StatusUnauthorized {
 		t.Errorf("without the token = %d, want 401", code)
 	}
 }
@@ -101,7 +102,7 @@ func TestAdminOverview(t *testing.T) {
 // cursor; another state is 422.
 func TestAdminGroups(t *testing.T) {
 	t.Parallel()
-	g := newAdminEngine(t)
+	g := admintest.New(t)
 	now := enginetest.Start
 	group := func(id string, deadline time.Time, state orderly.GroupState) {
 		g.InTx(t, func(tx store.Tx) error {
@@ -129,7 +130,7 @@ func TestAdminGroups(t *testing.T) {
 
 	list := func(query string) (int, []string, string) {
 		t.Helper()
-		code, v := g.do(t, http.MethodGet, "/v1/admin/groups"+query, adminToken, "")
+		code, v := g.Do(t, http.MethodGet, "/v1/admin/groups"+query, admintest.Token, "")
 		var ids []string
 		gs, _ := v["groups"].([]any)
 		for _, x := range gs {
@@ -163,7 +164,7 @@ func TestAdminGroups(t *testing.T) {
 	if code, ids, next = list("?limit=1&cursor=" + next); code != http.StatusOK || fmt.Sprint(ids) != "[g-4-stuck]" || next != "" {
 		t.Errorf("second page = %d %v next %q, want [g-4-stuck], the last", code, ids, next)
 	}
-	if code, v := g.do(t, http.MethodGet, "/v1/admin/groups?state=open", adminToken, ""); code != http.StatusUnprocessableEntity {
+	if code, v := g.Do(t, http.MethodGet, "/v1/admin/groups?state=open", admintest.Token, ""); code != http.StatusUnprocessableEntity {
 		t.Errorf("state=open = %d %v, want 422", code, v)
 	}
 }

@@ -1,4 +1,4 @@
-package httpapi_test
+package browsertest_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/admintest"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -45,7 +46,7 @@ func chromium(t *testing.T) string {
 func TestAdminPageInBrowser(t *testing.T) {
 	t.Parallel()
 	exe := chromium(t)
-	g := newAdminEngine(t)
+	g := admintest.New(t)
 	g.SetStock(t, "SKU-1", 10)
 	g.CreateOrder(t, enginetest.CreateOrderOpts{})
 	g.CreateOrder(t, enginetest.CreateOrderOpts{})
@@ -58,13 +59,11 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if _, err := g.Closer.CloseDue(context.Background(), "timer"); err != nil {
 		t.Fatal(err)
 	}
-	dead := g.deadMessage(t, "k-browser")
-	doomed := g.deadMessage(t, "k-discard")
-	g.mu.Lock()
-	g.failing = false // the subscriber is back: the re-driven message is delivered
-	g.mu.Unlock()
+	dead := g.DeadMessage(t, "k-browser")
+	doomed := g.DeadMessage(t, "k-discard")
+	g.SetFailing(false) // the subscriber is back: the re-driven message is delivered
 
-	srv := httptest.NewServer(g.h)
+	srv := httptest.NewServer(g.H)
 	t.Cleanup(srv.Close)
 
 	alloc, cancelAlloc := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],
@@ -80,7 +79,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/admin"),
 		chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), adminToken),
+		chromedp.SendKeys(chromedp.ID("token"), admintest.Token),
 		chromedp.SendKeys(chromedp.ID("operator"), "browser-test"),
 		chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-count="standard/pending_payment"]`)),
@@ -102,8 +101,8 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if h := text(`#lateness [data-trigger="timer"] h3`); h != "timer: 1 close, mean 30 ms" {
 		t.Errorf("lateness heading %q, want the timer's one close, 30 ms late", h)
 	}
-	if topic := text(row + ` td:nth-child(2)`); topic != topicCounted {
-		t.Errorf("dead letter row shows topic %q, want %q", topic, topicCounted)
+	if topic := text(row + ` td:nth-child(2)`); topic != admintest.TopicCounted {
+		t.Errorf("dead letter row shows topic %q, want %q", topic, admintest.TopicCounted)
 	}
 	screenshot := func(name string) {
 		t.Helper()
@@ -136,7 +135,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	if len(msgs) != 1 || msgs[0].ID != dead || msgs[0].State != orderly.MessagePending || msgs[0].Attempts != 0 {
 		t.Fatalf("after the re-drive the store has %+v, want message %d pending with 0 attempts", msgs, dead)
 	}
-	_, v := g.do(t, "GET", "/v1/admin/actions?target="+strconv.FormatInt(dead, 10), adminToken, "")
+	_, v := g.Do(t, "GET", "/v1/admin/actions?target="+strconv.FormatInt(dead, 10), admintest.Token, "")
 	if acts, _ := v["actions"].([]any); len(acts) != 1 || acts[0].(map[string]any)["operator"] != "browser-test" {
 		t.Errorf("audit of the re-drive = %v, want one action by the page's operator browser-test", v)
 	}
@@ -159,7 +158,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatalf("discard through the page: %v", err)
 	}
-	_, v = g.do(t, "GET", "/v1/admin/actions?target="+strconv.FormatInt(doomed, 10), adminToken, "")
+	_, v = g.Do(t, "GET", "/v1/admin/actions?target="+strconv.FormatInt(doomed, 10), admintest.Token, "")
 	if acts, _ := v["actions"].([]any); len(acts) != 1 || acts[0].(map[string]any)["action"] != "discard" ||
 		acts[0].(map[string]any)["reason"] != "retired in the browser test" || acts[0].(map[string]any)["operator"] != "browser-test" {
 		t.Errorf("audit of the discard = %v, want one discard by browser-test with the typed reason", v)
@@ -179,9 +178,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 	screenshot("admin-after-actions.png")
 
 	g.Drain(t)
-	g.mu.Lock()
-	n := g.delivered[dead]
-	g.mu.Unlock()
+	n := g.Delivered(dead)
 	if n != 1 {
 		t.Errorf("re-driven message delivered %d times, want once", n)
 	}
