@@ -82,7 +82,7 @@ func (g *Engine) Delivered(id int64) int {
 // status and the JSON body.
 func (g *Engine) Do(t *testing.T, method, path, token, body string) (int, map[string]any) {
 	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
