@@ -16,11 +16,11 @@ import (
 	"github.com/orderlyhq/orderly/store"
 )
 
-// orderEvents returns, in delivery (id) order, "<topic> <row sequence>/<payload sequence>"
-// for every event about orderID in the outbox (orderly.IsOrderEvent), whatever its state.
-func orderEvents(t *testing.T, e *enginetest.Env, orderID string) []string {
+// orderMessages returns the events about orderID in the outbox (orderly.IsOrderEvent),
+// whatever their state, in delivery (id) order.
+func orderMessages(t *testing.T, e *enginetest.Env, orderID string) []*orderly.Message {
 	t.Helper()
-	var out []string
+	var out []*orderly.Message
 	e.Read(t, func(tx store.Tx) error {
 		for _, state := range []string{orderly.MessagePending, orderly.MessageDelivered, orderly.MessageDead} {
 			msgs, err := tx.OutboxList(context.Background(), state, 10_000)
@@ -28,36 +28,32 @@ func orderEvents(t *testing.T, e *enginetest.Env, orderID string) []string {
 				return err
 			}
 			for _, m := range msgs {
-				if m.Key != orderID || !orderly.IsOrderEvent(m.Topic) {
-					continue
+				if m.Key == orderID && orderly.IsOrderEvent(m.Topic) {
+					out = append(out, m)
 				}
-				var p struct {
-					Sequence int64 `json:"sequence"`
-				}
-				if err := json.Unmarshal(m.Payload, &p); err != nil {
-					return err
-				}
-				out = append(out, fmt.Sprintf("%d %s %d/%d", m.ID, m.Topic, m.Sequence, p.Sequence))
 			}
 		}
 		return nil
 	})
-	// Sort by id (the list above is by state, then id).
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && idOf(out[j]) < idOf(out[j-1]); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	for i, s := range out {
-		out[i] = s[strings.IndexByte(s, ' ')+1:]
-	}
+	slices.SortFunc(out, func(a, b *orderly.Message) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
-func idOf(s string) int64 {
-	var id int64
-	_, _ = fmt.Sscan(s, &id)
-	return id
+// orderEvents returns "<topic> <row sequence>/<payload sequence>" for each event about
+// orderID, in delivery order.
+func orderEvents(t *testing.T, e *enginetest.Env, orderID string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range orderMessages(t, e, orderID) {
+		var p struct {
+			Sequence int64 `json:"sequence"`
+		}
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s %d/%d", m.Topic, m.Sequence, p.Sequence))
+	}
+	return out
 }
 
 // wantMetadata checks the "metadata" member of the payloads of orderID's events, in
@@ -65,31 +61,15 @@ func idOf(s string) int64 {
 func wantMetadata(t *testing.T, e *enginetest.Env, orderID string, want ...string) {
 	t.Helper()
 	var got []string
-	e.Read(t, func(tx store.Tx) error {
-		for _, state := range []string{orderly.MessagePending, orderly.MessageDelivered, orderly.MessageDead} {
-			msgs, err := tx.OutboxList(context.Background(), state, 10_000)
-			if err != nil {
-				return err
-			}
-			for _, m := range msgs {
-				if m.Key != orderID || !orderly.IsOrderEvent(m.Topic) {
-					continue
-				}
-				var p struct {
-					Metadata orderly.Metadata `json:"metadata"`
-				}
-				if err := json.Unmarshal(m.Payload, &p); err != nil {
-					return err
-				}
-				md, _ := json.Marshal(metadataOrEmpty(p.Metadata))
-				got = append(got, fmt.Sprintf("%d %s %s", m.ID, m.Topic, md))
-			}
+	for _, m := range orderMessages(t, e, orderID) {
+		var p struct {
+			Metadata orderly.Metadata `json:"metadata"`
 		}
-		return nil
-	})
-	slices.SortFunc(got, func(a, b string) int { return cmp.Compare(idOf(a), idOf(b)) })
-	for i, s := range got {
-		got[i] = s[strings.IndexByte(s, ' ')+1:]
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		md, _ := json.Marshal(metadataOrEmpty(p.Metadata))
+		got = append(got, fmt.Sprintf("%s %s", m.Topic, md))
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("metadata of the events of order %s:\n got %q\nwant %q", orderID, got, want)
