@@ -16,16 +16,18 @@ type metadataPatchRequest struct {
 }
 
 // patchMetadata handles PATCH of an object of kind of: the metadata patched under the
-// object's lock, then 200 with the object as get reads it. get is also asked first, so
-// that a route answers 404 for an id of another kind (PATCH /v1/trips/{id of an order}).
-// Errors: 404 not-found, 422 invalid-input (the patch, or the result beyond the bounds:
-// nothing changed).
-func (s *Server) patchMetadata(of orderly.MetadataOf, get func(ctx context.Context, id string) (any, error)) http.HandlerFunc {
+// object's lock, then 200 with the object as get reads it. With checkKind, get is asked
+// first too, so that the route answers 404 for an id of another kind (PATCH /v1/trips/{id
+// of an order}); otherwise UpdateMetadata's ENOTFOUND says it. Errors: 404 not-found, 422
+// invalid-input (the patch, or the result beyond the bounds: nothing changed).
+func (s *Server) patchMetadata(of orderly.MetadataOf, get func(ctx context.Context, id string) (any, error), checkKind bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, id := r.Context(), pathParam(r, "id")
-		if _, err := get(ctx, id); err != nil {
-			s.writeError(w, r, err)
-			return
+		if checkKind {
+			if _, err := get(ctx, id); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
 		}
 		var req metadataPatchRequest
 		if !s.decode(w, r, &req, bodyRequired) {
@@ -56,56 +58,25 @@ func metadataOut(m orderly.Metadata) orderly.Metadata {
 	return m
 }
 
-// The objects with metadata, each as its GET route answers it.
-
-func (s *Server) orderByID(ctx context.Context, id string) (any, error) {
-	o, err := s.orders.Order(ctx, id)
-	if err != nil {
-		return nil, err
+// answered makes a getter of the PATCH routes: read returns the object, out its answer.
+func answered[T any, R any](read func(ctx context.Context, id string) (T, error), out func(T) R) func(context.Context, string) (any, error) {
+	return func(ctx context.Context, id string) (any, error) {
+		v, err := read(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return out(v), nil
 	}
-	return newOrderResponse(o), nil
-}
-
-func (s *Server) tripByID(ctx context.Context, id string) (any, error) {
-	t, err := s.trips.Trip(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return newTripResponse(t), nil
-}
-
-func (s *Server) paymentByID(ctx context.Context, id string) (any, error) {
-	p, err := s.payments.Payment(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return newPaymentResponse(p), nil
-}
-
-func (s *Server) refundByID(ctx context.Context, id string) (any, error) {
-	f, err := s.refunds.Refund(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return newRefundResponse(f), nil
-}
-
-func (s *Server) groupByID(ctx context.Context, id string) (any, error) {
-	g, err := s.groups.Group(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return newGroupResponse(g), nil
 }
 
 // getRefund handles GET /v1/refunds/{id}.
 func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
-	v, err := s.refundByID(r.Context(), pathParam(r, "id"))
+	v, err := s.refunds.Refund(r.Context(), pathParam(r, "id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, v)
+	s.writeJSON(w, r, http.StatusOK, newRefundResponse(v))
 }
 
 // noMetadata answers the PATCH routes of a Server built without a MetadataService.

@@ -69,7 +69,7 @@ func (s *Server) tripRoutes(r chi.Router) {
 	r.Post("/v1/trips/{id}/cancel", s.tripEvent(s.trips.CancelTrip))
 	r.Post("/v1/trips/{id}/refund", s.tripEvent(s.trips.RefundTrip))
 	r.Post("/v1/trips/{id}/end", s.endTrip)
-	r.Patch("/v1/trips/{id}", s.patchMetadata(orderly.MetadataOfOrder, s.tripByID))
+	r.Patch("/v1/trips/{id}", s.patchMetadata(orderly.MetadataOfOrder, answered(s.trips.Trip, newTripResponse), true))
 }
 
 // createTrip handles POST /v1/trips: body orderly.CreateTripParams; 201 with the trip in

@@ -203,20 +203,22 @@ func (s *Service) Events(ctx context.Context, q *orderly.EventsQuery) (*orderly.
 		if err != nil {
 			return err
 		}
-		if after > 0 {
-			// A position beyond every message was never given here (a cursor kept across a
-			// restore from a backup): reading from it would skip the events written up to it.
-			last, err := tx.OutboxLastID(ctx)
-			if err != nil {
-				return err
-			} else if last > 0 && after > last {
-				return orderly.Errorf(orderly.EINVALID, "after: %d is beyond the newest position of this database (%d): "+
-					"it was not given here (restored from a backup?); catch up from the start or from a position it gave", after, last)
-			}
-		}
 		msgs, err = tx.OutboxEvents(ctx, &store.OutboxEventsParams{AfterID: after, Before: now.Add(-s.cfg.EventsDelay),
 			Topic: q.Topic, Key: q.OrderID, Limit: q.Limit})
-		return err
+		if err != nil || len(msgs) > 0 || after == 0 {
+			return err
+		}
+		// An empty page: a position beyond every message was never given here (a cursor kept
+		// across a restore from a backup), and reading from it would skip the events written
+		// up to it. Only an empty page can mean that, so only it pays for the check.
+		last, err := tx.OutboxLastID(ctx)
+		if err != nil {
+			return err
+		} else if last > 0 && after > last {
+			return orderly.Errorf(orderly.EINVALID, "after: %d is beyond the newest position of this database (%d): "+
+				"it was not given here (restored from a backup?); catch up from the start or from a position it gave", after, last)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
