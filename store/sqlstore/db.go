@@ -19,6 +19,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -448,16 +450,27 @@ func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table, legacy string
 	}
 	// Instances starting at once on a fresh database take turns: an advisory lock
 	// serializes their migrations (goose's session locker on PostgreSQL, GET_LOCK on MySQL).
+	// The lock is named after the schema (PostgreSQL) or database (MySQL) being migrated, so
+	// that orderly databases sharing a server never wait for each other's migrations.
 	opts := []goose.ProviderOption{goose.WithTableName(table)}
 	switch db.d {
 	case postgresDialect:
-		l, err := lock.NewPostgresSessionLocker()
+		var schema string
+		if err := db.writer.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+			return fmt.Errorf("migrate %s: %w", db.d.name, err)
+		}
+		// Polled every second for up to 5 minutes (goose's default polls every 5 s).
+		l, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrateLockID(schema)), lock.WithLockTimeout(1, 300))
 		if err != nil {
 			return err
 		}
 		opts = append(opts, goose.WithSessionLocker(l))
 	case mysqlDialect:
-		release, err := db.mysqlLock(ctx, "orderly_migrate")
+		var database string
+		if err := db.writer.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&database); err != nil {
+			return fmt.Errorf("migrate %s: %w", db.d.name, err)
+		}
+		release, err := db.mysqlLock(ctx, migrateLockName(database))
 		if err != nil {
 			return err
 		}
@@ -471,6 +484,19 @@ func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table, legacy string
 		return fmt.Errorf("migrate %s: %w", db.d.name, err)
 	}
 	return nil
+}
+
+// migrateLockID is the PostgreSQL advisory lock id of the migrations of schema.
+func migrateLockID(schema string) int64 {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, "orderly_migrate:"+schema)
+	return int64(h.Sum64()) //nolint:gosec // an id, any 64 bits
+}
+
+// migrateLockName is the MySQL lock name (GET_LOCK) of the migrations of database: 32 bytes,
+// under GET_LOCK's 64 whatever the database's name.
+func migrateLockName(database string) string {
+	return fmt.Sprintf("orderly_migrate:%016x", uint64(migrateLockID(database))) //nolint:gosec // the same 64 bits
 }
 
 // renameTable renames table from to to when from exists and to does not. Instances starting

@@ -3,3 +3,10 @@ package sqlstore
 // SetSentHook makes f see the text of every statement db's transactions send (DB.sent).
 // Call it before db is used.
 func (db *DB) SetSentHook(f func(text string)) { db.sent = f }
+
+// MigrateLockID and MigrateLockName name the lock that Open's migrations take on
+// PostgreSQL (of a schema) and MySQL (of a database).
+var (
+	MigrateLockID   = migrateLockID
+	MigrateLockName = migrateLockName
+)

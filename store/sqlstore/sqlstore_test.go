@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pressly/goose/v3/lock"
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
@@ -325,6 +326,56 @@ func TestConcurrentMigrations(t *testing.T) {
 				if err := <-errs; err != nil {
 					t.Errorf("open: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// TestMigrationLockPerSchema checks that the lock serializing migrations is taken per
+// schema (PostgreSQL) or database (MySQL): while an instance migrates one orderly database,
+// another database on the same server (or another goose user of it) migrates at once, and
+// a second instance of the first still waits.
+func TestMigrationLockPerSchema(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			base := testdb.URL(t, dialect)
+			busy, other := testdb.Fresh(t, base), testdb.Fresh(t, base)
+			// A session of its own holds the migration lock of busy, as a migrating instance would.
+			var name string
+			conn, err := testdb.Raw(t, busy).Conn(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if err := conn.QueryRowContext(t.Context(), map[string]string{"postgres": `SELECT current_schema()`, "mysql": `SELECT DATABASE()`}[dialect]).Scan(&name); err != nil {
+				t.Fatal(err)
+			}
+			if dialect == "postgres" {
+				_, err = conn.ExecContext(t.Context(), `SELECT pg_advisory_lock($1), pg_advisory_lock($2)`, sqlstore.MigrateLockID(name), lock.DefaultLockID)
+			} else {
+				_, err = conn.ExecContext(t.Context(), `SELECT GET_LOCK(?, 0)`, sqlstore.MigrateLockName(name))
+			}
+			if err != nil {
+				t.Fatalf("hold the lock: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			db, err := sqlstore.Open(ctx, sqlstore.Config{URL: other, MaxConns: 2})
+			if err != nil {
+				t.Fatalf("open another database while the first migrates: %v", err)
+			}
+			_ = db.Close()
+			if waited := time.Since(start); waited > 3*time.Second {
+				t.Errorf("another database's migrations waited %v for the first's lock", waited)
+			}
+			ctx, cancel = context.WithTimeout(t.Context(), 2500*time.Millisecond)
+			defer cancel()
+			if db, err := sqlstore.Open(ctx, sqlstore.Config{URL: busy, MaxConns: 2}); err == nil {
+				_ = db.Close()
+				t.Fatal("a second instance of the migrating database did not wait for its lock")
 			}
 		})
 	}
