@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
@@ -40,7 +41,7 @@ func BenchmarkWalletCheckout(b *testing.B) {
 
 func benchCheckout(b *testing.B, url string) {
 	ctx := b.Context()
-	e, err := engine.Open(ctx, engine.Config{DatabaseURL: url, CallbackSecret: []byte("s"), DatabaseMaxConns: 20,
+	e, err := engine.Open(ctx, engine.Config{Gateway: sim.New(), DatabaseURL: url, CallbackSecret: []byte("s"), DatabaseMaxConns: 20,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, features.All()...)
 	if err != nil {
 		b.Fatal(err)

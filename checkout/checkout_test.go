@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/checkout"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
@@ -44,7 +45,7 @@ const (
 
 func config(t *testing.T, url string) engine.Config {
 	t.Helper()
-	return engine.Config{DatabaseURL: url, CallbackSecret: []byte("s"), SweepInterval: 200 * time.Millisecond,
+	return engine.Config{Gateway: sim.New(), DatabaseURL: url, CallbackSecret: []byte("s"), SweepInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 

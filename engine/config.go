@@ -199,19 +199,17 @@ type Config struct {
 	// step deadlines and retries are timed on the closer's one timer, and GET
 	// /v1/sagas/{id} and the admin re-drive serve their instances. docs/concepts/sagas.md.
 	Sagas []saga.Definition
-	// Gateway serves the payment channel "sim" (payment.SimChannel): nil → the built-in
-	// simulated gateway (channel/sim, see Engine.SimGateway), which moves no money. A
-	// gateway with UseDatabase (channel/sim's) is given the engine's database for its card
-	// holds (its own tables, created then). "sim" is served only when no real channel is configured
-	// (Channels empty) or EnableSimChannel is set; Start then logs one warning that payments
-	// are simulated. It serves no other channel name: an attempt naming a channel that is
-	// not served ("Stripe", "stripe@v9", "paypal") is refused with EINVALID (422) and
-	// changes nothing. Validate refuses a Gateway given with Channels and without
-	// EnableSimChannel (it would never be called).
+	// Gateway serves the simulated payment channel "sim" (payment.SimChannel), which moves no
+	// money: channel/sim's gateway (sim.New()) or a test double; nil → "sim" is not served.
+	// It is served beside Channels when both are given (a staging server's test buyers), and
+	// Start then logs one warning that payments on it are simulated. A gateway with
+	// UseDatabase (channel/sim's) is given the engine's database for its card holds (its own
+	// tables, created then): a database that never serves "sim" has none. It serves no other
+	// channel name: an attempt naming a channel that is not served ("Stripe", "stripe@v9",
+	// "paypal") is refused with EINVALID (422) and changes nothing. With neither Gateway nor
+	// Channels every payment attempt is refused so (a process that takes no payments, such as
+	// `orderly reconcile`), and Start logs a warning.
 	Gateway orderly.Gateway
-	// EnableSimChannel serves "sim" (Gateway, or the built-in simulator) beside the real
-	// Channels: a staging server's test buyers. Without Channels "sim" is served anyway.
-	EnableSimChannel bool
 	// Channels are the real payment providers (package channel; channel/stripe), each
 	// reachable at POST /v1/channels/{name}/webhook. A payment attempt names its channel
 	// (POST /v1/orders/{id}/payments {"channel":"stripe"}, exactly as configured: names are
@@ -220,10 +218,10 @@ type Config struct {
 	// a circuit breaker per channel (payment.BreakerConfig defaults).
 	Channels []channel.Adapter
 	// DefaultChannel is the channel of attempts that name none (and that ChannelRoutes does
-	// not route): "" or "sim" for the simulated gateway when it is served, else one of
-	// Channels' names. With Channels and without EnableSimChannel it is required and must
-	// name one of Channels (Validate refuses otherwise), unless ChannelRoutes route every
-	// such attempt: a server with a real provider never falls back to the simulator.
+	// not route): "" or "sim" for the simulated gateway when Gateway is given, else one of
+	// Channels' names. With Channels and without Gateway it is required and must name one
+	// of Channels (Validate refuses otherwise), unless ChannelRoutes route every such
+	// attempt: a server with a real provider never falls back to the simulator.
 	DefaultChannel string
 	// ChannelRoutes, when set, split the attempts that name no channel between channels
 	// by weight, sticky per user (channel.Router: hash(user_id) mod 100); a channel whose
@@ -384,9 +382,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// SimServed reports whether the simulated channel "sim" is served: no real channel is
-// configured, or EnableSimChannel is set.
-func (c *Config) SimServed() bool { return len(c.Channels) == 0 || c.EnableSimChannel }
+// SimServed reports whether the simulated channel "sim" is served: Gateway is given.
+func (c *Config) SimServed() bool { return c.Gateway != nil }
 
 // validateChannels checks the simulated channel's rule (see Gateway, DefaultChannel):
 // names are the configured real channels.
@@ -397,20 +394,15 @@ func (c *Config) validateChannels(names map[string]bool) error {
 	configured := slices.Sorted(maps.Keys(names))
 	if c.SimServed() {
 		configured = append([]string{payment.SimChannel}, configured...)
-	} else if c.Gateway != nil {
-		return &ConfigError{Field: "Gateway", text: func(name func(string) string) string {
-			return fmt.Sprintf("%s is the simulated channel %q, not served beside real channels without %s",
-				name("Gateway"), payment.SimChannel, name("EnableSimChannel"))
-		}}
 	}
 	switch {
-	case c.DefaultChannel == "" && !c.SimServed() && len(c.ChannelRoutes) == 0:
+	case c.DefaultChannel == "" && !c.SimServed() && len(c.Channels) > 0 && len(c.ChannelRoutes) == 0:
 		return &ConfigError{Field: "DefaultChannel", text: func(name func(string) string) string {
 			return fmt.Sprintf("%s is required with real payment channels (one of %s): the simulated channel %q is not served without %s",
-				name("DefaultChannel"), strings.Join(configured, ", "), payment.SimChannel, name("EnableSimChannel"))
+				name("DefaultChannel"), strings.Join(configured, ", "), payment.SimChannel, name("Gateway"))
 		}}
 	case c.DefaultChannel != "" && !slices.Contains(configured, c.DefaultChannel):
-		return configErrorf("DefaultChannel", "%s %q is not a served channel (served: %s)", c.DefaultChannel, strings.Join(configured, ", "))
+		return configErrorf("DefaultChannel", "%s %q is not a served channel (served: %s)", c.DefaultChannel, cmp.Or(strings.Join(configured, ", "), "none"))
 	}
 	return nil
 }

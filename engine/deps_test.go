@@ -115,8 +115,9 @@ func TestOptionalQueueSkipsWhileDown(t *testing.T) {
 	}
 }
 
-// TestEngineImportsNoFeature checks that package engine imports no feature package: the
-// features are given to Open (package features), never named by it.
+// TestEngineImportsNoFeature checks that package engine imports no feature package and not
+// the simulator: the features are given to Open (package features), and the simulated
+// channel as Config.Gateway, never named by it.
 func TestEngineImportsNoFeature(t *testing.T) {
 	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -124,8 +125,8 @@ func TestEngineImportsNoFeature(t *testing.T) {
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasSuffix(pkg, "/groupbuy") || strings.HasSuffix(pkg, "/ride") || strings.HasSuffix(pkg, "/checkout") ||
-			strings.HasSuffix(pkg, "/features") {
-			t.Errorf("engine depends on the feature package %s", pkg)
+			strings.HasSuffix(pkg, "/features") || strings.HasSuffix(pkg, "/channel/sim") {
+			t.Errorf("engine depends on the feature or simulator package %s", pkg)
 		}
 	}
 }

@@ -4,7 +4,8 @@
 // the HTTP API into a running instance. `orderly serve`, the project's end-to-end tests and
 // a Go service that embeds orderly all use it:
 //
-//	e, err := engine.Open(ctx, engine.Config{DatabaseURL: "orderly.db", CallbackSecret: secret})
+//	e, err := engine.Open(ctx, engine.Config{DatabaseURL: "orderly.db", CallbackSecret: secret,
+//		Channels: []channel.Adapter{stripe.New(…)}, DefaultChannel: "stripe"}, features.All()...)
 //	if err != nil { … }
 //	defer e.Close(context.Background())
 //	if err := e.Start(ctx); err != nil { … }        // workers; HTTP too when Config.Addr is set

@@ -23,7 +23,6 @@ import (
 	"github.com/orderlyhq/orderly/admin"
 	"github.com/orderlyhq/orderly/apikey"
 	"github.com/orderlyhq/orderly/channel"
-	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/feature"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/idempotency"
@@ -136,11 +135,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	if cfg.Wrap.Store != nil {
 		st = cfg.Wrap.Store(st)
 	}
-	// The simulated channel is served only where Config.SimServed says so (Validate refuses
-	// a Gateway that would not be): a server with a real provider never lands on it.
-	if e.sim = cfg.Gateway; e.sim == nil && cfg.SimServed() {
-		e.sim = sim.New()
-	}
+	e.sim = cfg.Gateway // the simulated channel, served only when given
 	gateway := e.sim
 	// The simulated gateway keeps its card holds in tables of its own (any instance sees
 	// them), created here: a database that never serves "sim" has none.
@@ -460,6 +455,9 @@ func (e *Engine) Start(ctx context.Context) error {
 // simulated and move no money.
 func (e *Engine) logSimulated() {
 	if !e.cfg.SimServed() {
+		if len(e.cfg.Channels) == 0 {
+			e.cfg.Logger.Warn("no payment channel is configured: every payment attempt is refused; configure a real channel (engine.Config.Channels) or the simulated one (engine.Config.Gateway)")
+		}
 		return
 	}
 	msg := "payments are SIMULATED (test only): channel sim moves no money; configure a real channel (--stripe-api-key, --alipay-app-id, --wechat-mch-id) for real payments"
@@ -699,8 +697,8 @@ func channelStats(router *channel.Router) func() []channel.Stat {
 // Router returns the channel router, or nil without Config.ChannelRoutes.
 func (e *Engine) Router() *channel.Router { return e.router }
 
-// SimGateway returns the gateway of channel "sim" (Config.Gateway, or channel/sim's
-// *sim.Gateway when it was nil); nil when "sim" is not served.
+// SimGateway returns the gateway of channel "sim" (Config.Gateway); nil when "sim" is not
+// served.
 func (e *Engine) SimGateway() orderly.Gateway { return e.sim }
 
 // Metrics returns the engine's Prometheus collectors (served at GET /metrics).

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 )
@@ -30,6 +31,7 @@ func Example() {
 	e, err := engine.Open(ctx, engine.Config{
 		DatabaseURL:    filepath.Join(dir, "orderly.db"),
 		CallbackSecret: []byte("example-secret"),
+		Gateway:        sim.New(), // the simulated channel: payments move no money
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, features.All()...)
 	if err != nil {

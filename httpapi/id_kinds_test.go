@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	orderlyengine "github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/httpapi"
@@ -33,7 +34,7 @@ const idAdminToken = "id-kinds-admin-token"
 func newIDEngine(t *testing.T) *idEngine {
 	t.Helper()
 	e, err := orderlyengine.Open(t.Context(), orderlyengine.Config{
-		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: engineSecret, AdminToken: idAdminToken,
+		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: engineSecret, AdminToken: idAdminToken, Gateway: sim.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, features.All()...)
 	if err != nil {

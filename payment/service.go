@@ -26,7 +26,7 @@ type Config struct {
 	// Gateway serves the channel SimChannel ("sim", no variant): the built-in simulated
 	// gateway, or an embedder's own test gateway. It serves no other name: a channel a
 	// request names that neither it nor Channels serves is refused (EINVALID). nil: "sim"
-	// is not served. Required unless Channels is set.
+	// is not served; with no Channels either, every attempt is refused.
 	Gateway orderly.Gateway
 	// Channels are the real payment providers (package channel), by Adapter.Name: an
 	// attempt recorded with that channel is created, inspected, cancelled and refunded
@@ -74,10 +74,11 @@ const WalletChannel = "wallet"
 
 var _ orderly.PaymentService = (*Service)(nil)
 
-// NewService returns a Service; it returns an error when cfg has no Store or Gateway.
+// NewService returns a Service; it returns an error when cfg has no Store. Without Gateway
+// and Channels it serves no channel: every payment attempt is refused (EINVALID).
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Store == nil || (cfg.Gateway == nil && len(cfg.Channels) == 0) {
-		return nil, errors.New("payment: Config.Store and Config.Gateway or Config.Channels are required")
+	if cfg.Store == nil {
+		return nil, errors.New("payment: Config.Store is required")
 	}
 	if cfg.Machine == nil {
 		cfg.Machine = order.DefaultMachine()
@@ -104,7 +105,7 @@ func NewService(cfg Config) (*Service, error) {
 	if _, real := s.gateways[SimChannel]; real && cfg.Gateway != nil {
 		return nil, fmt.Errorf("payment: channel %q is Config.Gateway's; a channel of Config.Channels may not take its name", SimChannel)
 	}
-	if s.checkChannel(cfg.Channel) != nil {
+	if len(s.Served()) > 0 && s.checkChannel(cfg.Channel) != nil {
 		return nil, fmt.Errorf("payment: Config.Channel %q is not served (served: %s)", cfg.Channel, strings.Join(s.Served(), ", "))
 	}
 	return s, nil
@@ -155,6 +156,9 @@ func (s *Service) Served() []string {
 // refunded by crediting the debit back; an attempt naming it was captured by a gateway
 // and its refund went to the wallet and failed, for ever. "" is the default route.
 func (s *Service) checkChannel(name string) error {
+	if len(s.gateways) == 0 && s.cfg.Gateway == nil {
+		return orderly.Errorf(orderly.EINVALID, "no payment channel is configured on this server: payment attempts are refused")
+	}
 	if name == "" {
 		return nil
 	}

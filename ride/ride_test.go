@@ -38,7 +38,7 @@ func setupURL(t *testing.T, url string) *bundle {
 		url = filepath.Join(t.TempDir(), "orderly.db")
 	}
 	e, err := engine.Open(t.Context(), engine.Config{
-		DatabaseURL: url, CallbackSecret: []byte("s"),
+		DatabaseURL: url, CallbackSecret: []byte("s"), Gateway: sim.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, features.All()...)
 	if err != nil {
@@ -365,7 +365,7 @@ func TestInjectedFaults(t *testing.T) {
 	testenv.Long(t)
 	t.Parallel()
 	e, err := engine.Open(t.Context(), engine.Config{
-		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"), Gateway: sim.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Wrap:   engine.Wrap{Participant: (&fault.Saga{FailRate: 0.1, TimeoutAfterApplyRate: 0.3}).Wrap},
 	}, features.All()...)

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/testdb"
@@ -88,7 +89,7 @@ func newFairCluster(t *testing.T, dbURL string, instances, dead int) *fairCluste
 	}))
 	for i := range instances {
 		e, err := engine.Open(ctx, engine.Config{
-			Addr: "127.0.0.1:0", DatabaseURL: dbURL, CallbackSecret: []byte("fairness-secret"), AdminToken: fairAdminToken,
+			Addr: "127.0.0.1:0", DatabaseURL: dbURL, CallbackSecret: []byte("fairness-secret"), AdminToken: fairAdminToken, Gateway: sim.New(),
 			InstanceID: fmt.Sprintf("%s-%d", t.Name(), i), SweepInterval: time.Hour,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		}, features.All()...)

@@ -18,7 +18,7 @@ import (
 func TestSimulateWithKey(t *testing.T) {
 	ctx := context.Background()
 	srv, err := engine.Open(ctx, engine.Config{
-		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"),
+		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"), Gateway: sim.New(),
 	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/channel/stripe"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
@@ -350,6 +351,10 @@ func defaultOf(cmd *cli.Command, name string) string {
 // (see channels).
 func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) {
 	chans, err := channels(cmd)
+	var simulated orderly.Gateway
+	if len(chans) == 0 || cmd.Bool("enable-sim-channel") {
+		simulated = sim.New() // without a real channel serve stays a working demo; see logSimulated
+	}
 	return engine.Config{
 		Addr: cmd.String("addr"), DatabaseURL: cmd.String("database-url"), CallbackSecret: []byte(cmd.String("callback-secret")),
 		AdminToken:     cmd.String("admin-token"),
@@ -365,7 +370,7 @@ func engineConfig(cmd *cli.Command, logger *slog.Logger) (engine.Config, error) 
 		DatabaseMaxConns: cmd.Int("database-max-conns"), DatabaseSkipMigrate: !cmd.Bool("migrate"), RedisPrefix: cmd.String("redis-prefix"),
 		DatabaseLockTimeout:              cmd.Duration("database-lock-timeout"),
 		DatabaseIdleInTransactionTimeout: cmd.Duration("database-idle-in-transaction-timeout"),
-		Channels:                         chans, DefaultChannel: cmd.String("default-channel"), EnableSimChannel: cmd.Bool("enable-sim-channel"),
+		Channels:                         chans, DefaultChannel: cmd.String("default-channel"), Gateway: simulated,
 		ChannelCallTimeout: cmd.Duration("channel-call-timeout"),
 	}, err
 }
@@ -380,7 +385,7 @@ var flagOf = map[string]string{
 	"InspectionHold": "inspection-hold", "CloseBatchSize": "close-batch-size", "CreateBatch": "create-batch", "CreateQueue": "create-queue", "OutboxMaxAttempts": "outbox-max-attempts",
 	"OutboxPollInterval": "outbox-poll-interval", "OutboxRetention": "outbox-retention", "IdempotencyKeyTTL": "idempotency-key-ttl", "ReconcileInterval": "reconcile-interval",
 	"WebhookTimeout": "webhook-timeout", "WebhookConcurrency": "webhook-concurrency",
-	"DefaultChannel": "default-channel", "EnableSimChannel": "enable-sim-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
+	"DefaultChannel": "default-channel", "Gateway": "enable-sim-channel", "ChannelCallTimeout": "channel-call-timeout", "Channels": "stripe-api-key, --alipay-app-id or --wechat-mch-id",
 }
 
 // flagError turns an *engine.ConfigError into a usage error (exit status 2) that names the

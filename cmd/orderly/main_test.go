@@ -41,7 +41,7 @@ const e2eMaxLateness = 5 * time.Second
 func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	srv, err := engine.Open(ctx, engine.Config{
-		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"),
+		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"), Gateway: sim.New(),
 		SweepInterval: time.Hour,
 	}, features.All()...)
 	if err != nil {

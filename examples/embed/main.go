@@ -26,6 +26,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 )
@@ -44,7 +45,7 @@ func run(ctx context.Context) error {
 	if secret == "" {
 		secret = "change-me" // the payment provider signs callbacks with it; keep it secret
 	}
-	e, err := engine.Open(ctx, engine.Config{DatabaseURL: "embed.db", CallbackSecret: []byte(secret)}, features.All()...)
+	e, err := engine.Open(ctx, engine.Config{Gateway: sim.New(), DatabaseURL: "embed.db", CallbackSecret: []byte(secret)}, features.All()...)
 	if err != nil {
 		return err
 	}

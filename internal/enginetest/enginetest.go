@@ -100,7 +100,7 @@ type Options struct {
 	ChannelBreaker payment.BreakerConfig
 	// NoSimChannel leaves the channel "sim" unserved beside Channels (with Channels, an
 	// Env serves it by default: most tests pay on it), as a server with a real channel
-	// configured and no EnableSimChannel; the simulated gateway is then not given either.
+	// configured and no simulated one: the simulated gateway is then not given.
 	NoSimChannel bool
 	// InspectionHold is engine.Config.InspectionHold (1 min).
 	InspectionHold time.Duration
@@ -138,9 +138,7 @@ func New(t testing.TB, opts Options) *Env {
 		CloseBatchSize:   opts.CloseBatchSize, OutboxBatchSize: opts.OutboxBatch, OutboxMaxAttempts: opts.MaxAttempts,
 		GracePeriod: opts.GracePeriod, Handlers: opts.Handlers, Wrap: engine.Wrap{Store: opts.WrapStore},
 		Channels: opts.Channels, DefaultChannel: opts.DefaultChannel, ChannelBreaker: opts.ChannelBreaker,
-		// The simulated gateway stays served beside test channels: most tests pay on it.
-		EnableSimChannel: len(opts.Channels) > 0 && !opts.NoSimChannel,
-		InspectionHold:   opts.InspectionHold, DatabaseIdleInTransactionTimeout: opts.IdleInTransactionTimeout,
+		InspectionHold: opts.InspectionHold, DatabaseIdleInTransactionTimeout: opts.IdleInTransactionTimeout,
 	}, features.All()...)
 	if err != nil {
 		t.Fatalf("open engine: %v", err)
