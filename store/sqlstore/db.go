@@ -455,22 +455,22 @@ func (db *DB) migrate(ctx context.Context, fsys fs.FS, dir, table, legacy string
 	opts := []goose.ProviderOption{goose.WithTableName(table)}
 	switch db.d {
 	case postgresDialect:
-		var schema string
+		var schema sql.NullString // NULL when search_path names no existing schema: goose then says so
 		if err := db.writer.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 			return fmt.Errorf("migrate %s: %w", db.d.name, err)
 		}
 		// Polled every second for up to 5 minutes (goose's default polls every 5 s).
-		l, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrateLockID(schema)), lock.WithLockTimeout(1, 300))
+		l, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrateLockID(schema.String)), lock.WithLockTimeout(1, 300))
 		if err != nil {
 			return err
 		}
 		opts = append(opts, goose.WithSessionLocker(l))
 	case mysqlDialect:
-		var database string
+		var database sql.NullString // NULL when the URL names no database: goose then says so
 		if err := db.writer.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&database); err != nil {
 			return fmt.Errorf("migrate %s: %w", db.d.name, err)
 		}
-		release, err := db.mysqlLock(ctx, migrateLockName(database))
+		release, err := db.mysqlLock(ctx, migrateLockName(database.String))
 		if err != nil {
 			return err
 		}
