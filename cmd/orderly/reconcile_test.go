@@ -83,6 +83,17 @@ func TestReconcileCommand(t *testing.T) {
 		t.Errorf("after the repair: %v, want no findings", r.Findings)
 	}
 
+	// reconcile takes no payments: it never creates the simulated channel's tables in the
+	// database it checks (it served the simulator, and created them, before).
+	if raw, err = sql.Open("sqlite", path); err != nil {
+		t.Fatal(err)
+	}
+	var simTables int
+	if err := raw.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'sim\_%' ESCAPE '\'`).Scan(&simTables); err != nil || simTables != 0 {
+		t.Errorf("simulator tables after reconcile: %d (%v), want none", simTables, err)
+	}
+	_ = raw.Close()
+
 	// The statement: a transaction nobody recorded. The statement adds to the checks of the
 	// database, which still run: a drift injected again is reported beside it.
 	if raw, err = sql.Open("sqlite", path); err != nil {
