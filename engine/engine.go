@@ -54,7 +54,6 @@ const timerChannel = "orderly_timer"
 type Engine struct {
 	cfg      Config // with the defaults applied
 	db       *sqlstore.DB
-	sim      orderly.Gateway // serves channel "sim" (Config.Gateway or channel/sim's); nil when not served
 	machine  *order.Machine
 	services map[string]any // of the features (feature.Parts.Service), by feature name
 	wallets  *wallet.Service
@@ -135,15 +134,14 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	if cfg.Wrap.Store != nil {
 		st = cfg.Wrap.Store(st)
 	}
-	e.sim = cfg.Gateway // the simulated channel, served only when given
-	gateway := e.sim
-	// The simulated gateway keeps its card holds in tables of its own (any instance sees
-	// them), created here: a database that never serves "sim" has none.
+	gateway := cfg.Gateway
+	// A Gateway that keeps state in the database (card holds every instance sees) is given
+	// it here and creates its own tables then: a database never given one has none.
 	if g, ok := gateway.(interface {
 		UseDatabase(context.Context, *sqlstore.DB) error
 	}); ok {
 		if err := g.UseDatabase(ctx, e.db); err != nil {
-			return nil, fmt.Errorf("engine: channel sim: %w", err)
+			return nil, fmt.Errorf("engine: Config.Gateway: %w", err)
 		}
 	}
 	log := cfg.Logger
@@ -699,7 +697,7 @@ func (e *Engine) Router() *channel.Router { return e.router }
 
 // SimGateway returns the gateway of channel "sim" (Config.Gateway); nil when "sim" is not
 // served.
-func (e *Engine) SimGateway() orderly.Gateway { return e.sim }
+func (e *Engine) SimGateway() orderly.Gateway { return e.cfg.Gateway }
 
 // Metrics returns the engine's Prometheus collectors (served at GET /metrics).
 func (e *Engine) Metrics() *telemetry.Metrics { return e.metrics }

@@ -105,7 +105,7 @@ func NewService(cfg Config) (*Service, error) {
 	if _, real := s.gateways[SimChannel]; real && cfg.Gateway != nil {
 		return nil, fmt.Errorf("payment: channel %q is Config.Gateway's; a channel of Config.Channels may not take its name", SimChannel)
 	}
-	if len(s.Served()) > 0 && s.checkChannel(cfg.Channel) != nil {
+	if s.servesAny() && s.checkChannel(cfg.Channel) != nil {
 		return nil, fmt.Errorf("payment: Config.Channel %q is not served (served: %s)", cfg.Channel, strings.Join(s.Served(), ", "))
 	}
 	return s, nil
@@ -136,6 +136,9 @@ func (s *Service) gatewayFor(name string) (orderly.Gateway, error) {
 	return nil, fmt.Errorf("no gateway serves channel %q", name)
 }
 
+// servesAny reports whether any channel is served: Config.Channels or Config.Gateway.
+func (s *Service) servesAny() bool { return len(s.gateways) > 0 || s.cfg.Gateway != nil }
+
 // Served returns the channels this service serves, sorted: the routes of Config.Channels
 // ("stripe", "stripe@v2") and SimChannel when Config.Gateway is set.
 func (s *Service) Served() []string {
@@ -156,7 +159,7 @@ func (s *Service) Served() []string {
 // refunded by crediting the debit back; an attempt naming it was captured by a gateway
 // and its refund went to the wallet and failed, for ever. "" is the default route.
 func (s *Service) checkChannel(name string) error {
-	if len(s.gateways) == 0 && s.cfg.Gateway == nil {
+	if !s.servesAny() {
 		return orderly.Errorf(orderly.EINVALID, "no payment channel is configured on this server: payment attempts are refused")
 	}
 	if name == "" {
