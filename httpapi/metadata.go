@@ -16,19 +16,12 @@ type metadataPatchRequest struct {
 }
 
 // patchMetadata handles PATCH of an object of kind of: the metadata patched under the
-// object's lock, then 200 with the object as get reads it. With checkKind, get is asked
-// first too, so that the route answers 404 for an id of another kind (PATCH /v1/trips/{id
-// of an order}); otherwise UpdateMetadata's ENOTFOUND says it. Errors: 404 not-found, 422
-// invalid-input (the patch, or the result beyond the bounds: nothing changed).
-func (s *Server) patchMetadata(of orderly.MetadataOf, get func(ctx context.Context, id string) (any, error), checkKind bool) http.HandlerFunc {
+// object's lock, then 200 with the object as get reads it. An id of no such object is
+// UpdateMetadata's ENOTFOUND. Errors: 404 not-found, 422 invalid-input (the patch, or the
+// result beyond the bounds: nothing changed).
+func (s *Server) patchMetadata(of orderly.MetadataOf, get func(ctx context.Context, id string) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, id := r.Context(), pathParam(r, "id")
-		if checkKind {
-			if _, err := get(ctx, id); err != nil {
-				s.writeError(w, r, err)
-				return
-			}
-		}
 		var req metadataPatchRequest
 		if !s.decode(w, r, &req, bodyRequired) {
 			return

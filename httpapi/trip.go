@@ -69,7 +69,19 @@ func (s *Server) tripRoutes(r chi.Router) {
 	r.Post("/v1/trips/{id}/cancel", s.tripEvent(s.trips.CancelTrip))
 	r.Post("/v1/trips/{id}/refund", s.tripEvent(s.trips.RefundTrip))
 	r.Post("/v1/trips/{id}/end", s.endTrip)
-	r.Patch("/v1/trips/{id}", s.patchMetadata(orderly.MetadataOfOrder, answered(s.trips.Trip, newTripResponse), true))
+	r.Patch("/v1/trips/{id}", s.tripOnly(s.patchMetadata(orderly.MetadataOfOrder, answered(s.trips.Trip, newTripResponse))))
+}
+
+// tripOnly answers 404 before next for an id that is no trip: a trip's metadata is its
+// order's, so the order's PATCH alone would take the id of any order.
+func (s *Server) tripOnly(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.trips.Trip(r.Context(), pathParam(r, "id")); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		next(w, r)
+	}
 }
 
 // createTrip handles POST /v1/trips: body orderly.CreateTripParams; 201 with the trip in
