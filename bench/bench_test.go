@@ -128,10 +128,13 @@ func TestScenariosSmall(t *testing.T) {
 // The lead is long: the server starts after the deadlines are set, and under the race
 // detector on a loaded 2-core machine its start took 9.8 s (a CI run refused at 3 s).
 func TestBurstWorkOnPostgres(t *testing.T) {
+	// The URL first: without a server the test skips before it builds the binary, which
+	// took 39 s of a cold `go test ./...` for nothing.
+	server := testdb.URL(t, "postgres")
 	bin := orderlyBinary(t)
 	// A database of its own: the row writes are pg_stat_database's, which counted the other
 	// packages' tests running at the same time in a shared database (46.2 a close in CI).
-	base := testdb.FreshDatabase(t, testdb.URL(t, "postgres"))
+	base := testdb.FreshDatabase(t, server)
 	out, err := bench.Run(t.Context(), "burst", bench.Config{Binary: bin, DatabaseURL: base, Burst: 500, BurstLead: 15 * time.Second})
 	if err != nil {
 		t.Fatal(err)

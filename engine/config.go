@@ -215,7 +215,7 @@ type Config struct {
 	// (POST /v1/orders/{id}/payments {"channel":"stripe"}, exactly as configured: names are
 	// case-sensitive, a variant "stripe@v2" is its own name); DefaultChannel names the one of
 	// attempts that name none. Their calls are bounded by ChannelCallTimeout and go through
-	// a circuit breaker per channel (payment.BreakerConfig defaults).
+	// a circuit breaker per channel (channel.BreakerConfig defaults).
 	Channels []channel.Adapter
 	// DefaultChannel is the channel of attempts that name none (and that ChannelRoutes does
 	// not route): "" or "sim" for the simulated gateway when Gateway is given, else one of
@@ -231,11 +231,11 @@ type Config struct {
 	ChannelRoutes   []channel.Route
 	ChannelFloor    float64
 	ChannelFloorFor time.Duration
-	// ChannelCallTimeout bounds each call to a channel's provider; payment.DefaultCallTimeout (10 s).
+	// ChannelCallTimeout bounds each call to a channel's provider; channel.DefaultCallTimeout (10 s).
 	ChannelCallTimeout time.Duration
 	// ChannelBreaker configures the circuit breaker of every channel; zero values are
-	// payment.DefaultBreakerFailures (5 failures in a row) and payment.DefaultBreakerOpen (30 s).
-	ChannelBreaker payment.BreakerConfig
+	// channel.DefaultBreakerFailures (5 failures in a row) and channel.DefaultBreakerOpen (30 s).
+	ChannelBreaker channel.BreakerConfig
 	// Events, when set, handles the event topics (order.closed, order.paid,
 	// payment.refunded, …) instead of NATS or the debug log: an embedder's own broker. It
 	// must be idempotent (delivery is at least once). Not together with NATSURL.

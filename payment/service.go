@@ -33,10 +33,10 @@ type Config struct {
 	// through it, each call bounded by CallTimeout and behind the channel's circuit
 	// breaker (Breaker). A name given twice is refused.
 	Channels []channel.Adapter
-	// CallTimeout bounds each call to a channel's provider; DefaultCallTimeout (10 s).
+	// CallTimeout bounds each call to a channel's provider; channel.DefaultCallTimeout (10 s).
 	CallTimeout time.Duration
 	// Breaker configures each channel's circuit breaker.
-	Breaker BreakerConfig
+	Breaker channel.BreakerConfig
 	// Router, when set, picks the channel of attempts that name none (a sticky split by
 	// the order's user, see channel.Router) instead of Channel, and is told every
 	// attempt's outcome on a channel (a webhook's success or failure, a failed create).
@@ -100,7 +100,7 @@ func NewService(cfg Config) (*Service, error) {
 		} else if ch, _ := orderly.SplitRoute(name); ch == WalletChannel {
 			return nil, fmt.Errorf("payment: channel %q: %q is the wallet checkout's channel", name, WalletChannel)
 		}
-		s.gateways[name] = newGuardedGateway(a, cfg.CallTimeout, cfg.Breaker, cfg.Metrics, cfg.Logger)
+		s.gateways[name] = channel.Guard(a, cfg.CallTimeout, cfg.Breaker, cfg.Metrics, cfg.Logger)
 	}
 	if _, real := s.gateways[SimChannel]; real && cfg.Gateway != nil {
 		return nil, fmt.Errorf("payment: channel %q is Config.Gateway's; a channel of Config.Channels may not take its name", SimChannel)

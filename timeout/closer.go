@@ -141,7 +141,7 @@ type Config struct {
 	// InspectionBackoffMax caps the backoff between inspections of an order held past its
 	// InspectionHold because its payment channel is unavailable: each wait is half the time
 	// spent past the hold, at least InspectionBackoff, at most this. 30 s (the default open
-	// period of a channel's circuit breaker, payment.DefaultBreakerOpen).
+	// period of a channel's circuit breaker, channel.DefaultBreakerOpen).
 	InspectionBackoffMax time.Duration
 	// InspectionTimeout bounds one inspection; 5 s.
 	InspectionTimeout time.Duration

@@ -14,7 +14,6 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/timeout"
 )
@@ -160,7 +159,7 @@ func TestBreakerOpenHoldsCloses(t *testing.T) {
 	a := &switchAdapter{answers: map[string]string{}}
 	a.down.Store(true)
 	e := enginetest.New(t, enginetest.Options{Channels: []channel.Adapter{a}, DefaultChannel: "switch",
-		ChannelBreaker: payment.BreakerConfig{Failures: 2, Open: open}, InspectionHold: 30 * time.Second})
+		ChannelBreaker: channel.BreakerConfig{Failures: 2, Open: open}, InspectionHold: 30 * time.Second})
 	e.SetStock(t, "SKU-1", 10)
 	paid := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})
 	closed := e.CreateOrder(t, enginetest.CreateOrderOpts{TimeoutSeconds: 5})

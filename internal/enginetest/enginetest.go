@@ -97,7 +97,7 @@ type Options struct {
 	// breakers (engine.Config).
 	Channels       []channel.Adapter
 	DefaultChannel string
-	ChannelBreaker payment.BreakerConfig
+	ChannelBreaker channel.BreakerConfig
 	// NoSimChannel leaves the channel "sim" unserved beside Channels (with Channels, an
 	// Env serves it by default: most tests pay on it), as a server with a real channel
 	// configured and no simulated one: the simulated gateway is then not given.

@@ -1,4 +1,4 @@
-package payment
+package channel_test
 
 import (
 	"context"
@@ -58,62 +58,62 @@ func (f *flakyAdapter) Verify(http.Header, []byte, time.Time) (*channel.Notifica
 }
 func (f *flakyAdapter) Ack(http.ResponseWriter, error) {}
 
-// TestBreaker: 5 transient failures in a row open the channel's breaker: the next calls
-// fail at once with ErrChannelUnavailable without reaching the provider, and the gauge
+// TestGuardBreaker: 5 transient failures in a row open the channel's breaker: the next calls
+// fail at once with orderly.ErrChannelUnavailable without reaching the provider, and the gauge
 // says open; after the open period one trial call goes through. Refusals (*orderly.Error)
 // never open it.
-func TestBreaker(t *testing.T) {
+func TestGuardBreaker(t *testing.T) {
 	t.Parallel()
 	m := telemetry.NewMetrics()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := &flakyAdapter{err: errors.New("connection reset")}
-	g := newGuardedGateway(f, time.Second, BreakerConfig{Open: 200 * time.Millisecond}, m, log)
+	g := channel.Guard(f, time.Second, channel.BreakerConfig{Open: 200 * time.Millisecond}, m, log)
 	ctx := t.Context()
-	for i := range DefaultBreakerFailures {
-		if _, err := g.Cancel(ctx, testPayment); err == nil || errors.Is(err, ErrChannelUnavailable) {
+	for i := range channel.DefaultBreakerFailures {
+		if _, err := g.Cancel(ctx, testPayment); err == nil || errors.Is(err, orderly.ErrChannelUnavailable) {
 			t.Fatalf("call %d: %v, want the provider's error", i+1, err)
 		}
 	}
 	for range 3 {
-		if _, err := g.Query(ctx, testPayment); !errors.Is(err, ErrChannelUnavailable) {
-			t.Fatalf("call with the breaker open: %v, want ErrChannelUnavailable", err)
+		if _, err := g.Query(ctx, testPayment); !errors.Is(err, orderly.ErrChannelUnavailable) {
+			t.Fatalf("call with the breaker open: %v, want orderly.ErrChannelUnavailable", err)
 		}
 	}
-	if got := f.calls.Load(); got != DefaultBreakerFailures {
-		t.Errorf("calls that reached the provider: %d, want %d", got, DefaultBreakerFailures)
+	if got := f.calls.Load(); got != channel.DefaultBreakerFailures {
+		t.Errorf("calls that reached the provider: %d, want %d", got, channel.DefaultBreakerFailures)
 	}
 	if v := gaugeValue(t, m, "flaky"); v != 2 {
 		t.Errorf("breaker gauge %v, want 2 (open)", v)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for f.calls.Load() == DefaultBreakerFailures {
+	for f.calls.Load() == channel.DefaultBreakerFailures {
 		if time.Now().After(deadline) {
 			t.Fatal("no trial call after the open period")
 		}
 		_, _ = g.Query(ctx, testPayment)
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := f.calls.Load(); got != DefaultBreakerFailures+1 {
+	if got := f.calls.Load(); got != channel.DefaultBreakerFailures+1 {
 		t.Errorf("calls after the open period: %d, want one trial call", got)
 	}
 
 	refusing := &flakyAdapter{err: orderly.Errorf(orderly.EINVALID, "refused")}
-	g = newGuardedGateway(refusing, time.Second, BreakerConfig{}, m, log)
-	for range 2 * DefaultBreakerFailures {
+	g = channel.Guard(refusing, time.Second, channel.BreakerConfig{}, m, log)
+	for range 2 * channel.DefaultBreakerFailures {
 		if _, err := g.Refund(ctx, &orderly.GatewayRefund{PaymentID: "p"}); orderly.ErrorCode(err) != orderly.EINVALID {
 			t.Fatalf("refund: %v, want the refusal", err)
 		}
 	}
-	if got := refusing.calls.Load(); got != 2*DefaultBreakerFailures {
-		t.Errorf("refusals: %d calls reached the provider, want all %d (refusals never open the breaker)", got, 2*DefaultBreakerFailures)
+	if got := refusing.calls.Load(); got != 2*channel.DefaultBreakerFailures {
+		t.Errorf("refusals: %d calls reached the provider, want all %d (refusals never open the breaker)", got, 2*channel.DefaultBreakerFailures)
 	}
 }
 
-// TestCallTimeout: a provider that does not answer is cut at the per-call timeout.
-func TestCallTimeout(t *testing.T) {
+// TestGuardCallTimeout: a provider that does not answer is cut at the per-call timeout.
+func TestGuardCallTimeout(t *testing.T) {
 	t.Parallel()
 	f := &flakyAdapter{hang: true}
-	g := newGuardedGateway(f, 50*time.Millisecond, BreakerConfig{}, telemetry.NewMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g := channel.Guard(f, 50*time.Millisecond, channel.BreakerConfig{}, telemetry.NewMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	start := time.Now()
 	_, err := g.Cancel(t.Context(), testPayment)
 	if !errors.Is(err, context.DeadlineExceeded) {

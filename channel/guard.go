@@ -1,4 +1,4 @@
-package payment
+package channel
 
 import (
 	"context"
@@ -10,11 +10,10 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/orderlyhq/orderly"
-	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/telemetry"
 )
 
-// Defaults of the calls to a channel's provider (Config.CallTimeout, Config.Breaker).
+// Defaults of Guard: the calls to a channel's provider.
 const (
 	// DefaultCallTimeout bounds one call to a provider (create, query, cancel, refund).
 	DefaultCallTimeout = 10 * time.Second
@@ -32,14 +31,6 @@ type BreakerConfig struct {
 	Open     time.Duration // how long it stays open before a trial call; 30 s
 }
 
-// ErrChannelUnavailable is orderly.ErrChannelUnavailable: it is matched by the error of a
-// call refused at once because the channel's circuit breaker is open (the provider failed
-// DefaultBreakerFailures calls in a row) or half-open with its trial call under way; the
-// error is an *orderly.ChannelUnavailableError naming the channel. An inspection or a buyer
-// cancel that meets it reports GatewayUnknown with it, and the close path keeps the order
-// waiting while it lasts, past the inspection hold (timeout/closer.go).
-var ErrChannelUnavailable = orderly.ErrChannelUnavailable
-
 // guardedGateway calls one channel's provider with a timeout per call and through the
 // channel's circuit breaker. Refusals by the provider (*orderly.Error) count as answers,
 // not failures: only transient errors (network, timeouts, 5xx) open the breaker.
@@ -50,9 +41,12 @@ type guardedGateway struct {
 	cb      *gobreaker.CircuitBreaker[*orderly.GatewayPayment]
 }
 
-var _ orderly.Gateway = (*guardedGateway)(nil)
-
-func newGuardedGateway(a channel.Adapter, timeout time.Duration, bc BreakerConfig, m *telemetry.Metrics, log *slog.Logger) *guardedGateway {
+// Guard returns a as an orderly.Gateway whose calls to the provider are each bounded by
+// timeout (DefaultCallTimeout when 0) and go through a circuit breaker (bc): after
+// bc.Failures transient failures in a row, calls fail at once, for bc.Open, with an error
+// matching orderly.ErrChannelUnavailable, then one trial call goes through. The breaker's
+// state is m.ChannelBreakerState{channel=a.Name()} and its changes are logged on log.
+func Guard(a Adapter, timeout time.Duration, bc BreakerConfig, m *telemetry.Metrics, log *slog.Logger) orderly.Gateway {
 	failures := bc.Failures
 	if failures == 0 {
 		failures = DefaultBreakerFailures
