@@ -104,7 +104,7 @@ func ErrorMessage(err error) string {
 // ErrChannelUnavailable is matched (errors.Is) by the errors of calls to a payment channel
 // that were refused without reaching its provider because the channel is known to be down:
 // its circuit breaker is open, or half-open with its one trial call already under way
-// (package payment, payment/channel.go). Such a call says nothing about the payment, so the
+// (channel.Guard, channel/guard.go). Such a call says nothing about the payment, so the
 // close path never takes it as the provider's answer: an order whose close waits on that
 // channel keeps waiting in inspection, past the inspection hold, until the channel answers
 // (timeout/closer.go).
