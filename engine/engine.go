@@ -201,7 +201,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	}
 	if e.orders, err = order.NewService(order.Config{
 		Store: st, Machine: e.machine, DefaultPaymentTimeout: cfg.PaymentTimeout, GracePeriod: cfg.GracePeriod,
-		Signals: sig, Payments: e.payments, Logger: log, CreateBatch: cfg.CreateBatch, CreateQueue: cfg.CreateQueue,
+		Signals: sig, Payments: e.payments, Logger: log, CreateBatch: cfg.CreateBatch, CreateQueue: cfg.CreateQueue, Metrics: e.metrics,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: order service: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/batchctx"
 	"github.com/orderlyhq/orderly/store"
@@ -52,6 +54,8 @@ type createBatcher struct {
 	run  func(calls []*createCall, careful bool) (refused bool)
 	mu   sync.Mutex
 	skus map[string]*skuQueue
+	// waiting is the creates waiting, all SKUs (orderly_create_queue_waiting).
+	waiting prometheus.Gauge
 }
 
 // skuQueue is the creates of one SKU waiting for a batch.
@@ -91,6 +95,7 @@ func (b *createBatcher) do(ctx context.Context, sku string, p *orderly.CreateOrd
 			"%d orders of sku %s are queued in this instance (limit %d); nothing was changed, retry later", n, sku, b.queue)
 	}
 	q.waiting = append(q.waiting, c)
+	b.waiting.Inc()
 	b.mu.Unlock()
 	select {
 	case <-c.done:
@@ -98,6 +103,7 @@ func (b *createBatcher) do(ctx context.Context, sku string, p *orderly.CreateOrd
 		b.mu.Lock()
 		if i := slices.Index(q.waiting, c); i >= 0 {
 			q.waiting = slices.Delete(q.waiting, i, i+1)
+			b.waiting.Dec()
 			b.mu.Unlock()
 			return nil, false, contextError(ctx)
 		}
@@ -120,6 +126,7 @@ func (b *createBatcher) loop(sku string, q *skuQueue) {
 		n := min(len(q.waiting), b.max)
 		calls := slices.Clone(q.waiting[:n])
 		q.waiting = slices.Delete(q.waiting, 0, n)
+		b.waiting.Sub(float64(n))
 		b.mu.Unlock()
 		// Members freeze their coupons in coupon id order: two batches (of two SKUs) whose
 		// members freeze the same coupons then lock them in the same order and cannot
@@ -131,16 +138,6 @@ func (b *createBatcher) loop(sku string, q *skuQueue) {
 			close(c.done)
 		}
 	}
-}
-
-// waiters returns how many creates of sku wait for a batch (tests).
-func (b *createBatcher) waiters(sku string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if q := b.skus[sku]; q != nil {
-		return len(q.waiting)
-	}
-	return 0
 }
 
 // contextError is the error of a create whose context ended before it ran: EUNAVAILABLE

@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/store"
+	"github.com/orderlyhq/orderly/telemetry"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -30,6 +33,9 @@ func (s *txCounter) InTx(ctx context.Context, fn func(tx store.Tx) error) error 
 	}
 	return s.Store.InTx(ctx, fn)
 }
+
+// queued is orderly_create_queue_waiting of m: the creates waiting for a batch.
+func queued(m *telemetry.Metrics) int { return int(testutil.ToFloat64(m.CreateQueueWaiting)) }
 
 // waitFor waits until cond holds (polling), failing the test after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -75,7 +81,8 @@ func TestCreateBatch(t *testing.T) {
 			ctx := context.Background()
 			e := enginetest.New(t, enginetest.Options{Dialect: dialect})
 			st := &txCounter{Store: e.Store}
-			svc, err := order.NewService(order.Config{Store: st})
+			m := telemetry.NewMetrics()
+			svc, err := order.NewService(order.Config{Store: st, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +95,7 @@ func TestCreateBatch(t *testing.T) {
 					State: orderly.CouponAvailable, CreatedAt: enginetest.Start})
 			})
 
-			st.hold = func() { waitFor(t, "39 creates queued", func() bool { return svc.CreateWaiters("hot") == buyers-1 }) }
+			st.hold = func() { waitFor(t, "39 creates queued", func() bool { return queued(m) == buyers-1 }) }
 			ps := make([]*orderly.CreateOrderParams, buyers)
 			for i := range ps {
 				ps[i] = params("hot", 1)
@@ -186,13 +193,14 @@ func TestCreateBatch(t *testing.T) {
 // CreateQueue (4) creates of it wait; the next is refused at once with EUNAVAILABLE (503
 // with Retry-After over HTTP) and nothing is written for it. A waiting create whose deadline
 // passes leaves the queue with EUNAVAILABLE and is never created. When the batch goes on,
-// the four waiting creates are created.
+// the four waiting creates are created. orderly_create_queue_waiting counts the waiting ones.
 func TestCreateQueueSheds(t *testing.T) {
 	t.Parallel()
 	e := enginetest.New(t, enginetest.Options{})
 	unblock := make(chan struct{})
 	st := &txCounter{Store: e.Store, hold: func() { <-unblock }}
-	svc, err := order.NewService(order.Config{Store: st, CreateQueue: 4})
+	m := telemetry.NewMetrics()
+	svc, err := order.NewService(order.Config{Store: st, CreateQueue: 4, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +215,7 @@ func TestCreateQueueSheds(t *testing.T) {
 	for i := 1; i < 5; i++ {
 		create(i)
 	}
-	waitFor(t, "4 creates queued", func() bool { return svc.CreateWaiters("hot") == 4 })
+	waitFor(t, "4 creates queued", func() bool { return queued(m) == 4 })
 
 	began := time.Now()
 	_, _, err = svc.CreateOrder(context.Background(), params("hot", 1))
@@ -231,6 +239,9 @@ func TestCreateQueueSheds(t *testing.T) {
 			t.Errorf("queued create %d: %v", i, err)
 		}
 	}
+	if n := queued(m); n != 0 {
+		t.Errorf("orderly_create_queue_waiting %d after every create answered, want 0", n)
+	}
 	if s := e.StockOf(t, "hot"); s.Held != 5 || s.Available != 95 {
 		t.Errorf("stock %+v, want 5 held (the shed creates wrote nothing)", s)
 	}
@@ -246,7 +257,8 @@ func TestCreateQueueDeadline(t *testing.T) {
 	e := enginetest.New(t, enginetest.Options{})
 	unblock := make(chan struct{})
 	st := &txCounter{Store: e.Store, hold: func() { <-unblock }}
-	svc, err := order.NewService(order.Config{Store: st})
+	m := telemetry.NewMetrics()
+	svc, err := order.NewService(order.Config{Store: st, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +272,7 @@ func TestCreateQueueDeadline(t *testing.T) {
 	if orderly.ErrorCode(err) != orderly.EUNAVAILABLE || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("queued create past its deadline: %v, want %s (deadline exceeded)", err, orderly.EUNAVAILABLE)
 	}
-	if n := svc.CreateWaiters("hot"); n != 0 {
+	if n := queued(m); n != 0 {
 		t.Errorf("%d creates still queued, want 0", n)
 	}
 	close(unblock)
@@ -290,7 +302,8 @@ func TestCreateTogether(t *testing.T) {
 			e := enginetest.New(t, enginetest.Options{Dialect: dialect})
 			unblock := make(chan struct{})
 			st := &txCounter{Store: e.Store, hold: func() { <-unblock }}
-			svc, err := order.NewService(order.Config{Store: st})
+			m := telemetry.NewMetrics()
+			svc, err := order.NewService(order.Config{Store: st, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -324,7 +337,7 @@ func TestCreateTogether(t *testing.T) {
 				if i == 0 {
 					waitFor(t, "the first transaction", func() bool { return st.calls.Load() == 1 })
 				} else {
-					waitFor(t, fmt.Sprintf("%d creates queued", i), func() bool { return svc.CreateWaiters("mix") == i })
+					waitFor(t, fmt.Sprintf("%d creates queued", i), func() bool { return queued(m) == i })
 				}
 			}
 			close(unblock)

@@ -87,6 +87,8 @@ type Config struct {
 	// (503 with Retry-After over HTTP), so that the client's retry can go to another
 	// instance. DefaultCreateQueue (512).
 	CreateQueue int
+	// Metrics receives orderly_create_queue_waiting; nil → a set of its own.
+	Metrics *telemetry.Metrics
 }
 
 // PaymentCanceller stops an order's payment attempt at the gateway (package payment
@@ -133,7 +135,8 @@ func NewService(cfg Config) (*Service, error) {
 	cfg.CreateBatch = cmp.Or(cfg.CreateBatch, DefaultCreateBatch)
 	cfg.CreateQueue = cmp.Or(cfg.CreateQueue, DefaultCreateQueue)
 	s := &Service{cfg: cfg}
-	s.batch = &createBatcher{max: cfg.CreateBatch, queue: cfg.CreateQueue, run: s.createBatch, skus: map[string]*skuQueue{}}
+	s.batch = &createBatcher{max: cfg.CreateBatch, queue: cfg.CreateQueue, run: s.createBatch, skus: map[string]*skuQueue{},
+		waiting: telemetry.OrDefault(cfg.Metrics).CreateQueueWaiting}
 	return s, nil
 }
 

@@ -107,6 +107,10 @@ type Metrics struct {
 	// amount and items are refundable again) or operator_task (the order was already
 	// refunded, a terminal state: reconciliation reports refund_mismatch, money owed).
 	RefundReversals *prometheus.CounterVec
+	// CreateQueueWaiting is how many creates of one-line orders wait in this instance for
+	// their SKU's batch transaction, all SKUs; a SKU with order.Config.CreateQueue creates
+	// waiting refuses its next ones 503 at once (load shedding).
+	CreateQueueWaiting prometheus.Gauge
 	// HTTPRequests counts the API's answers by method, route (the route pattern, such as
 	// /v1/orders/{id}; "unmatched" for a path no route has) and status code;
 	// HTTPRequestDuration observes them in seconds by method and route.
@@ -225,6 +229,9 @@ func NewMetrics() *Metrics {
 		RefundReversals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_refund_reversals_total", Help: "Refunds a provider failed after confirming them, by channel and outcome.",
 		}, []string{"channel", "outcome"}),
+		CreateQueueWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderly_create_queue_waiting", Help: "Creates waiting in this instance for their SKU's batch transaction.",
+		}),
 		HTTPRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderly_http_requests_total", Help: "HTTP API answers, by method, route pattern and status code.",
 		}, []string{"method", "route", "code"}),
@@ -240,7 +247,7 @@ func NewMetrics() *Metrics {
 		m.DependencyUp, m.SagaAttempts, m.SagasEnded, m.SagasStuck,
 		m.OrderTransitions, m.OutboxPending, m.OutboxDeadNow, m.OutboxOldestPendingAge,
 		m.GatewayLatency, m.GatewayErrors, m.JobDuration, m.JobChanged, m.WebhookDeliveries,
-		m.RefundReversals, m.HTTPRequests, m.HTTPRequestDuration,
+		m.RefundReversals, m.CreateQueueWaiting, m.HTTPRequests, m.HTTPRequestDuration,
 	)
 	return m
 }
