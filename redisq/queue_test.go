@@ -646,7 +646,8 @@ func TestLazy(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
-	q, err := New(t.Context(), Config{URL: "redis://:s3cret@" + dead + "/0", Lazy: true})
+	// No command retries: each failure here would take go-redis's 4 tries (about 2.5 s).
+	q, err := New(t.Context(), Config{URL: "redis://:s3cret@" + dead + "/0?max_retries=-1", Lazy: true})
 	if err != nil {
 		t.Fatalf("New(Lazy) with Redis down: %v", err)
 	}
