@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/apikey"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -31,7 +31,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 // open returns a service over a fresh SQLite file, its path and its clock.
 func open(t *testing.T) (*apikey.Service, string, *clock) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "keys.db")
+	path := sqlitetest.Path(t)
 	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: path})
 	if err != nil {
 		t.Fatal(err)

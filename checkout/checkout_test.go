@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
@@ -80,7 +80,7 @@ func setup(t *testing.T, cfg engine.Config, start bool, stock, balance int64) *b
 }
 
 func sqliteConfig(t *testing.T) engine.Config {
-	return config(t, filepath.Join(t.TempDir(), "orderly.db"))
+	return config(t, sqlitetest.Path(t))
 }
 
 func (b *bundle) params(coupon bool) *orderly.CreateOrderParams {

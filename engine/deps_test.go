@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/timeout"
 )
@@ -31,7 +31,7 @@ func TestServeWithoutRedis(t *testing.T) {
 	dead := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
 	e, err := Open(t.Context(), Config{
-		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "x.db"), CallbackSecret: []byte("s"),
+		Addr: "127.0.0.1:0", DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"),
 		Timer: TimerRedis, Logger: slog.New(slog.DiscardHandler),
 		RedisURL: "redis://" + dead + "/0?max_retries=-1", // each ping fails after one try, not go-redis's 4
 	})

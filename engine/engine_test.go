@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/outbox"
 )
 
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 func config(t *testing.T) engine.Config {
 	t.Helper()
 	return engine.Config{
-		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Gateway: sim.New(),
 	}
 }

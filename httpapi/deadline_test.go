@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/payment"
@@ -53,7 +53,7 @@ func TestLockWaitAnswers503(t *testing.T) {
 	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "orderly.db")
+		path := sqlitetest.Path(t)
 		other := openDB(t, "sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
 		var conn *sql.Conn
 		testLockWait(t, path, &blocker{

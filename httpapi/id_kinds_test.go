@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	orderlyengine "github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/httpapi"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 )
 
 // idEngine is a whole engine (every flow, the wallet, the admin routes) behind the API;
@@ -34,7 +34,7 @@ const idAdminToken = "id-kinds-admin-token"
 func newIDEngine(t *testing.T) *idEngine {
 	t.Helper()
 	e, err := orderlyengine.Open(t.Context(), orderlyengine.Config{
-		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: engineSecret, AdminToken: idAdminToken, Gateway: sim.New(),
+		DatabaseURL: sqlitetest.Path(t), CallbackSecret: engineSecret, AdminToken: idAdminToken, Gateway: sim.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, features.All()...)
 	if err != nil {

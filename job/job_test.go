@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/internal/enginetest"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/job"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func openStore(t *testing.T, clock *enginetest.Clock) *sqlstore.DB {
 	t.Helper()
-	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "j.db"), Now: clock.Now})
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: sqlitetest.Path(t), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,11 @@ package natspub_test
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/natspub"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
@@ -22,7 +22,7 @@ func TestRelayPublishesEachMessageOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, natsURL(t), natspub.Config{MsgIDPrefix: "relaytest-"})
 	ctx := t.Context()
-	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "t.db")})
+	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestTwoDatabasesOneStream(t *testing.T) {
 	ctx := t.Context()
 	h := b.p.Handler()
 	for db := range 2 {
-		s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "t.db")})
+		s, err := sqlstore.Open(ctx, sqlstore.Config{URL: sqlitetest.Path(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/ride"
 	"github.com/orderlyhq/orderly/saga"
@@ -35,7 +35,7 @@ func setup(t *testing.T) *bundle { t.Helper(); return setupURL(t, "") }
 func setupURL(t *testing.T, url string) *bundle {
 	t.Helper()
 	if url == "" {
-		url = filepath.Join(t.TempDir(), "orderly.db")
+		url = sqlitetest.Path(t)
 	}
 	e, err := engine.Open(t.Context(), engine.Config{
 		DatabaseURL: url, CallbackSecret: []byte("s"), Gateway: sim.New(),
@@ -365,7 +365,7 @@ func TestInjectedFaults(t *testing.T) {
 	testenv.Long(t)
 	t.Parallel()
 	e, err := engine.Open(t.Context(), engine.Config{
-		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"), Gateway: sim.New(),
+		DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"), Gateway: sim.New(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Wrap:   engine.Wrap{Participant: (&fault.Saga{FailRate: 0.1, TimeoutAfterApplyRate: 0.3}).Wrap},
 	}, features.All()...)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
@@ -521,7 +521,7 @@ func TestRunUnreachable(t *testing.T) {
 // memory, so the (empty) database lacks the run's SKUs, and verify.Check must say so.
 func TestRunWithStore(t *testing.T) {
 	t.Parallel()
-	db, err := sqlstore.Open(context.Background(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "v.db")})
+	db, err := sqlstore.Open(context.Background(), sqlstore.Config{URL: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +545,7 @@ func TestRunWithStore(t *testing.T) {
 func TestMeasureStoreClock(t *testing.T) {
 	t.Parallel()
 	const ahead = 2500 * time.Millisecond
-	db, err := sqlstore.Open(context.Background(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "c.db"),
+	db, err := sqlstore.Open(context.Background(), sqlstore.Config{URL: sqlitetest.Path(t),
 		Now: func() time.Time { return time.Now().Add(ahead) }})
 	if err != nil {
 		t.Fatal(err)

@@ -2,13 +2,13 @@ package timeout_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -51,7 +51,7 @@ func TestFlowDefinedInATest(t *testing.T) {
 	)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	setClock := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
-	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "orderly.db"), Now: clock})
+	db, err := sqlstore.Open(ctx, sqlstore.Config{URL: sqlitetest.Path(t), Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

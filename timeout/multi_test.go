@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
@@ -22,7 +22,7 @@ import (
 // openDialect opens a fresh store of a dialect on the database's real clock.
 func openDialect(t *testing.T, dialect string) *sqlstore.DB {
 	t.Helper()
-	url := filepath.Join(t.TempDir(), "orderly.db")
+	url := sqlitetest.Path(t)
 	if dialect != "sqlite" {
 		url = testdb.Fresh(t, testdb.URL(t, dialect))
 	}

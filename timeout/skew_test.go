@@ -2,12 +2,12 @@ package timeout_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/redisq"
@@ -100,7 +100,7 @@ func TestClockSkew(t *testing.T) {
 			// noise of -race on a machine running 8 test suites (up to ~2 s seen).
 			const maxSleep, maxLateness = 30 * time.Second, 5 * time.Second
 			ctx := context.Background()
-			s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "o.db")})
+			s, err := sqlstore.Open(ctx, sqlstore.Config{URL: sqlitetest.Path(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestRedisDataLoss(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	redisURL := testdb.URL(t, "redis")
-	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: filepath.Join(t.TempDir(), "o.db")})
+	s, err := sqlstore.Open(ctx, sqlstore.Config{URL: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

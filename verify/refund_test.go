@@ -3,12 +3,12 @@ package verify_test
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/verify"
 )
@@ -151,7 +151,7 @@ func stockOf(db store.Store, sku string) (s *orderly.Stock, err error) {
 func TestCheckRestockedBeyondRefunded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "v.db")
+	path := sqlitetest.Path(t)
 	db := setupAt(t, path)
 	inTx(t, db, func(tx store.Tx) {
 		for _, id := range []string{"r-1", "r-2"} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/verify"
@@ -30,7 +30,7 @@ var initialStock = map[string]int64{"SKU-A": 100, "SKU-B": 50}
 // produces, consistent in every respect.
 func setup(t *testing.T) *sqlstore.DB {
 	t.Helper()
-	return setupAt(t, filepath.Join(t.TempDir(), "v.db"))
+	return setupAt(t, sqlitetest.Path(t))
 }
 
 // setupAt is setup with the SQLite file at path (for tests that break a figure with SQL).

@@ -3,7 +3,6 @@ package wallet_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -45,7 +45,7 @@ func setup(t *testing.T, url string) *bundle {
 			mu  sync.Mutex
 			now = t0
 		)
-		cfg.URL = filepath.Join(t.TempDir(), "wallet.db")
+		cfg.URL = sqlitetest.Path(t)
 		cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		b.setNow = func(at time.Time) { mu.Lock(); now = at; mu.Unlock() }
 	}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/sim"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/webhook"
@@ -55,7 +55,7 @@ func fairDialects(t *testing.T) []struct {
 		url       func(t *testing.T) string
 		instances int
 	}{
-		{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "orderly.db") }, 1},
+		{"sqlite", func(t *testing.T) string { return sqlitetest.Path(t) }, 1},
 		{"postgres", func(t *testing.T) string { return testdb.Fresh(t, testdb.URL(t, "postgres")) }, 3},
 		{"mysql", func(t *testing.T) string { return testdb.Fresh(t, testdb.URL(t, "mysql")) }, 3},
 	}

@@ -1,12 +1,12 @@
 package sim
 
 import (
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -19,7 +19,7 @@ var dialects = []string{"sqlite", "postgres", "mysql"}
 // openDB migrates a fresh database of dialect as `orderly migrate` does (no sim channel).
 func openDB(t *testing.T, dialect string) *sqlstore.DB {
 	t.Helper()
-	url := filepath.Join(t.TempDir(), "orderly.db")
+	url := sqlitetest.Path(t)
 	if dialect != "sqlite" {
 		url = testdb.Fresh(t, testdb.URL(t, dialect))
 	}

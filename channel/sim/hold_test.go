@@ -3,7 +3,6 @@ package sim_test
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
@@ -50,7 +50,7 @@ func useDatabase(t *testing.T, g *sim.Gateway, db *sqlstore.DB) {
 // openHoldStore opens a fresh SQLite database for the gateway's holds.
 func openHoldStore(t *testing.T) *sqlstore.DB {
 	t.Helper()
-	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "orderly.db")})
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testenv"
 	"github.com/orderlyhq/orderly/store"
 )
@@ -47,7 +47,7 @@ func setup(t *testing.T, edit func(*engine.Config, *stripetest.Server)) *bundle 
 	})
 	adapter := stripe.New(stripe.Config{APIKey: stripetest.APIKey, WebhookSecrets: []string{stripetest.WebhookSecret}, BaseURL: fake.URL})
 	cfg := engine.Config{
-		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		Addr: "127.0.0.1:0", DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"),
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Channels: []channel.Adapter{adapter}, DefaultChannel: "stripe", SweepInterval: 500 * time.Millisecond,
 	}
@@ -537,7 +537,7 @@ func TestRefundNotifications(t *testing.T) {
 	fake := stripetest.NewServer()
 	t.Cleanup(fake.Close)
 	e, err := engine.Open(t.Context(), engine.Config{
-		DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DefaultChannel: "stripe",
 		Channels: []channel.Adapter{stripe.New(stripe.Config{APIKey: stripetest.APIKey, BaseURL: fake.URL})},
 	}, features.All()...)

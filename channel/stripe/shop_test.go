@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/stripe/stripetest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/store"
 )
 
@@ -265,7 +265,7 @@ func TestRestartUsesStoredIntent(t *testing.T) {
 	t.Parallel()
 	fake := stripetest.NewServer()
 	t.Cleanup(fake.Close)
-	dbPath := filepath.Join(t.TempDir(), "orderly.db")
+	dbPath := sqlitetest.Path(t)
 	open := func() *engine.Engine {
 		e, err := engine.Open(t.Context(), engine.Config{Addr: "127.0.0.1:0", DatabaseURL: dbPath, CallbackSecret: []byte("s"),
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DefaultChannel: "stripe", SweepInterval: 500 * time.Millisecond,

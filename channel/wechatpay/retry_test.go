@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 
 	"github.com/orderlyhq/orderly"
@@ -14,6 +13,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 )
 
 // TestRetryClosesPreviousAttempt: WeChat Pay never notifies a failed payment, so when the
@@ -67,7 +67,7 @@ func TestRetryClosesPreviousAttempt(t *testing.T) {
 				t.Fatal(err)
 			}
 			e, err := engine.Open(ctx, engine.Config{
-				DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+				DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"),
 				Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Channels: []channel.Adapter{a}, DefaultChannel: wechatpay.Name,
 			}, features.All()...)

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/orderlyhq/orderly/channel/wechatpay/wechatpaytest"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 )
 
 // shop is a whole engine (as `orderly serve` runs it) with the WeChat Pay channel on the
@@ -54,7 +54,7 @@ func newShop(t *testing.T) *shop {
 		t.Fatal(err)
 	}
 	e, err := engine.Open(ctx, engine.Config{
-		Addr: addr, DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("s"),
+		Addr: addr, DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"),
 		InstanceID: t.Name(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Channels: []channel.Adapter{a}, DefaultChannel: wechatpay.Name,
 	}, features.All()...)

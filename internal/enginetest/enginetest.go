@@ -9,7 +9,6 @@ package enginetest
 import (
 	"cmp"
 	"context"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/groupbuy"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
@@ -118,9 +118,11 @@ func New(t testing.TB, opts Options) *Env {
 	t.Helper()
 	ctx := context.Background()
 	clock := &Clock{now: Start}
-	url := filepath.Join(t.TempDir(), "orderly.db")
+	var url string
 	if opts.Dialect != "" && opts.Dialect != "sqlite" {
 		url = testdb.Fresh(t, testdb.URL(t, opts.Dialect))
+	} else {
+		url = sqlitetest.Path(t)
 	}
 	simGW := sim.New()
 	var gateway orderly.Gateway = simGW

@@ -2,11 +2,11 @@ package fault_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/orderlyhq/orderly/internal/fault"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
@@ -17,7 +17,7 @@ import (
 // with the same key), no fault; and rates outside 0 … 1 are refused.
 func TestSaga(t *testing.T) {
 	t.Parallel()
-	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: filepath.Join(t.TempDir(), "f.db")})
+	db, err := sqlstore.Open(t.Context(), sqlstore.Config{URL: sqlitetest.Path(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

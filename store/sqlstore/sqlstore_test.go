@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -29,11 +30,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// openSQLite opens a fresh, migrated SQLite store in t's temporary directory.
+// openSQLite opens a fresh, migrated SQLite store in t's temporary directory (a copy of
+// a migrated template unless cfg names a file).
 func openSQLite(t *testing.T, cfg sqlstore.Config) *sqlstore.DB {
 	t.Helper()
 	if cfg.URL == "" {
-		cfg.URL = filepath.Join(t.TempDir(), "test.db")
+		cfg.URL = sqlitetest.Path(t)
 	}
 	db, err := sqlstore.Open(t.Context(), cfg)
 	if err != nil {
