@@ -169,6 +169,9 @@ type Config struct {
 	OutboxMaxAttempts  int64         // delivery attempts before a message is dead; 10
 	OutboxPollInterval time.Duration // 250 ms
 	OutboxRetention    time.Duration // how long delivered messages are kept; 7 days
+	// OutboxMinBackoff is the delay before a message's first retry (a failed delivery, or a
+	// provider's answer still pending); it doubles per attempt, ±50 % jitter, up to 5 min. 1 s.
+	OutboxMinBackoff time.Duration
 
 	// IdempotencyKeyTTL is how long the answer of a POST sent with an Idempotency-Key is
 	// kept for the same request sent again (package idempotency); 24 h.
@@ -355,7 +358,7 @@ func (c *Config) Validate() error {
 		{"SweepInterval", c.SweepInterval}, {"DeepCheckInterval", c.DeepCheckInterval}, {"ReconcileInterval", c.ReconcileInterval},
 		{"ReconcileRefundStuckAfter", c.ReconcileRefundStuckAfter},
 		{"InspectionHold", c.InspectionHold}, {"TimerPoll", c.TimerPoll},
-		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention}, {"IdempotencyKeyTTL", c.IdempotencyKeyTTL}, {"WebhookTimeout", c.WebhookTimeout},
+		{"OutboxPollInterval", c.OutboxPollInterval}, {"OutboxRetention", c.OutboxRetention}, {"OutboxMinBackoff", c.OutboxMinBackoff}, {"IdempotencyKeyTTL", c.IdempotencyKeyTTL}, {"WebhookTimeout", c.WebhookTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"ChannelCallTimeout", c.ChannelCallTimeout}, {"ChannelFloorFor", c.ChannelFloorFor},
 	} {
 		if d.value < 0 {

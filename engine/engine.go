@@ -266,7 +266,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	events = withFanOut(events, e.webhooks.FanOut)
 	if e.relay, err = outbox.NewRelay(outbox.Config{
 		Store: st, Handlers: handlers, Default: events, MaxAttempts: cfg.OutboxMaxAttempts, BatchSize: cfg.OutboxBatchSize,
-		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, Logger: log, Metrics: e.metrics,
+		PollInterval: cfg.OutboxPollInterval, Retention: cfg.OutboxRetention, MinBackoff: cfg.OutboxMinBackoff, Logger: log, Metrics: e.metrics,
 		TracerProvider: cfg.TracerProvider,
 		Lanes:          []outbox.Lane{e.webhooks.Lane(cfg.WebhookConcurrency)},
 	}); err != nil {

@@ -62,8 +62,8 @@ func setup(t *testing.T, edit func(*engine.Config, *stripetest.Server)) *bundle 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections() // first: Close waits 5 s for an unused connection
 		_ = e.Close(context.WithoutCancel(t.Context()))
-		http.DefaultClient.CloseIdleConnections()
 	})
 	fake.SetWebhook(e.URL() + "/v1/channels/stripe/webhook")
 	return &bundle{e: e, fake: fake}

@@ -172,7 +172,8 @@ func (s shop) wantStock(sku string, want stockJSON) {
 // amounts move only when Stripe confirms.
 func TestShopOverHTTP(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	// A refund Stripe still answers pending is asked again soon.
+	b := setup(t, func(cfg *engine.Config, _ *stripetest.Server) { cfg.OutboxMinBackoff = 50 * time.Millisecond })
 	s := shop{t: t, base: b.e.URL()}
 	const sku = "SKU-SHOP"
 	if c := s.call(http.MethodPut, "/v1/inventory/"+sku, map[string]any{"available": 10}, nil); c != http.StatusOK {
@@ -307,7 +308,7 @@ func TestRestartUsesStoredIntent(t *testing.T) {
 	}
 
 	e = open()
-	t.Cleanup(func() { _ = e.Close(context.WithoutCancel(t.Context())); http.DefaultClient.CloseIdleConnections() })
+	t.Cleanup(func() { http.DefaultClient.CloseIdleConnections(); _ = e.Close(context.WithoutCancel(t.Context())) })
 	b.e = e
 	if _, err := e.Orders().CancelOrder(ctx, unpaid.ID, "buyer", ""); err != nil {
 		t.Fatalf("cancel after the restart: %v", err)

@@ -57,15 +57,20 @@ func newShop(t *testing.T) *shop {
 		Addr: addr, DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"),
 		InstanceID: t.Name(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Channels: []channel.Adapter{a}, DefaultChannel: wechatpay.Name,
+		OutboxMinBackoff: 50 * time.Millisecond, // a refund still PROCESSING is asked again soon
 	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Close(context.WithoutCancel(ctx)) })
+	hc := &http.Client{Timeout: 10 * time.Second}
+	t.Cleanup(func() {
+		hc.CloseIdleConnections() // first: Close waits 5 s for a connection that sent nothing
+		_ = e.Close(context.WithoutCancel(ctx))
+	})
 	if err := e.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &shop{t: t, url: e.URL(), wx: wx, http: &http.Client{Timeout: 10 * time.Second}}
+	return &shop{t: t, url: e.URL(), wx: wx, http: hc}
 }
 
 // call makes one JSON request and decodes the answer; it fails the test on a status other

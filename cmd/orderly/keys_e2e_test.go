@@ -16,6 +16,7 @@ import (
 // buyer and merchant (--api-key) runs clean; without it, the server refuses its first
 // request and no order is created.
 func TestSimulateWithKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv, err := engine.Open(ctx, engine.Config{
 		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"), Gateway: sim.New(),

@@ -88,6 +88,7 @@ func TestEndToEnd(t *testing.T) {
 // TestSimulateCommand runs `orderly simulate --json` through the CLI and checks the shape
 // of its output: exactly the documented keys.
 func TestSimulateCommand(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	err := newApp(&stdout, &stderr).Run(context.Background(), []string{
 		"orderly", "simulate", "--orders", "60", "--rate", "100", "--payment-timeout", "1s", "--json",

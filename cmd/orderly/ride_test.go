@@ -15,6 +15,7 @@ import (
 // injected into the server's saga participants: no violation, every trip read at rest, and
 // the money figures add up (what was held was captured or released).
 func TestSimulateRideHailing(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	err := newApp(&stdout, &stderr).Run(context.Background(), []string{
 		"orderly", "simulate", "--flow", "ride_hailing", "--orders", "60", "--rate", "200", "--json",

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -82,7 +83,11 @@ func Serve(t testing.TB, opts ServerOptions) *Server {
 		t.Fatalf("open engine: %v", err)
 	}
 	// Stopped in order: no more requests, no more closes, no more deliveries, then the database.
+	// The clients' idle connections go first: the server's graceful shutdown waits 5 s for
+	// a connection that never sent a request (net/http treats it as about to), and the
+	// default transport keeps one whenever two requests raced for a connection.
 	t.Cleanup(func() {
+		http.DefaultClient.CloseIdleConnections()
 		if err := e.Close(ctx); err != nil {
 			t.Errorf("close engine: %v", err)
 		}
