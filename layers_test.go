@@ -41,7 +41,7 @@ var layers = map[string]int{
 	"simulate": layerTool, "simulate/": layerTool, "verify": layerTool, "bench": layerTool, "bench/": layerTool,
 	"examples/": layerTool,
 	"cmd/":      layerCmd,
-	"internal/": layerTestKit, "mock": layerTestKit, "store/storetest": layerTestKit,
+	"internal/": layerTestKit, "mock": layerTestKit, "store/storetest": layerTestKit, "httpapi/e2e": layerTestKit,
 	"channel/alipay/alipaytest": layerTestKit,
 	"channel/stripe/stripetest": layerTestKit, "channel/wechatpay/wechatpaytest": layerTestKit,
 }
