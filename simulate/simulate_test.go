@@ -20,7 +20,10 @@ import (
 	"github.com/orderlyhq/orderly/store/sqlstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.Parallel(8) // the runs wait on payment deadlines and fake servers
+	goleak.VerifyTestMain(m)
+}
 
 var testSecret = []byte("simulate-test-secret")
 

@@ -2,7 +2,9 @@
 package testenv
 
 import (
+	"flag"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -16,5 +18,18 @@ func Long(t testing.TB) {
 	t.Helper()
 	if os.Getenv(LongVar) != "1" {
 		t.Skipf("a long test: %s=1 runs it (CI does)", LongVar)
+	}
+}
+
+// Parallel sets -test.parallel to n unless the command line set it; TestMain calls it
+// before m.Run. It is for a package whose tests mostly wait (deadlines, fake servers,
+// retries) rather than compute: the default, GOMAXPROCS, runs two of them at a time on a
+// 2-core machine and leaves the processors idle.
+func Parallel(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }
