@@ -54,5 +54,5 @@ func build() ([]byte, error) {
 	if _, err := os.Stat(path + "-wal"); err == nil {
 		return nil, errors.New("the write-ahead log was not checkpointed at close")
 	}
-	return os.ReadFile(path)
+	return os.ReadFile(path) //nolint:gosec // G304: the file this function just created
 }
