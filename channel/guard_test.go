@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/telemetry"
@@ -82,7 +84,7 @@ func TestGuardBreaker(t *testing.T) {
 	if got := f.calls.Load(); got != channel.DefaultBreakerFailures {
 		t.Errorf("calls that reached the provider: %d, want %d", got, channel.DefaultBreakerFailures)
 	}
-	if v := gaugeValue(t, m, "flaky"); v != 2 {
+	if v := testutil.ToFloat64(m.ChannelBreakerState.WithLabelValues("flaky")); v != 2 {
 		t.Errorf("breaker gauge %v, want 2 (open)", v)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -122,26 +124,4 @@ func TestGuardCallTimeout(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Cancel took %s, want about 50ms", d)
 	}
-}
-
-func gaugeValue(t *testing.T, m *telemetry.Metrics, name string) float64 {
-	t.Helper()
-	fams, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != "orderly_channel_breaker_state" {
-			continue
-		}
-		for _, mm := range f.GetMetric() {
-			for _, l := range mm.GetLabel() {
-				if l.GetName() == "channel" && l.GetValue() == name {
-					return mm.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no breaker gauge for %s", name)
-	return 0
 }

@@ -61,6 +61,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *engine.Config) { c.Timer = engine.TimerRedis }, "RedisURL", "engine: Config.Timer redis needs Config.RedisURL", "--Timer redis needs --RedisURL"},
 		{func(c *engine.Config) { c.CloseBatchSize = -1 }, "CloseBatchSize", "engine: Config.CloseBatchSize must not be negative, got -1", ""},
 		{func(c *engine.Config) { c.OutboxMaxAttempts = -2 }, "OutboxMaxAttempts", "engine: Config.OutboxMaxAttempts must not be negative, got -2", ""},
+		{func(c *engine.Config) { c.OutboxMinBackoff = -time.Second }, "OutboxMinBackoff", "engine: Config.OutboxMinBackoff must not be negative, got -1s", ""},
 		{func(c *engine.Config) { c.Events = &outbox.Handler{}; c.NATSURL = "nats://127.0.0.1:1" }, "Events",
 			"engine: Config.Events and Config.NATSURL do not go together: events go to one place", ""},
 	} {
