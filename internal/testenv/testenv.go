@@ -21,13 +21,15 @@ func Long(t testing.TB) {
 	}
 }
 
-// Parallel sets -test.parallel to n unless the command line set it; TestMain calls it
-// before m.Run. It is for a package whose tests mostly wait (deadlines, fake servers,
-// retries) rather than compute: the default, GOMAXPROCS, runs two of them at a time on a
-// 2-core machine and leaves the processors idle.
+// Parallel sets -test.parallel to n unless the command line set it or the binary runs
+// under the race detector; TestMain calls it before m.Run. It is for a package whose tests
+// mostly wait (deadlines, fake servers, retries) rather than compute: the default,
+// GOMAXPROCS, runs two of them at a time on a 2-core machine and leaves the processors
+// idle. Under -race the same tests compute several times longer, and n of them at once
+// would push their requests past the deadlines they measure.
 func Parallel(n int) {
 	flag.Parse()
-	set := false
+	set := raceEnabled
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
 		_ = flag.Set("test.parallel", strconv.Itoa(n))
