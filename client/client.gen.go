@@ -2131,7 +2131,7 @@ type Webhook struct {
 	CreatedAt time.Time `json:"created_at"`
 	Id        string    `json:"id"`
 
-	// Secret only in the answer that creates the subscription
+	// Secret only in the answer that creates the subscription (and in its replays under the same Idempotency-Key while the key is kept)
 	Secret *string `json:"secret,omitempty"`
 
 	// Topics event topics (order.closed, order.paid, refund.succeeded, …), "*" for all or "<prefix>.*"
@@ -2146,7 +2146,7 @@ type WebhookRequest struct {
 	// Secret generated (whsec_…) when absent
 	Secret *string `json:"secret,omitempty"`
 
-	// Topics event topics (order.closed, order.paid, payment.refunded, refund.succeeded, refund.failed, order.refunded and those the flows publish), "*" for all or "<prefix>.*" (e.g. "order.*"); an unknown topic or one listed twice is 422 invalid-input
+	// Topics event topics (order.closed, order.paid, payment.refunded, refund.succeeded, refund.reversed, refund.failed, order.refunded and those the flows publish), "*" for all or "<prefix>.*" (e.g. "order.*"); an unknown topic or one listed twice is 422 invalid-input
 	Topics []string `json:"topics"`
 
 	// Url http:// or https:// with a host name or IP address, a port (if any) from 1 to 65535, no credentials; 422 invalid-input otherwise
