@@ -589,7 +589,7 @@ func (db *DB) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 		if busy := (*gateBusyError)(nil); errors.As(err, &busy) {
 			// Wait for the gate with the transaction closed, then run it again holding it.
 			// Each wait adds a gate, so this ends.
-			if err := gates.wait(ctx, &db.gates, busy.keys, db.lockTimeout); err != nil {
+			if err := gates.wait(ctx, &db.gates, busy.key, db.lockTimeout); err != nil {
 				return db.unavailable(connectionUnavailable(err))
 			}
 			continue

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -25,12 +24,6 @@ import (
 // server's 30 s write timeout). With the gates a stopped process has at most one session
 // per row in the queue, and the row is free again after one idle timeout. They also keep
 // the database's lock queues short under contention: one waiter per instance and row.
-//
-// Every statement that locks a stock row takes the row's gate first: reservations, and the
-// releases, commits, restocks and corrections of close batches, sweeps, payments and
-// refunds, whose sessions a stopped process otherwise left queued on a hot row (one close
-// batch, sweep and payment commit each: `simulate --faults sigstop` on PostgreSQL, the row
-// locked for 5 s in steps of one idle timeout, creates answered 503 after 10 s).
 //
 // A transaction never waits for a gate while it is open: idle in its transaction, the
 // server would end its session after the idle timeout. When a gate is taken, tx.gate
@@ -150,12 +143,10 @@ func (g *rowGates) waiters(key string) int {
 // gateBusyError fails a transaction's attempt that needs a gate another transaction of
 // the process holds: InTx waits for the gate with the transaction closed, then runs it
 // again.
-// keys are every gate of the attempt that was taken, so that the next attempt holds them
-// all from its start rather than finding them one per attempt.
-type gateBusyError struct{ keys []string }
+type gateBusyError struct{ key string }
 
 func (e *gateBusyError) Error() string {
-	return "row gate " + strings.Join(e.keys, ", ") + " is held by another transaction of this process"
+	return "row gate " + e.key + " is held by another transaction of this process"
 }
 
 // heldGates are the gates a call of InTx holds, by key, with their releases; they stay
@@ -170,12 +161,14 @@ func (h heldGates) release() {
 	}
 }
 
-// wait releases the gates and takes them again with more, in key order, waiting for each:
+// wait releases the gates and takes them again with key, in key order, waiting for each:
 // a gate is never waited for while one of a higher key is held.
-func (h heldGates) wait(ctx context.Context, g *rowGates, more []string, timeout time.Duration) error {
-	keys := slices.AppendSeq(more, maps.Keys(h))
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
+func (h heldGates) wait(ctx context.Context, g *rowGates, key string, timeout time.Duration) error {
+	keys := slices.Sorted(maps.Keys(h))
+	if !slices.Contains(keys, key) {
+		keys = append(keys, key)
+		slices.Sort(keys)
+	}
 	h.release()
 	for _, k := range keys {
 		release, err := g.acquire(ctx, k, timeout)
@@ -194,38 +187,17 @@ func (h heldGates) wait(ctx context.Context, g *rowGates, more []string, timeout
 // nothing: its one writer connection already admits one transaction at a time, and no
 // session of it can wait in a lock queue.
 func (t *tx) gate(key string) error {
-	return t.gateAll(key)
-}
-
-// gateAll is gate for several keys: it takes every free one, and when some are taken, its
-// gateBusyError names them all.
-func (t *tx) gateAll(keys ...string) error {
 	if t.gates == nil || t.db.d == sqliteDialect { // Read: no row locks to take
 		return nil
 	}
-	var busy []string
-	for _, key := range keys {
-		if _, ok := t.gates[key]; ok {
-			continue
-		}
-		if release, ok := t.db.gates.tryAcquire(key); ok {
-			t.gates[key] = release
-		} else {
-			busy = append(busy, key)
-		}
+	if _, ok := t.gates[key]; ok {
+		return nil
 	}
-	if busy != nil {
-		t.busy = &gateBusyError{keys: busy}
+	release, ok := t.db.gates.tryAcquire(key)
+	if !ok {
+		t.busy = &gateBusyError{key: key}
 		return t.busy
 	}
+	t.gates[key] = release
 	return nil
-}
-
-// stockGates returns the gate keys of the stock rows of skus.
-func stockGates(skus []string) []string {
-	keys := make([]string, len(skus))
-	for i, sku := range skus {
-		keys[i] = "stock " + sku
-	}
-	return keys
 }

@@ -159,11 +159,6 @@ func (t *tx) OrderAddRefunded(ctx context.Context, p *store.OrderAddRefundedPara
 // reservation's guard refuses, so that false always means nothing changed.
 func (t *tx) ReservationRefund(ctx context.Context, p *store.ReservationRefundParams) (bool, error) {
 	what := "refund reservation " + p.OrderID + "/" + p.SKU
-	if p.Restock != 0 {
-		if err := t.gate("stock " + p.SKU); err != nil {
-			return false, err
-		}
-	}
 	reservation := func() (bool, error) {
 		n, err := t.exec(ctx, what, qReservationRefund, p.Refunded, p.Restock, p.OrderID, p.SKU,
 			p.Refunded, p.Refunded, p.Restock, p.Restock, p.Refunded)

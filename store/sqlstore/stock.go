@@ -59,9 +59,6 @@ var (
 
 // StockSet implements store.Tx.
 func (t *tx) StockSet(ctx context.Context, sku string, available int64) (*orderly.Stock, error) {
-	if err := t.gate("stock " + sku); err != nil {
-		return nil, err
-	}
 	if _, err := t.exec(ctx, "stock "+sku, qStockUpsert, sku, available); err != nil {
 		return nil, err
 	}
@@ -178,9 +175,6 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 		skus = append(skus, sku)
 	}
 	slices.Sort(skus)
-	if err := t.gateAll(stockGates(skus)...); err != nil {
-		return nil, err
-	}
 	if len(skus) == 1 {
 		sku := skus[0]
 		n, err := t.exec(ctx, "stock "+sku, stockUpdate, perSKU[sku], perSKU[sku], sku)
