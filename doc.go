@@ -4,7 +4,7 @@
 // error codes, and the service interfaces that adapters (HTTP, CLI, simulation) call.
 //
 // The package uses only the standard library and imports no adapter. Storage lives in
-// package store (one implementation per SQL dialect), the close path in package timeout,
+// package store (one implementation per SQL dialect), the close path in package closer,
 // the transactional outbox relay in package outbox, payments in package payment and the
 // HTTP API in package httpapi. See docs/getting-started.md ("What they check") for the invariants I1–I8 that
 // every part keeps.

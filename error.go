@@ -107,7 +107,7 @@ func ErrorMessage(err error) string {
 // (channel.Guard, channel/guard.go). Such a call says nothing about the payment, so the
 // close path never takes it as the provider's answer: an order whose close waits on that
 // channel keeps waiting in inspection, past the inspection hold, until the channel answers
-// (timeout/closer.go).
+// (closer/closer.go).
 var ErrChannelUnavailable = errors.New("payment channel unavailable")
 
 // ChannelUnavailableError is the error of one call refused because its channel is

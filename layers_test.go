@@ -30,7 +30,7 @@ const (
 var layers = map[string]int{
 	"": layerDomain, "internal/redact": layerDomain, "internal/batchctx": layerDomain,
 	"store": layerStore, "store/sqlstore": layerStore, "telemetry": layerStore,
-	"barrier": layerCore, "wakeup": layerCore, "job": layerCore, "outbox": layerCore, "saga": layerCore, "timeout": layerCore,
+	"barrier": layerCore, "wakeup": layerCore, "job": layerCore, "outbox": layerCore, "saga": layerCore, "closer": layerCore,
 	"order": layerApp, "payment": layerApp, "wallet": layerApp, "reconcile": layerApp, "admin": layerApp,
 	"apikey": layerApp, "idempotency": layerApp, "webhook": layerApp, "feature": layerApp, // the seam every feature builds on
 	"groupbuy": layerFeature, "ride": layerFeature, "checkout": layerFeature,

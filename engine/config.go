@@ -15,6 +15,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/idempotency"
 	"github.com/orderlyhq/orderly/order"
@@ -23,7 +24,6 @@ import (
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/webhook"
 )
 
@@ -195,9 +195,9 @@ type Config struct {
 	// name, registered by a flow's own package; a name registered twice is refused.
 	Effects map[string]order.Effect
 	// Timed are the other kinds of timed entities (group deadlines, holds) the closer's
-	// timer, sweep and deep check drive besides orders (timeout.Timed). Open always adds
+	// timer, sweep and deep check drive besides orders (closer.Timed). Open always adds
 	// the wallet hold expiries (wallet.Expiries), the sagas and the features' kinds.
-	Timed []timeout.Timed
+	Timed []closer.Timed
 	// Sagas are the saga definitions the engine's orchestrator runs (Engine.Sagas): their
 	// step deadlines and retries are timed on the closer's one timer, and GET
 	// /v1/sagas/{id} and the admin re-drive serve their instances. docs/concepts/sagas.md.

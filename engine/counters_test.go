@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // TestOrderCountersOverHTTP: every create and every close counts once in
@@ -57,7 +57,7 @@ func TestOrderCountersOverHTTP(t *testing.T) {
 			// Past every deadline: the sweep closes the two open orders and the open trip.
 			e.Clock.Advance(8 * 24 * time.Hour)
 			for {
-				res, err := e.Closer.CloseDue(t.Context(), timeout.TriggerSweep)
+				res, err := e.Closer.CloseDue(t.Context(), closer.TriggerSweep)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/closer"
 )
 
 // Checks of an optional dependency (the Redis delay queue of --timer redis): how often it
@@ -78,11 +78,11 @@ var errQueueDown = errors.New("the redis delay queue is down (skipped until it a
 // created (the client's dial retries cost each create about half a second): the database
 // timer closes those orders meanwhile, and the deep check puts them back in the queue.
 type optionalQueue struct {
-	timeout.DelayQueue
+	closer.DelayQueue
 	dep *dependency
 }
 
-func (q optionalQueue) Add(ctx context.Context, items []timeout.DelayItem) error {
+func (q optionalQueue) Add(ctx context.Context, items []closer.DelayItem) error {
 	if !q.dep.up.Load() {
 		return errQueueDown
 	}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // TestServeWithoutRedis checks that an instance with the Redis timer starts while Redis is
@@ -90,13 +90,13 @@ func TestServeWithoutRedis(t *testing.T) {
 	}
 }
 
-// countingQueue is a timeout.DelayQueue that counts Adds.
+// countingQueue is a closer.DelayQueue that counts Adds.
 type countingQueue struct {
-	timeout.DelayQueue
+	closer.DelayQueue
 	adds int
 }
 
-func (q *countingQueue) Add(context.Context, []timeout.DelayItem) error { q.adds++; return nil }
+func (q *countingQueue) Add(context.Context, []closer.DelayItem) error { q.adds++; return nil }
 
 // TestOptionalQueueSkipsWhileDown checks that, while the dependency check says Redis is
 // down, an order's Add to the delay queue fails at once without reaching Redis (whose
@@ -106,7 +106,7 @@ func TestOptionalQueueSkipsWhileDown(t *testing.T) {
 	inner := &countingQueue{}
 	dep := &dependency{}
 	q := optionalQueue{DelayQueue: inner, dep: dep}
-	items := []timeout.DelayItem{{OrderID: "o1", CloseAt: time.Now()}}
+	items := []closer.DelayItem{{OrderID: "o1", CloseAt: time.Now()}}
 	if err := q.Add(t.Context(), items); !errors.Is(err, errQueueDown) || inner.adds != 0 {
 		t.Fatalf("Add while down: %v, %d adds reached Redis; want errQueueDown and none", err, inner.adds)
 	}

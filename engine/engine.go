@@ -23,6 +23,7 @@ import (
 	"github.com/orderlyhq/orderly/admin"
 	"github.com/orderlyhq/orderly/apikey"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/feature"
 	"github.com/orderlyhq/orderly/httpapi"
 	"github.com/orderlyhq/orderly/idempotency"
@@ -37,7 +38,6 @@ import (
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/wakeup"
 	"github.com/orderlyhq/orderly/wallet"
 	"github.com/orderlyhq/orderly/webhook"
@@ -60,7 +60,7 @@ type Engine struct {
 	orders   *order.Service
 	payments *payment.Service
 	router   *channel.Router // nil without Config.ChannelRoutes
-	closer   *timeout.Closer
+	closer   *closer.Closer
 	sagas    *saga.Orchestrator
 	relay    *outbox.Relay
 	jobs     []*job.Runner
@@ -273,7 +273,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		return nil, fmt.Errorf("engine: outbox relay: %w", err)
 	}
 
-	tcfg := timeout.Config{
+	tcfg := closer.Config{
 		Store: st, Machine: e.machine, Timed: timed, Inspector: e.payments, BatchSize: cfg.CloseBatchSize, InspectionHold: cfg.InspectionHold,
 		Signals: sig, Logger: log, Metrics: e.metrics, MaxSleep: cmp.Or(cfg.TimerPoll, DefaultTimerPoll),
 		TracerProvider: cfg.TracerProvider,
@@ -305,17 +305,17 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		// Other instances' earlier deadlines reach this one only through the queue: poll it.
 		tcfg.MaxSleep = cmp.Or(cfg.TimerPoll, DefaultPolledTimerPoll)
 	}
-	if e.closer, err = timeout.NewCloser(tcfg); err != nil {
+	if e.closer, err = closer.New(tcfg); err != nil {
 		return nil, fmt.Errorf("engine: closer: %w", err)
 	}
 	sig.Connect(e.closer, e.relay) // before any service can commit: Open has not returned
-	closer := e.closer
+	cl := e.closer
 
 	if e.recon, err = reconcile.New(reconcile.Config{
 		Store: st, Machine: e.machine, Payments: e.payments, Signals: sig, Registerer: e.metrics.Registry, Logger: log,
 		Checks: append(wallet.ReconcileChecks(), checks...), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
 		CloseDue: func(ctx context.Context) error {
-			_, err := closer.CloseDue(ctx, reconcile.OperatorReconcile)
+			_, err := cl.CloseDue(ctx, reconcile.OperatorReconcile)
 			return err
 		},
 	}); err != nil {
@@ -642,7 +642,7 @@ func (e *Engine) Wallets() *wallet.Service { return e.wallets }
 func (e *Engine) Store() *sqlstore.DB { return e.db }
 
 // Closer returns the close path (timer, sweep and deep check bodies).
-func (e *Engine) Closer() *timeout.Closer { return e.closer }
+func (e *Engine) Closer() *closer.Closer { return e.closer }
 
 // Sagas returns the saga orchestrator (Run, Begin, Get, Redrive) of Config.Sagas.
 func (e *Engine) Sagas() *saga.Orchestrator { return e.sagas }

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/telemetry"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // TestMetricsMoveOnRealActions drives one engine through a close, a payment and a relay pass and checks that each new metric moved by the right amount: close lateness by
@@ -28,10 +28,10 @@ func TestMetricsMoveOnRealActions(t *testing.T) {
 	// A close by the sweep, 3 s late.
 	late := e.CreateOrder(t, enginetest.CreateOrderOpts{Quantity: 1, UnitPrice: 100, TimeoutSeconds: 60})
 	e.Clock.Set(late.CloseAt.Add(3 * time.Second))
-	if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := e.Closer.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
-	if count, sum := histogram(t, m, "orderly_close_lateness_seconds", timeout.TriggerSweep); count != 1 || sum != 3 {
+	if count, sum := histogram(t, m, "orderly_close_lateness_seconds", closer.TriggerSweep); count != 1 || sum != 3 {
 		t.Errorf("close lateness{trigger=sweep}: %d observations summing to %v s, want 1 of 3 s", count, sum)
 	}
 	if got := testutil.ToFloat64(m.OrderTransitions.WithLabelValues("standard", string(orderly.StatePendingPayment), string(orderly.StateClosed))); got != 1 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/payment"
@@ -14,7 +15,6 @@ import (
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/telemetry"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/wallet"
 )
 
@@ -57,7 +57,7 @@ type Parts struct {
 	// Orders, when set, wraps the order service the HTTP API serves (a payment method of
 	// POST /v1/orders the feature handles).
 	Orders    func(orderly.OrderService) orderly.OrderService
-	Timed     []timeout.Timed           // more timed kinds of the closer
+	Timed     []closer.Timed            // more timed kinds of the closer
 	Handlers  map[string]outbox.Handler // outbox handlers by topic
 	Sagas     []saga.Definition         // defined on Core.Sagas
 	Reconcile []reconcile.Check         // more reconciliation checks

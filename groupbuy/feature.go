@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/feature"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // Feature returns the group-buy feature: Flow, its effects, the group service behind
@@ -21,6 +21,6 @@ func Feature() feature.Feature {
 			if err != nil {
 				return nil, fmt.Errorf("group deadlines: %w", err)
 			}
-			return &feature.Parts{Service: svc, Timed: []timeout.Timed{deadlines}}, nil
+			return &feature.Parts{Service: svc, Timed: []closer.Timed{deadlines}}, nil
 		}}
 }

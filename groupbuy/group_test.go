@@ -13,10 +13,10 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -107,9 +107,9 @@ func group(t *testing.T, e *enginetest.Env, id string) *orderly.Group {
 }
 
 // closeDue runs one claim-and-close pass as the sweep.
-func closeDue(t *testing.T, e *enginetest.Env) timeout.PassResult {
+func closeDue(t *testing.T, e *enginetest.Env) closer.PassResult {
 	t.Helper()
-	res, err := e.Closer.CloseDue(context.Background(), timeout.TriggerSweep)
+	res, err := e.Closer.CloseDue(context.Background(), closer.TriggerSweep)
 	if err != nil {
 		t.Fatalf("close due: %v", err)
 	}
@@ -591,7 +591,7 @@ func TestPaymentsRaceFailure(t *testing.T) {
 			}
 			wg.Go(func() {
 				<-barrier
-				_, errs[3] = e.Closer.CloseDue(ctx, timeout.TriggerTimer)
+				_, errs[3] = e.Closer.CloseDue(ctx, closer.TriggerTimer)
 			})
 			close(barrier)
 			wg.Wait()
@@ -733,7 +733,7 @@ func TestGroupFailureLocksMembersFirst(t *testing.T) {
 				})
 			}()
 			<-holding
-			res, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep)
+			res, err := e.Closer.CloseDue(ctx, closer.TriggerSweep)
 			if oerr := <-other; !errors.Is(oerr, errRollback) {
 				t.Errorf("the transaction holding %s: %v, want it to finish (and roll back)", b.ID, oerr)
 			}

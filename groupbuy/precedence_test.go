@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/groupbuy"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -102,12 +102,12 @@ func TestGroupDeadlineOutranksMemberTimeout(t *testing.T) {
 			e.Clock.Set(g.DeadlineAt)
 
 			type result struct {
-				res timeout.PassResult
+				res closer.PassResult
 				err error
 			}
 			failing := make(chan result, 1)
 			go func() {
-				res, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep)
+				res, err := e.Closer.CloseDue(ctx, closer.TriggerSweep)
 				failing <- result{res, err}
 			}()
 			select {
@@ -116,7 +116,7 @@ func TestGroupDeadlineOutranksMemberTimeout(t *testing.T) {
 				t.Fatalf("the failing pass ended without failing the group: %+v, %v", r.res, r.err)
 			}
 			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			res, err := other.Closer().CloseDue(octx, timeout.TriggerTimer)
+			res, err := other.Closer().CloseDue(octx, closer.TriggerTimer)
 			cancel()
 			close(h.release)
 			r := <-failing
@@ -151,7 +151,7 @@ func TestGroupDeadlineOutranksUnderConcurrency(t *testing.T) {
 		)
 		e, d := setupWith(t, enginetest.Options{Dialect: dialect, CloseBatchSize: batch}, members+1, members+1)
 		e.SetStock(t, sku, groups*members)
-		closers := []*timeout.Closer{e.Closer}
+		closers := []*closer.Closer{e.Closer}
 		if dialect != "sqlite" {
 			for i := range 2 {
 				closers = append(closers, instance(t, e, fmt.Sprint("instance-", i+1), batch).Closer())
@@ -175,7 +175,7 @@ func TestGroupDeadlineOutranksUnderConcurrency(t *testing.T) {
 		)
 		for i := range errs {
 			c := closers[i%len(closers)]
-			trigger := []string{timeout.TriggerTimer, timeout.TriggerSweep}[i/len(closers)]
+			trigger := []string{closer.TriggerTimer, closer.TriggerSweep}[i/len(closers)]
 			wg.Go(func() {
 				<-barrier
 				_, errs[i] = c.CloseDue(ctx, trigger)

@@ -3,7 +3,7 @@
 // and pay before the group's deadline. Member orders are ordinary orders of Flow
 // (group_buy), created and moved by package order's Service and Machine; this package owns
 // the deals, groups and members, the flow's own effects (Effects) and the group deadlines
-// (Deadlines, a timeout.Timed driven by the closer).
+// (Deadlines, a closer.Timed driven by the closer).
 //
 // Lock order: every transaction that changes a group locks the group row before any of its
 // member orders (joins, leaves, the pay transition through EffectLockGroup, the failure at

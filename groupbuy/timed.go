@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/telemetry"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
-// Deadlines are the group deadlines as a timed kind of the close path (timeout.Timed): the
+// Deadlines are the group deadlines as a timed kind of the close path (closer.Timed): the
 // closer's timer, sweep and deep check fail the forming groups whose deadline passed on
-// the database clock. Give it to timeout.Config.Timed.
+// the database clock. Give it to closer.Config.Timed.
 type Deadlines struct {
 	machine *order.Machine
 	flow    *orderly.Flow
@@ -24,7 +24,7 @@ type Deadlines struct {
 	logger  *slog.Logger
 }
 
-var _ timeout.Timed = (*Deadlines)(nil)
+var _ closer.Timed = (*Deadlines)(nil)
 
 // NewDeadlines returns the group deadlines of the groups whose member orders machine
 // moves; it returns an error when machine has no group_buy flow.
@@ -36,9 +36,9 @@ func NewDeadlines(machine *order.Machine, metrics *telemetry.Metrics, logger *sl
 	return &Deadlines{machine: machine, flow: flow, metrics: telemetry.OrDefault(metrics), logger: cmp.Or(logger, slog.Default())}, nil
 }
 
-var _ timeout.Outranking = (*Deadlines)(nil)
+var _ closer.Outranking = (*Deadlines)(nil)
 
-// Outranked implements timeout.Outranking: a member whose payment deadline is the group's
+// Outranked implements closer.Outranking: a member whose payment deadline is the group's
 // (it joined late) falls due at the same instant as the group; the group's deadline
 // outranks its own (docs/flows/group-buy.md), so it is left to the group's failure, which
 // closes it group_failed and keeps its seat, instead of closing payment_timeout.
@@ -55,20 +55,20 @@ func (d *Deadlines) Outranked(ctx context.Context, tx store.Tx, due []*store.Due
 	return tx.GroupMembersFailing(ctx, members, now)
 }
 
-// Name implements timeout.Timed.
+// Name implements closer.Timed.
 func (d *Deadlines) Name() string { return "group" }
 
-// NextWakeAt implements timeout.Timed: the earliest deadline of a forming group.
+// NextWakeAt implements closer.Timed: the earliest deadline of a forming group.
 func (d *Deadlines) NextWakeAt(ctx context.Context, tx store.Tx) (time.Time, bool, error) {
 	return tx.GroupNextWakeAt(ctx)
 }
 
-// OverdueCount implements timeout.Timed.
+// OverdueCount implements closer.Timed.
 func (d *Deadlines) OverdueCount(ctx context.Context, tx store.Tx, before time.Time) (int64, error) {
 	return tx.GroupsOverdueCount(ctx, before)
 }
 
-// FireDue implements timeout.Timed: it claims up to limit forming groups past their
+// FireDue implements closer.Timed: it claims up to limit forming groups past their
 // deadline (SKIP LOCKED) and fails them all in tx.
 //
 // Lock order (docs/flows/group-buy.md): the claim holds the group rows; every member order

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // row is the part of an audit row that a test checks.
@@ -86,10 +86,10 @@ func TestAuditTrailOfALatePayment(t *testing.T) {
 	p := start(t, e, o)
 	// The attempt is in flight at close_at: inspection cancels it at the gateway, then the order closes.
 	e.Clock.Set(o.CloseAt)
-	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer); err != nil {
+	if res, err := e.Closer.CloseDue(ctx, closer.TriggerTimer); err != nil {
 		t.Fatalf("close = %+v, %v", res, err)
 	}
-	if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := e.Closer.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
 	e.Drain(t)
@@ -105,7 +105,7 @@ func TestAuditTrailOfALatePayment(t *testing.T) {
 		{"", pending, orderly.EventCreate, "", orderly.PayUnpaid, "buyer", ""},
 		{pending, pending, orderly.EventPaymentStarted, orderly.PayUnpaid, orderly.PayPaying, "buyer", ""},
 		{pending, pending, orderly.EventPaymentFailed, orderly.PayPaying, orderly.PayFailed, "inspection", ""},
-		{pending, closed, orderly.EventTimeout, orderly.PayFailed, orderly.PayFailed, timeout.TriggerTimer, ""},
+		{pending, closed, orderly.EventTimeout, orderly.PayFailed, orderly.PayFailed, closer.TriggerTimer, ""},
 		{closed, closed, orderly.EventPaymentRefunded, orderly.PayFailed, orderly.PayRefunded, "gateway", "payment " + p.ID},
 	})
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // countingGateway counts the refunds and cancels asked of the gateway it wraps, per payment
@@ -359,7 +359,7 @@ func payLate(t *testing.T, e *enginetest.Env, o *orderly.Order, p *orderly.Payme
 		t.Fatal(err)
 	}
 	e.Clock.Set(o.CloseAt)
-	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer); err != nil || res.Closed != 1 {
+	if res, err := e.Closer.CloseDue(ctx, closer.TriggerTimer); err != nil || res.Closed != 1 {
 		t.Fatalf("close = %+v, %v", res, err)
 	}
 	e.Drain(t)

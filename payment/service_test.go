@@ -12,10 +12,10 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -123,7 +123,7 @@ func TestLatePaymentIsRefunded(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Clock.Set(o.CloseAt)
-	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer); err != nil || res.Closed != 1 {
+	if res, err := e.Closer.CloseDue(ctx, closer.TriggerTimer); err != nil || res.Closed != 1 {
 		t.Fatalf("close = %+v, %v", res, err)
 	}
 	e.Drain(t)

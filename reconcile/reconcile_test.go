@@ -15,11 +15,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/reconcile"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -89,7 +89,7 @@ func (f *fixture) closeOrder(t *testing.T, o *orderly.Order) {
 	if f.e.Clock.Now().Before(o.CloseAt) {
 		f.e.Clock.Set(o.CloseAt)
 	}
-	if _, err := f.e.Closer.CloseDue(context.Background(), timeout.TriggerTimer); err != nil {
+	if _, err := f.e.Closer.CloseDue(context.Background(), closer.TriggerTimer); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.e.OrderOf(t, o.ID).State; got != orderly.StateClosed {

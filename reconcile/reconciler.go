@@ -47,7 +47,7 @@ type Config struct {
 	Machine *order.Machine
 	// Payments refunds payments kept by closed orders (required).
 	Payments Refunder
-	// CloseDue runs the closer's claim-and-close pass (timeout.Closer.CloseDue with a
+	// CloseDue runs the closer's claim-and-close pass (closer.Closer.CloseDue with a
 	// trigger); nil leaves overdue orders as findings.
 	CloseDue func(ctx context.Context) error
 	// Signals is told of outbox messages written (the relay); nil drops them.

@@ -1,4 +1,4 @@
-// Package redisq implements timeout.DelayQueue on a Redis sorted set (docs/concepts/deadlines-and-closing.md,
+// Package redisq implements closer.DelayQueue on a Redis sorted set (docs/concepts/deadlines-and-closing.md,
 // "Redis delay queue (optional)").
 //
 // Each open order is one member of the sorted set returned by dueKey: the member is the

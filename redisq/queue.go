@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderlyhq/orderly/timeout"
+	"github.com/orderlyhq/orderly/closer"
 )
 
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
@@ -77,7 +77,7 @@ type Queue struct {
 	closeErr  error
 }
 
-var _ timeout.DelayQueue = (*Queue)(nil)
+var _ closer.DelayQueue = (*Queue)(nil)
 
 // New connects to Redis as cfg says and pings it (not with cfg.Lazy). It returns an error
 // when cfg sets neither or both of URL and Client, when the URL or Prefix is invalid, or
@@ -149,7 +149,7 @@ func (q *Queue) Close() error {
 // present moves to its new CloseAt (the last one when ids repeats in items). CloseAt is
 // stored in unix milliseconds (sub-millisecond parts are dropped). It returns an error for an
 // empty OrderID, before writing anything.
-func (q *Queue) Add(ctx context.Context, items []timeout.DelayItem) error {
+func (q *Queue) Add(ctx context.Context, items []closer.DelayItem) error {
 	if len(items) == 0 {
 		return nil
 	}

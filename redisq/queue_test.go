@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/fault"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // go-redis retries a failed dial in the background once a second until it succeeds or
@@ -109,10 +109,10 @@ func (b *bundle) add(t *testing.T, items map[string]int) {
 	}
 }
 
-func delayItems(items map[string]int) []timeout.DelayItem {
-	out := make([]timeout.DelayItem, 0, len(items))
+func delayItems(items map[string]int) []closer.DelayItem {
+	out := make([]closer.DelayItem, 0, len(items))
 	for _, id := range slices.Sorted(maps.Keys(items)) {
-		out = append(out, timeout.DelayItem{OrderID: id, CloseAt: at(items[id])})
+		out = append(out, closer.DelayItem{OrderID: id, CloseAt: at(items[id])})
 	}
 	return out
 }
@@ -295,8 +295,8 @@ func TestClaimDueSubMillisecond(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// close_at 100.7 ms is stored as 100 ms; it is due at now = 100.2 ms (same millisecond).
-	item := timeout.DelayItem{OrderID: "a", CloseAt: at(100).Add(700 * time.Microsecond)}
-	if err := b.q.Add(t.Context(), []timeout.DelayItem{item}); err != nil {
+	item := closer.DelayItem{OrderID: "a", CloseAt: at(100).Add(700 * time.Microsecond)}
+	if err := b.q.Add(t.Context(), []closer.DelayItem{item}); err != nil {
 		t.Fatalf("Add: %v", err)
 	}
 	if got, err := b.q.ClaimDue(t.Context(), at(99).Add(999*time.Microsecond), 10); err != nil || len(got) != 0 {
@@ -386,20 +386,20 @@ func TestAdd(t *testing.T) {
 	tests := []struct {
 		name    string
 		first   map[string]int
-		then    []timeout.DelayItem
+		then    []closer.DelayItem
 		want    map[string]int
 		wantErr string
 	}{
 		{
 			name:  "re-add moves the score later and earlier",
 			first: map[string]int{"a": 10, "b": 20, "c": 30},
-			then:  []timeout.DelayItem{{OrderID: "a", CloseAt: at(500)}, {OrderID: "c", CloseAt: at(5)}},
+			then:  []closer.DelayItem{{OrderID: "a", CloseAt: at(500)}, {OrderID: "c", CloseAt: at(5)}},
 			want:  map[string]int{"a": 500, "b": 20, "c": 5},
 		},
 		{
 			name:  "repeated id in one call: last wins",
 			first: nil,
-			then:  []timeout.DelayItem{{OrderID: "a", CloseAt: at(1)}, {OrderID: "a", CloseAt: at(2)}},
+			then:  []closer.DelayItem{{OrderID: "a", CloseAt: at(1)}, {OrderID: "a", CloseAt: at(2)}},
 			want:  map[string]int{"a": 2},
 		},
 		{
@@ -417,7 +417,7 @@ func TestAdd(t *testing.T) {
 		{
 			name:    "empty id rejected before writing",
 			first:   map[string]int{"a": 10},
-			then:    []timeout.DelayItem{{OrderID: "b", CloseAt: at(1)}, {OrderID: "", CloseAt: at(2)}},
+			then:    []closer.DelayItem{{OrderID: "b", CloseAt: at(1)}, {OrderID: "", CloseAt: at(2)}},
 			want:    map[string]int{"a": 10},
 			wantErr: "empty OrderID",
 		},
@@ -486,7 +486,7 @@ func TestScoresZeroTime(t *testing.T) {
 	t.Parallel()
 	// A real score of 0 (the unix epoch) must not be confused with a missing member.
 	b := setup(t)
-	if err := b.q.Add(t.Context(), []timeout.DelayItem{{OrderID: "epoch", CloseAt: time.UnixMilli(0)}}); err != nil {
+	if err := b.q.Add(t.Context(), []closer.DelayItem{{OrderID: "epoch", CloseAt: time.UnixMilli(0)}}); err != nil {
 		t.Fatalf("Add: %v", err)
 	}
 	got, err := b.q.Scores(t.Context(), []string{"epoch", "missing"})
@@ -606,7 +606,7 @@ func TestClientOwnership(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if err := q.Add(t.Context(), []timeout.DelayItem{{OrderID: "a", CloseAt: at(1)}}); err != nil {
+	if err := q.Add(t.Context(), []closer.DelayItem{{OrderID: "a", CloseAt: at(1)}}); err != nil {
 		t.Fatalf("Add: %v", err)
 	}
 	for i := range 2 { // Close is idempotent

@@ -28,7 +28,7 @@
 // version is current, so two executions of a step never overlap through the orchestrator,
 // and a runner that crashed leaves a step that becomes due again when its lease ends: the
 // closer's one timer, sweep and deep check claim due instances (FOR UPDATE SKIP LOCKED)
-// through Orchestrator.Timed, which implements timeout.Timed, and the orchestrator's
+// through Orchestrator.Timed, which implements closer.Timed, and the orchestrator's
 // workers run them. Retry times are wake_at values on the same timer: there is no other.
 // The transaction that records a success also claims the next step, so a saga whose
 // participants answer at once runs without waiting for the timer.

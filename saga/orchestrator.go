@@ -62,7 +62,7 @@ type Config struct {
 }
 
 // Orchestrator runs the sagas of its definitions. Run and Begin start instances; Timed
-// (timeout.Timed) hands the due ones to its workers; Redrive resumes a stuck one.
+// (closer.Timed) hands the due ones to its workers; Redrive resumes a stuck one.
 type Orchestrator struct {
 	cfg  Config
 	defs map[string]*Definition

@@ -21,12 +21,12 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/barrier"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/wakeup"
 )
 
@@ -37,7 +37,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type env struct {
 	store   *sqlstore.DB
 	orch    *saga.Orchestrator
-	closer  *timeout.Closer
+	closer  *closer.Closer
 	metrics *telemetry.Metrics
 	signals wakeup.Hub // to closer
 }
@@ -65,7 +65,7 @@ func start(t *testing.T, db *sqlstore.DB, defs ...saga.Definition) (e *env, stop
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.closer, err = timeout.NewCloser(timeout.Config{Store: db, Timed: []timeout.Timed{e.orch.Timed()}, MaxSleep: 100 * time.Millisecond, Metrics: e.metrics})
+	e.closer, err = closer.New(closer.Config{Store: db, Timed: []closer.Timed{e.orch.Timed()}, MaxSleep: 100 * time.Millisecond, Metrics: e.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,24 +4,24 @@ import (
 	"context"
 	"time"
 
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // Timed returns the sagas as a timed kind of the close path (give it to
-// timeout.Config.Timed): the closer's one timer, sweep and deep check claim the instances
+// closer.Config.Timed): the closer's one timer, sweep and deep check claim the instances
 // whose wake_at passed on the database clock — a retry time, a re-drive, or the lease of
 // an attempt whose runner died — and this orchestrator's workers run them.
-func (o *Orchestrator) Timed() timeout.Timed { return timed{o} }
+func (o *Orchestrator) Timed() closer.Timed { return timed{o} }
 
 type timed struct{ o *Orchestrator }
 
-var _ timeout.Timed = timed{}
+var _ closer.Timed = timed{}
 
-// Name implements timeout.Timed.
+// Name implements closer.Timed.
 func (timed) Name() string { return "saga" }
 
-// NextWakeAt implements timeout.Timed: the earliest wake_at of a running or compensating
+// NextWakeAt implements closer.Timed: the earliest wake_at of a running or compensating
 // saga; none while the workers are not started (nothing would run them).
 func (t timed) NextWakeAt(ctx context.Context, tx store.Tx) (time.Time, bool, error) {
 	if t.o.room() == 0 {
@@ -30,12 +30,12 @@ func (t timed) NextWakeAt(ctx context.Context, tx store.Tx) (time.Time, bool, er
 	return tx.SagaNextWakeAt(ctx)
 }
 
-// OverdueCount implements timeout.Timed.
+// OverdueCount implements closer.Timed.
 func (timed) OverdueCount(ctx context.Context, tx store.Tx, before time.Time) (int64, error) {
 	return tx.SagasOverdueCount(ctx, before)
 }
 
-// FireDue implements timeout.Timed: it claims up to limit due sagas (no more than the
+// FireDue implements closer.Timed: it claims up to limit due sagas (no more than the
 // workers' free queue room), starts a new attempt of each in tx (an attempt whose lease
 // ended is logged as lost and counts as a transient failure) and queues the claimed ones
 // for the workers, which wait for tx to end before they run them.

@@ -53,7 +53,7 @@ type Metrics struct {
 	ChannelOutOfRotation *prometheus.CounterVec
 	// ClosesDeferred counts closes deferred by channel: an order past its inspection hold
 	// whose payment channel was unavailable (circuit breaker open) was kept open and will be
-	// inspected again, never closed blindly (timeout/closer.go).
+	// inspected again, never closed blindly (closer/closer.go).
 	ClosesDeferred *prometheus.CounterVec
 	// ChannelBreakerState is each channel's circuit breaker: 0 closed, 1 half-open, 2 open
 	// (calls to the provider refused at once; closes of its orders wait in inspection).

@@ -11,7 +11,7 @@ import (
 	"github.com/orderlyhq/orderly"
 )
 
-// Timer is what the hub wakes for deadlines (timeout.Closer).
+// Timer is what the hub wakes for deadlines (closer.Closer).
 type Timer interface {
 	// Created is told of an order committed with its close_at.
 	Created(ctx context.Context, id string, closeAt time.Time)

@@ -10,11 +10,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/verify"
 	"github.com/orderlyhq/orderly/wallet"
 )
@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type bundle struct {
 	db      *sqlstore.DB
 	svc     *wallet.Service
-	closer  *timeout.Closer
+	closer  *closer.Closer
 	setNow  func(time.Time)
 	expired int // holds the closer expired, summed over expireDue calls
 }
@@ -58,7 +58,7 @@ func setup(t *testing.T, url string) *bundle {
 	if b.svc, err = wallet.NewService(wallet.Config{Store: db}); err != nil {
 		t.Fatal(err)
 	}
-	if b.closer, err = timeout.NewCloser(timeout.Config{Store: db, Timed: []timeout.Timed{wallet.NewExpiries(nil)}}); err != nil {
+	if b.closer, err = closer.New(closer.Config{Store: db, Timed: []closer.Timed{wallet.NewExpiries(nil)}}); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -84,7 +84,7 @@ func eachDialect(t *testing.T, fn func(t *testing.T, b *bundle)) {
 // expired.
 func (b *bundle) expireDue(t *testing.T) int {
 	t.Helper()
-	res, err := b.closer.CloseDue(t.Context(), timeout.TriggerSweep)
+	res, err := b.closer.CloseDue(t.Context(), closer.TriggerSweep)
 	if err != nil {
 		t.Fatalf("closer pass: %v", err)
 	}

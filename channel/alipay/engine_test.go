@@ -10,8 +10,8 @@ import (
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/alipay"
 	"github.com/orderlyhq/orderly/channel/alipay/alipaytest"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // These tests run the adapter inside a real engine (SQLite): the adapter is the payment
@@ -147,7 +147,7 @@ func TestEngineInspection(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Clock.Set(pending.CloseAt)
-	res, err := e.Closer.CloseDue(context.Background(), timeout.TriggerTimer)
+	res, err := e.Closer.CloseDue(context.Background(), closer.TriggerTimer)
 	if err != nil || res.Inspected != 2 || res.Closed != 1 {
 		t.Fatalf("CloseDue = %+v, %v; want 2 inspected, 1 closed", res, err)
 	}

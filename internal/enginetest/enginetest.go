@@ -17,6 +17,7 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
 	"github.com/orderlyhq/orderly/channel/sim"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/groupbuy"
@@ -28,7 +29,6 @@ import (
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
 	"github.com/orderlyhq/orderly/telemetry"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // Clock is a settable clock that stands in for the database's.
@@ -67,7 +67,7 @@ type Env struct {
 	Orders   *order.Service
 	Payments *payment.Service
 	Groups   *groupbuy.Service
-	Closer   *timeout.Closer
+	Closer   *closer.Closer
 	Relay    *outbox.Relay
 	Metrics  *telemetry.Metrics // the engine's
 }

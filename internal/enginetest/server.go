@@ -12,6 +12,7 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel/sim"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/engine"
 	"github.com/orderlyhq/orderly/features"
 	"github.com/orderlyhq/orderly/groupbuy"
@@ -20,7 +21,6 @@ import (
 	"github.com/orderlyhq/orderly/saga"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // ServerOptions configures Serve. The Wrap fields are the seams through which a test
@@ -60,7 +60,7 @@ type Server struct {
 	Orders   *order.Service
 	Payments *payment.Service
 	Groups   *groupbuy.Service
-	Closer   *timeout.Closer
+	Closer   *closer.Closer
 }
 
 // Serve starts a Server.

@@ -1,9 +1,9 @@
-// Package timeout closes orders whose payment deadline passed, with double insurance
+// Package closer closes orders whose payment deadline passed, with double insurance
 // (docs/concepts/deadlines-and-closing.md): a precise timer that sleeps until the earliest wake_at among open
 // orders, an independent periodic sweep, and a deep check that counts and closes orders
 // the other two missed. All three run the same claim-and-close operation, whose guarded
 // update evaluates "due" with the database clock, so no trigger can close early (I1).
-package timeout
+package closer
 
 import (
 	"cmp"
@@ -183,14 +183,14 @@ type Closer struct {
 	wg     sync.WaitGroup
 }
 
-// NewCloser returns a Closer; it returns an error when cfg has no Store or a negative value.
-func NewCloser(cfg Config) (*Closer, error) {
+// New returns a Closer; it returns an error when cfg has no Store or a negative value.
+func New(cfg Config) (*Closer, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("timeout: Config.Store is required")
+		return nil, errors.New("closer: Config.Store is required")
 	}
 	if cfg.BatchSize < 0 || cfg.MaxSleep < 0 || cfg.ClockCheckInterval < 0 || cfg.DeepCheckTolerance < 0 ||
 		cfg.InspectionBackoff < 0 || cfg.InspectionBackoffMax < 0 || cfg.InspectionHold < 0 || cfg.InspectionTimeout < 0 || cfg.PassTimeout < 0 {
-		return nil, errors.New("timeout: Config values must not be negative")
+		return nil, errors.New("closer: Config values must not be negative")
 	}
 	if cfg.Machine == nil {
 		cfg.Machine = order.DefaultMachine()

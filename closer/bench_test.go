@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // BenchmarkBurstClose measures the burst figure of BENCHMARKS.md: orders due at the same instant,
@@ -55,7 +55,7 @@ func BenchmarkBurstClose(b *testing.B) {
 			// per id. Measure the steady state.
 			analyze(b, url)
 		}
-		closer, err := timeout.NewCloser(timeout.Config{Store: s})
+		cl, err := closer.New(closer.Config{Store: s})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func BenchmarkBurstClose(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		res, err := closer.CloseDue(ctx, timeout.TriggerTimer)
+		res, err := cl.CloseDue(ctx, closer.TriggerTimer)
 		if err != nil || res.Closed != n {
 			b.Fatalf("closed %d of %d: %v", res.Closed, n, err)
 		}

@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // countingTimed is a kind of timed entity with at most one deadline, which counts the
@@ -75,16 +75,16 @@ func TestTimerSkipsIdleTimedKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	kind := &countingTimed{}
-	closer, err := timeout.NewCloser(timeout.Config{Store: s, Timed: []timeout.Timed{kind}, BatchSize: 2, MaxSleep: 50 * time.Millisecond})
+	cl, err := closer.New(closer.Config{Store: s, Timed: []closer.Timed{kind}, BatchSize: 2, MaxSleep: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Orders due in a few passes: 10 orders, 2 per batch, closing from 200 ms on.
 	ids := seed(t, s, 10, now.Add(200*time.Millisecond))
-	if err := closer.Start(ctx); err != nil {
+	if err := cl.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer closer.Stop()
+	defer cl.Stop()
 	waitClosed(t, s, ids, 10*time.Second)
 	if calls, _, _ := kind.counts(); calls != 0 {
 		t.Fatalf("the timer spent %d transactions on a timed kind with no deadline while closing orders; want 0", calls)
@@ -95,7 +95,7 @@ func TestTimerSkipsIdleTimedKinds(t *testing.T) {
 	}
 	at := now.Add(100 * time.Millisecond)
 	kind.set(at)
-	closer.Deadline(ctx, at)
+	cl.Deadline(ctx, at)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		calls, fired, lag := kind.counts()
@@ -115,7 +115,7 @@ func TestTimerSkipsIdleTimedKinds(t *testing.T) {
 	}
 
 	before, _, _ := kind.counts()
-	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
 	if after, _, _ := kind.counts(); after != before+1 {

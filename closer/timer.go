@@ -1,4 +1,4 @@
-package timeout
+package closer
 
 import (
 	"context"
@@ -73,7 +73,7 @@ func (c *Closer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cancel != nil {
-		return errors.New("timeout: closer already started")
+		return errors.New("closer: closer already started")
 	}
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.inspections = make(chan []inspection, 64)

@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // A flow that exists only in this file: a price quote holds stock until it is accepted or
@@ -77,7 +77,7 @@ func TestFlowDefinedInATest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closer, err := timeout.NewCloser(timeout.Config{Store: db, Machine: m})
+	cl, err := closer.New(closer.Config{Store: db, Machine: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +112,11 @@ func TestFlowDefinedInATest(t *testing.T) {
 
 	// A millisecond before the deadline nothing fires; at the deadline the quote expires.
 	setClock(q.CloseAt.Add(-time.Millisecond))
-	if res, err := closer.CloseDue(ctx, timeout.TriggerTimer); err != nil || res.Closed != 0 {
+	if res, err := cl.CloseDue(ctx, closer.TriggerTimer); err != nil || res.Closed != 0 {
 		t.Fatalf("1 ms before the deadline: %+v, %v; want nothing", res, err)
 	}
 	setClock(q.CloseAt)
-	if res, err := closer.CloseDue(ctx, timeout.TriggerTimer); err != nil || res.Claimed != 1 || res.Closed != 1 {
+	if res, err := cl.CloseDue(ctx, closer.TriggerTimer); err != nil || res.Claimed != 1 || res.Closed != 1 {
 		t.Fatalf("at the deadline: %+v, %v; want one expiry", res, err)
 	}
 	got, err := orders.Order(ctx, q.ID)
@@ -133,7 +133,7 @@ func TestFlowDefinedInATest(t *testing.T) {
 		t.Fatalf("note_expiry calls %v, want one with %s", noted, q.ID)
 	}
 	// Out of its timed state the order waits on nothing: the next pass finds nothing.
-	if res, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil || res.Claimed != 0 {
+	if res, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil || res.Claimed != 0 {
 		t.Fatalf("second pass: %+v, %v; want nothing claimed", res, err)
 	}
 	var msgs []*orderly.Message
@@ -148,7 +148,7 @@ func TestFlowDefinedInATest(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(trail) != 2 || trail[0].Event != orderly.EventCreate || trail[0].To != stateQuoted ||
-		trail[1].From != stateQuoted || trail[1].To != stateExpired || trail[1].Event != eventExpire || trail[1].Actor != timeout.TriggerTimer {
+		trail[1].From != stateQuoted || trail[1].To != stateExpired || trail[1].Event != eventExpire || trail[1].Actor != closer.TriggerTimer {
 		t.Fatalf("history %+v", trail)
 	}
 }

@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/channel"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 // TestUnavailableChannelDefersClose: an order whose inspection answers "channel unavailable"
@@ -35,7 +35,7 @@ func TestUnavailableChannelDefersClose(t *testing.T) {
 	var unavailable atomic.Bool
 	unavailable.Store(true)
 	var asked atomic.Int64
-	closer, err := timeout.NewCloser(timeout.Config{Store: e.Store, Metrics: e.Metrics,
+	cl, err := closer.New(closer.Config{Store: e.Store, Metrics: e.Metrics,
 		Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
 			asked.Add(1)
 			if unavailable.Load() {
@@ -65,7 +65,7 @@ func TestUnavailableChannelDefersClose(t *testing.T) {
 		{0, time.Second}, {4 * time.Second, 2 * time.Second}, {20 * time.Second, 8 * time.Second}, {10 * time.Minute, 8 * time.Second},
 	} {
 		e.Clock.Set(hold.Add(step.over))
-		if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		if _, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.OrderOf(t, o.ID); got.State != orderly.StatePendingPayment || got.PayStatus != orderly.PayPaying {
@@ -84,7 +84,7 @@ func TestUnavailableChannelDefersClose(t *testing.T) {
 	// The channel answers again, but cannot tell: past the hold, the order closes.
 	unavailable.Store(false)
 	e.Clock.Advance(8 * time.Second)
-	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.OrderOf(t, o.ID); got.State != orderly.StateClosed || got.CloseReason != orderly.CloseReasonPaymentTimeout {
@@ -180,7 +180,7 @@ func TestBreakerOpenHoldsCloses(t *testing.T) {
 
 	// At close_at the provider fails both inspections: the breaker opens.
 	e.Clock.Set(paid.CloseAt)
-	if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := e.Closer.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
 	reached := a.calls.Load()
@@ -189,7 +189,7 @@ func TestBreakerOpenHoldsCloses(t *testing.T) {
 	}
 	// Past the hold, with the breaker open: nothing is closed, nothing reaches the provider.
 	e.Clock.Set(paid.CloseAt.Add(31 * time.Second))
-	res, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep)
+	res, err := e.Closer.CloseDue(ctx, closer.TriggerSweep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestBreakerOpenHoldsCloses(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 		e.Clock.Advance(30 * time.Second) // past any backoff
-		if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		if _, err := e.Closer.CloseDue(ctx, closer.TriggerSweep); err != nil {
 			t.Fatal(err)
 		}
 	}

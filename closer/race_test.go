@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/payment"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -147,7 +147,7 @@ func testRaceOnOneOrder(t *testing.T, dialect string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closer, err := timeout.NewCloser(timeout.Config{Store: gs, Inspector: payments})
+	cl, err := closer.New(closer.Config{Store: gs, Inspector: payments})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func testRaceOnOneOrder(t *testing.T, dialect string) {
 		e.Clock.Set(o.CloseAt)
 
 		var (
-			timerRes, sweepRes timeout.PassResult
+			timerRes, sweepRes closer.PassResult
 			timerErr, sweepErr error
 			cancelErr, payErr  error
 			cbRes              *orderly.CallbackResult
@@ -193,8 +193,8 @@ func testRaceOnOneOrder(t *testing.T, dialect string) {
 		gs.arm(rng.IntN(2) == 0)
 		leader, waiter := context.WithValue(ctx, roleKey{}, roleLeader), context.WithValue(ctx, roleKey{}, roleWaiter)
 		raceTogether(rng.Perm(4),
-			func() { timerRes, timerErr = closer.CloseDue(waiter, timeout.TriggerTimer) },
-			func() { sweepRes, sweepErr = closer.CloseDue(waiter, timeout.TriggerSweep) },
+			func() { timerRes, timerErr = cl.CloseDue(waiter, closer.TriggerTimer) },
+			func() { sweepRes, sweepErr = cl.CloseDue(waiter, closer.TriggerSweep) },
 			func() { _, cancelErr = orders.CancelOrder(waiter, o.ID, "buyer", "") },
 			func() {
 				cbRes, payErr = payments.HandleCallback(leader, &orderly.Callback{PaymentID: p.ID, OrderID: o.ID,
@@ -223,7 +223,7 @@ func testRaceOnOneOrder(t *testing.T, dialect string) {
 		tally[winner]++
 		outcomes = append(outcomes, raceOutcome{payment: p.ID, winner: winner})
 		// Each contender's own report agrees with the trail.
-		closedBy := map[string]int{timeout.TriggerTimer: timerRes.Closed, timeout.TriggerSweep: sweepRes.Closed, "buyer": 0}
+		closedBy := map[string]int{closer.TriggerTimer: timerRes.Closed, closer.TriggerSweep: sweepRes.Closed, "buyer": 0}
 		if cancelErr == nil {
 			closedBy["buyer"] = 1
 		}
@@ -289,7 +289,7 @@ func testRaceOnOneOrder(t *testing.T, dialect string) {
 	if !rep.OK() {
 		t.Errorf("verify: %v", rep.Violations)
 	}
-	closed := tally[timeout.TriggerTimer] + tally[timeout.TriggerSweep] + tally["buyer"]
+	closed := tally[closer.TriggerTimer] + tally[closer.TriggerSweep] + tally["buyer"]
 	if tally["paid"] == 0 || closed == 0 {
 		t.Errorf("outcomes over %d rounds %v: want both \"paid, close skipped\" and \"closed, payment refunded\"", raceRounds, tally)
 	}

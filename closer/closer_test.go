@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/enginetest"
 	"github.com/orderlyhq/orderly/store"
-	"github.com/orderlyhq/orderly/timeout"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,14 +40,14 @@ func TestNeverEarly(t *testing.T) {
 		}
 		early := time.Duration(rng.IntN(5)+1) * time.Millisecond
 		e.Clock.Set(o.CloseAt.Add(-early))
-		if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		if _, err := e.Closer.CloseDue(ctx, closer.TriggerSweep); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.OrderOf(t, o.ID); got.State != orderly.StatePendingPayment {
 			t.Fatalf("order closed %s before its close_at %s", early, o.CloseAt)
 		}
 		e.Clock.Set(o.CloseAt)
-		if _, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		if _, err := e.Closer.CloseDue(ctx, closer.TriggerSweep); err != nil {
 			t.Fatal(err)
 		}
 		got := e.OrderOf(t, o.ID)
@@ -74,7 +74,7 @@ func TestBatchesUntilShort(t *testing.T) {
 		t.Fatalf("after create: stock %+v, want available 0 held 250", s)
 	}
 	e.Clock.Advance(10 * time.Second)
-	res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer)
+	res, err := e.Closer.CloseDue(ctx, closer.TriggerTimer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,12 +92,12 @@ func TestBatchesUntilShort(t *testing.T) {
 	})
 	for _, o := range orders {
 		trail := e.StateTrail(t, o.ID)
-		if o.State != orderly.StateClosed || len(trail) != 1 || trail[0].Event != orderly.EventTimeout || trail[0].Actor != timeout.TriggerTimer {
+		if o.State != orderly.StateClosed || len(trail) != 1 || trail[0].Event != orderly.EventTimeout || trail[0].Actor != closer.TriggerTimer {
 			t.Fatalf("order %s: state %s, trail %+v", o.ID, o.State, trail)
 		}
 	}
 	// A second pass finds nothing.
-	if res, err := e.Closer.CloseDue(ctx, timeout.TriggerSweep); err != nil || res.Claimed != 0 {
+	if res, err := e.Closer.CloseDue(ctx, closer.TriggerSweep); err != nil || res.Claimed != 0 {
 		t.Fatalf("second pass = %+v, %v; want nothing claimed", res, err)
 	}
 }
@@ -123,7 +123,7 @@ func TestPayingOrderIsInspected(t *testing.T) {
 		t.Fatal("capture refused")
 	}
 	e.Clock.Advance(5 * time.Second)
-	res, err := e.Closer.CloseDue(ctx, timeout.TriggerTimer)
+	res, err := e.Closer.CloseDue(ctx, closer.TriggerTimer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestUnknownPaymentHeldThenClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Clock.Set(o.CloseAt)
-	closer, err := timeout.NewCloser(timeout.Config{Store: e.Store, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
+	cl, err := closer.New(closer.Config{Store: e.Store, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
 		return orderly.GatewayUnknown, nil
 	}), InspectionBackoff: time.Second, InspectionHold: 30 * time.Second})
 	if err != nil {
@@ -173,7 +173,7 @@ func TestUnknownPaymentHeldThenClosed(t *testing.T) {
 		{10 * time.Second, orderly.StateClosed}, // close_at + 30 s hold
 	} {
 		e.Clock.Advance(step.advance)
-		if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+		if _, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.OrderOf(t, o.ID); got.State != step.want {
@@ -204,18 +204,18 @@ func TestForcedCloseSettlesItsPayment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closer, err := timeout.NewCloser(timeout.Config{Store: e.Store, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
+	cl, err := closer.New(closer.Config{Store: e.Store, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
 		return orderly.GatewayUnknown, nil
 	}), InspectionBackoff: time.Second, InspectionHold: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.Clock.Set(o.CloseAt)
-	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
 	e.Clock.Advance(30 * time.Second)
-	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.OrderOf(t, o.ID); got.State != orderly.StateClosed || got.PayStatus != orderly.PayPaying {
@@ -271,15 +271,15 @@ func TestDeadlineNotifies(t *testing.T) {
 	t.Parallel()
 	e := enginetest.New(t, enginetest.Options{})
 	var told []time.Time
-	closer, err := timeout.NewCloser(timeout.Config{Store: e.Store, Notify: func(_ context.Context, at time.Time) { told = append(told, at) }})
+	cl, err := closer.New(closer.Config{Store: e.Store, Notify: func(_ context.Context, at time.Time) { told = append(told, at) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := enginetest.Start.Add(time.Minute)
-	closer.Deadline(t.Context(), at)
-	closer.Deadline(t.Context(), at.Add(time.Second))
-	closer.Deadline(t.Context(), at.Add(-time.Second))
-	closer.Created(t.Context(), "order-1", at.Add(-2*time.Second))
+	cl.Deadline(t.Context(), at)
+	cl.Deadline(t.Context(), at.Add(time.Second))
+	cl.Deadline(t.Context(), at.Add(-time.Second))
+	cl.Created(t.Context(), "order-1", at.Add(-2*time.Second))
 	want := []time.Time{at, at.Add(-time.Second), at.Add(-2 * time.Second)}
 	if !slices.Equal(told, want) {
 		t.Fatalf("told the other instances %v, want %v", told, want)
@@ -302,13 +302,13 @@ func TestCloseBatchTakesStockLast(t *testing.T) {
 	}
 	e.Clock.Set(unpaid.CloseAt)
 	log := &orderCallLog{Store: e.Store}
-	closer, err := timeout.NewCloser(timeout.Config{Store: log, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
+	cl, err := closer.New(closer.Config{Store: log, Inspector: inspectorFunc(func(context.Context, string, string) (orderly.GatewayStatus, error) {
 		return orderly.GatewayUnknown, nil
 	}), InspectionBackoff: time.Second, InspectionHold: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := closer.CloseDue(ctx, timeout.TriggerSweep); err != nil {
+	if _, err := cl.CloseDue(ctx, closer.TriggerSweep); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"OrdersSetWakeAt", "ReservationsReleaseMany"}; !slices.Equal(log.calls, want) {

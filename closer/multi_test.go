@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/verify"
 )
 
@@ -88,7 +88,7 @@ func TestConcurrentSweeps(t *testing.T) {
 				ids := seed(t, s, 1000, now.Add(-time.Second))
 				var wg sync.WaitGroup
 				for i := range instances {
-					closer, err := timeout.NewCloser(timeout.Config{Store: s, BatchSize: 100 + 50*i})
+					cl, err := closer.New(closer.Config{Store: s, BatchSize: 100 + 50*i})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -98,7 +98,7 @@ func TestConcurrentSweeps(t *testing.T) {
 						t.Fatal(err)
 					}
 					wg.Go(func() {
-						if _, _, err := closer.Sweep(ctx, nil); err != nil {
+						if _, _, err := cl.Sweep(ctx, nil); err != nil {
 							t.Errorf("sweep %d: %v", i, err)
 						}
 						if _, err := relay.Drain(ctx); err != nil {
@@ -187,11 +187,11 @@ func TestRolledBackBatchIsClosedByAnother(t *testing.T) {
 			if !errors.Is(err, errDied) {
 				t.Fatalf("dying transaction: %v", err)
 			}
-			closer, err := timeout.NewCloser(timeout.Config{Store: s})
+			cl, err := closer.New(closer.Config{Store: s})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, closed, err := closer.Sweep(ctx, nil)
+			_, closed, err := cl.Sweep(ctx, nil)
 			if err != nil || closed != 200 {
 				t.Fatalf("sweep closed %d, %v; want all 200", closed, err)
 			}
@@ -229,7 +229,7 @@ func TestClosedMeansReleased(t *testing.T) {
 				t.Fatal(err)
 			}
 			ids := seed(t, s, 600, now.Add(-time.Second))
-			closer, err := timeout.NewCloser(timeout.Config{Store: s, BatchSize: 50})
+			cl, err := closer.New(closer.Config{Store: s, BatchSize: 50})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,7 +277,7 @@ func TestClosedMeansReleased(t *testing.T) {
 					}
 				})
 			}
-			res, err := closer.CloseDue(ctx, timeout.TriggerSweep)
+			res, err := cl.CloseDue(ctx, closer.TriggerSweep)
 			close(done)
 			wg.Wait()
 			if err != nil || res.Closed != len(ids) {

@@ -1,4 +1,4 @@
-package timeout_test
+package closer_test
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/orderlyhq/orderly"
+	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
 	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/redisq"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
-	"github.com/orderlyhq/orderly/timeout"
 	"github.com/orderlyhq/orderly/wakeup"
 )
 
@@ -112,18 +112,18 @@ func TestClockSkew(t *testing.T) {
 				// would be after a step.
 				return time.Now().Round(0).Add(time.Duration(skew.Add(step.Load())))
 			}
-			closer, err := timeout.NewCloser(timeout.Config{Store: s, ClockCheckInterval: 50 * time.Millisecond, Clock: clock, MaxSleep: maxSleep})
+			cl, err := closer.New(closer.Config{Store: s, ClockCheckInterval: 50 * time.Millisecond, Clock: clock, MaxSleep: maxSleep})
 			if err != nil {
 				t.Fatal(err)
 			}
-			svc, err := order.NewService(order.Config{Store: s, Signals: signalsTo(closer)})
+			svc, err := order.NewService(order.Config{Store: s, Signals: signalsTo(cl)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := closer.Start(ctx); err != nil {
+			if err := cl.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			defer closer.Stop()
+			defer cl.Stop()
 			ids := createOrders(t, svc, 20)
 			skew.Add(int64(tc.jump))
 			step.Store(int64(tc.step))
@@ -136,7 +136,7 @@ func TestClockSkew(t *testing.T) {
 			if tc.skew != 0 {
 				// The offset is measured (database − local) for the metric, to ± half a
 				// read's round trip.
-				if off := closer.ClockOffset(); (off + tc.skew).Abs() > time.Second {
+				if off := cl.ClockOffset(); (off + tc.skew).Abs() > time.Second {
 					t.Errorf("clock offset %s, want %s ± 1s", off, -tc.skew)
 				}
 			}
@@ -163,18 +163,18 @@ func TestRedisDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	closer, err := timeout.NewCloser(timeout.Config{Store: s, DelayQueue: q, MaxSleep: 100 * time.Millisecond})
+	cl, err := closer.New(closer.Config{Store: s, DelayQueue: q, MaxSleep: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := order.NewService(order.Config{Store: s, Signals: signalsTo(closer)})
+	svc, err := order.NewService(order.Config{Store: s, Signals: signalsTo(cl)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := closer.Start(ctx); err != nil {
+	if err := cl.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer closer.Stop()
+	defer cl.Stop()
 
 	// With the queue intact, the queue closes the orders.
 	kept := createOrders(t, svc, 10)
@@ -212,7 +212,7 @@ func TestRedisDataLoss(t *testing.T) {
 	if err := q.Remove(ctx, []string{later.ID}); err != nil {
 		t.Fatal(err)
 	}
-	scanned, repaired, err := closer.DeepCheck(ctx, nil)
+	scanned, repaired, err := cl.DeepCheck(ctx, nil)
 	if err != nil || repaired != 1 || scanned < 1 {
 		t.Fatalf("deep check: scanned %d repaired %d, %v; want the one missing order repaired", scanned, repaired, err)
 	}
@@ -223,8 +223,8 @@ func TestRedisDataLoss(t *testing.T) {
 }
 
 // signalsTo returns the signals of a service that wake closer.
-func signalsTo(closer *timeout.Closer) *wakeup.Hub {
+func signalsTo(cl *closer.Closer) *wakeup.Hub {
 	h := &wakeup.Hub{}
-	h.Connect(closer, nil)
+	h.Connect(cl, nil)
 	return h
 }
