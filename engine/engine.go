@@ -309,13 +309,12 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 		return nil, fmt.Errorf("engine: closer: %w", err)
 	}
 	sig.Connect(e.closer, e.relay) // before any service can commit: Open has not returned
-	cl := e.closer
 
 	if e.recon, err = reconcile.New(reconcile.Config{
 		Store: st, Machine: e.machine, Payments: e.payments, Signals: sig, Registerer: e.metrics.Registry, Logger: log,
 		Checks: append(wallet.ReconcileChecks(), checks...), RefundStuckAfter: cfg.ReconcileRefundStuckAfter,
 		CloseDue: func(ctx context.Context) error {
-			_, err := cl.CloseDue(ctx, reconcile.OperatorReconcile)
+			_, err := e.closer.CloseDue(ctx, reconcile.OperatorReconcile)
 			return err
 		},
 	}); err != nil {
