@@ -14,61 +14,6 @@ const TriggerQueue = "delay_queue"
 // the deep check rewrites it (docs/concepts/deadlines-and-closing.md).
 const queueDrift = 5 * time.Second
 
-// runQueue is the precise timer when a delay queue is configured: it sleeps until the
-// earlier of the queue's and the database's earliest deadline (capped at MaxSleep; Arm
-// wakes it for local creations and notified ones), claims the due ids from the queue and
-// closes them with the same guarded claim-and-close, on the database clock. Ids it claimed
-// that are still open (not yet due by the database clock, locked by another instance, or
-// paying and under inspection) go back into the queue with their wake_at. It then closes
-// whatever else the database says is due: orders the queue never had or lost (an instance
-// killed between its claim and its close, an instance running the database timer), so
-// they wait milliseconds, not a sweep interval.
-func (c *Closer) runQueue(ctx context.Context) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var lastMeasure time.Time
-	for {
-		c.measureOffsetEvery(ctx, &lastMeasure)
-		sleep := c.cfg.MaxSleep
-		next, ok, err := c.cfg.DelayQueue.Earliest(ctx)
-		if err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("delay queue: earliest deadline; the database timer covers", "error", err)
-		}
-		dbNext, dbOK, dbErr := c.nextWakeAt(ctx)
-		if ctx.Err() != nil {
-			return
-		} else if dbErr == nil && dbOK && (!ok || dbNext.Before(next)) {
-			next, ok = dbNext, true
-		}
-		if ok {
-			sleep = min(max(next.Sub(c.dbNow())+time.Millisecond, 0), c.cfg.MaxSleep)
-		}
-		c.armMu.Lock()
-		c.armed = next
-		c.armMu.Unlock()
-		timer.Reset(sleep)
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.arm:
-			if !timer.Stop() {
-				<-timer.C
-			}
-			continue
-		case <-timer.C:
-		}
-		if !ok || c.dbNow().Before(next) {
-			continue
-		}
-		if err := c.closeQueued(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("delay queue pass failed; the database timer covers", "error", err)
-		}
-		if _, err := c.CloseDue(ctx, TriggerTimer); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Error("timer: close due orders", "error", err)
-		}
-	}
-}
-
 // closeQueued claims due ids from the queue until a claim comes back short and closes
 // them, returning to the queue the ids that stay open.
 func (c *Closer) closeQueued(ctx context.Context) error {

@@ -82,12 +82,7 @@ func (c *Closer) Start(ctx context.Context) error {
 		c.wg.Add(1)
 		go func() { defer c.wg.Done(); c.runInspections(ctx, c.inspections) }()
 	}
-	c.wg.Add(1)
-	if c.cfg.DelayQueue != nil {
-		go func() { defer c.wg.Done(); c.runQueue(ctx) }()
-	} else {
-		go func() { defer c.wg.Done(); c.runTimer(ctx) }()
-	}
+	c.wg.Go(func() { c.runTimer(ctx) })
 	return nil
 }
 
@@ -173,9 +168,14 @@ func (c *Closer) measureOffsetEvery(ctx context.Context, last *time.Time) {
 }
 
 // runTimer is the precise timer: it sleeps until the earliest wake_at among open orders (an
-// indexed MIN query; nothing is kept per order, so memory does not grow with them), runs
-// a claim-and-close pass, and re-arms. Arm wakes it early for an earlier deadline. Sleeps
-// are computed on the estimated database clock (see dbNow) and capped at MaxSleep.
+// indexed MIN query; nothing is kept per order, so memory does not grow with them) or, with
+// a delay queue, the queue's earliest deadline when that is earlier, runs a claim-and-close
+// pass, and re-arms. Arm wakes it early for an earlier deadline. Sleeps are computed on the
+// estimated database clock (see dbNow) and capped at MaxSleep. With a delay queue a pass
+// first closes the ids claimed from the queue (closeQueued), then whatever else the
+// database says is due: orders the queue never had or lost (an instance killed between its
+// claim and its close, an instance running without the queue), so they wait milliseconds,
+// not a sweep interval. While the queue fails, the database's deadlines drive the timer.
 func (c *Closer) runTimer(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -186,6 +186,15 @@ func (c *Closer) runTimer(ctx context.Context) {
 		next, ok, err := c.nextWakeAt(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if q := c.cfg.DelayQueue; q != nil {
+			qNext, qOK, qErr := q.Earliest(ctx)
+			switch {
+			case qErr != nil && ctx.Err() == nil:
+				c.cfg.Logger.Warn("delay queue: earliest deadline; the database timer covers", "error", qErr)
+			case qErr == nil && qOK && (err != nil || !ok || qNext.Before(next)):
+				next, ok, err = qNext, true, nil
+			}
 		}
 		sleep := c.cfg.MaxSleep
 		switch {
@@ -221,6 +230,11 @@ func (c *Closer) runTimer(ctx context.Context) {
 		if !ok || c.dbNow().Before(next) {
 			idle = false
 			continue
+		}
+		if c.cfg.DelayQueue != nil {
+			if err := c.closeQueued(ctx); err != nil && ctx.Err() == nil {
+				c.cfg.Logger.Warn("delay queue pass failed; the database timer covers", "error", err)
+			}
 		}
 		res, err := c.CloseDue(ctx, TriggerTimer)
 		if err != nil && ctx.Err() == nil {
