@@ -694,10 +694,6 @@ func channelStats(router *channel.Router) func() []channel.Stat {
 // Router returns the channel router, or nil without Config.ChannelRoutes.
 func (e *Engine) Router() *channel.Router { return e.router }
 
-// SimGateway returns the gateway of channel "sim" (Config.Gateway); nil when "sim" is not
-// served.
-func (e *Engine) SimGateway() orderly.Gateway { return e.cfg.Gateway }
-
 // Metrics returns the engine's Prometheus collectors (served at GET /metrics).
 func (e *Engine) Metrics() *telemetry.Metrics { return e.metrics }
 

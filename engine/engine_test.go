@@ -112,7 +112,7 @@ func TestLifecycle(t *testing.T) {
 		got.CloseBatchSize != engine.DefaultCloseBatchSize || got.InstanceID == "" || got.Flows == nil {
 		t.Errorf("defaults not applied: %+v", got)
 	}
-	if e.SimGateway() == nil || e.Store() == nil || e.Orders() == nil || e.Payments() == nil || e.Closer() == nil ||
+	if e.Store() == nil || e.Orders() == nil || e.Payments() == nil || e.Closer() == nil ||
 		e.Relay() == nil || e.Metrics() == nil || e.Handler() == nil {
 		t.Fatal("an accessor returned nil")
 	}

@@ -37,8 +37,9 @@ func setupURL(t *testing.T, url string) *bundle {
 	if url == "" {
 		url = sqlitetest.Path(t)
 	}
+	gw := sim.New()
 	e, err := engine.Open(t.Context(), engine.Config{
-		DatabaseURL: url, CallbackSecret: []byte("s"), Gateway: sim.New(),
+		DatabaseURL: url, CallbackSecret: []byte("s"), Gateway: gw,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, features.All()...)
 	if err != nil {
@@ -48,7 +49,7 @@ func setupURL(t *testing.T, url string) *bundle {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{e: e, rides: e.Service(ride.FlowName).(*ride.Service), gw: e.SimGateway().(*sim.Gateway)}
+	return &bundle{e: e, rides: e.Service(ride.FlowName).(*ride.Service), gw: gw}
 }
 
 // inTrip creates a trip of estimate 4000 (hold 5000), assigns driver d and starts it.
@@ -364,8 +365,9 @@ func TestIllegalAndInvalid(t *testing.T) {
 func TestInjectedFaults(t *testing.T) {
 	testenv.Long(t)
 	t.Parallel()
+	gw := sim.New()
 	e, err := engine.Open(t.Context(), engine.Config{
-		DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"), Gateway: sim.New(),
+		DatabaseURL: sqlitetest.Path(t), CallbackSecret: []byte("s"), Gateway: gw,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Wrap:   engine.Wrap{Participant: (&fault.Saga{FailRate: 0.1, TimeoutAfterApplyRate: 0.3}).Wrap},
 	}, features.All()...)
@@ -376,7 +378,7 @@ func TestInjectedFaults(t *testing.T) {
 	if err := e.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{e: e, rides: e.Service(ride.FlowName).(*ride.Service), gw: e.SimGateway().(*sim.Gateway)}
+	b := &bundle{e: e, rides: e.Service(ride.FlowName).(*ride.Service), gw: gw}
 	var ids []string
 	for i := range 20 {
 		tr := b.inTrip(t, "driver-f"+string(rune('a'+i)))

@@ -18,8 +18,9 @@ import (
 func TestSimulateWithKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	gw := sim.New()
 	srv, err := engine.Open(ctx, engine.Config{
-		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"), Gateway: sim.New(),
+		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"), Gateway: gw,
 	}, features.All()...)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func TestSimulateWithKey(t *testing.T) {
 	}
 	cfg := simulate.Config{
 		Target: srv.URL(), CallbackSecret: []byte("e2e-secret"), Orders: 30, Rate: 60,
-		PaymentTimeout: time.Second, Seed: 3, Store: srv.Store(), GatewayLedger: srv.SimGateway().(*sim.Gateway).Ledger,
+		PaymentTimeout: time.Second, Seed: 3, Store: srv.Store(), GatewayLedger: gw.Ledger,
 		MaxLateness: e2eMaxLateness, Drain: 10 * time.Second,
 	}
 	res, err := simulate.Run(ctx, cfg)

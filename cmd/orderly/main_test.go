@@ -40,8 +40,9 @@ const e2eMaxLateness = 5 * time.Second
 // and the share of orders created.
 func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
+	gw := sim.New()
 	srv, err := engine.Open(ctx, engine.Config{
-		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"), Gateway: sim.New(),
+		Addr: "127.0.0.1:0", DatabaseURL: filepath.Join(t.TempDir(), "orderly.db"), CallbackSecret: []byte("e2e-secret"), Gateway: gw,
 		SweepInterval: time.Hour,
 	}, features.All()...)
 	if err != nil {
@@ -57,7 +58,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	res, err := simulate.Run(ctx, simulate.Config{
 		Target: srv.URL(), CallbackSecret: []byte("e2e-secret"), Orders: 120, Rate: 60,
-		PaymentTimeout: time.Second, Seed: 7, Store: srv.Store(), GatewayLedger: srv.SimGateway().(*sim.Gateway).Ledger,
+		PaymentTimeout: time.Second, Seed: 7, Store: srv.Store(), GatewayLedger: gw.Ledger,
 		MaxLateness: e2eMaxLateness, MinCreatedShare: 0.8, Drain: 10 * time.Second,
 	})
 	if err != nil {
