@@ -22,12 +22,9 @@ import (
 // BenchmarkWalletCheckout runs wallet checkouts (the saga wallet_checkout: order, stock,
 // coupon, pay; no coupon named) through Engine.Checkout, 16 callers at once, over
 // 1000 buyers with wallets that cover every checkout and 100 SKUs stocked for all of
-// them. It reports checkouts/s. Work per checkout (docs/benchmarks-history.md "Wallet checkout as
-// sets"): the checkouts waiting at the same time run as one set in one write transaction
-// (saga.Config.JoinRuns, saga.LocalTxSet), each of the four steps once for the whole set
-// in a few multi-row statements, the sagas and their step log in one statement each; no
-// read (no Idempotency-Key; the paid order is the one the pay step wrote). On PostgreSQL
-// when ORDERLY_TEST_POSTGRES_URL is set.
+// them. It reports checkouts/s. On SQLite the checkouts waiting at the same time share one
+// write transaction (saga.Config.JoinRuns), each in a savepoint of its own; on PostgreSQL
+// (when ORDERLY_TEST_POSTGRES_URL is set) each checkout has a transaction of its own.
 //
 //	go test -run '^$' -bench WalletCheckout -benchtime 3000x ./checkout/
 func BenchmarkWalletCheckout(b *testing.B) {

@@ -457,13 +457,13 @@ func TestCheckoutConcurrent(t *testing.T) {
 	}
 }
 
-// TestCheckoutSetAnswers: 10 concurrent checkouts of 1000 each against 4 units of stock
-// (and a balance for all), joined and run as sets: exactly 4 are paid and 6 refused
+// TestCheckoutConcurrentAnswers: 10 concurrent checkouts of 1000 each against 4 units of
+// stock (and a balance for all; on SQLite joined into one transaction): exactly 4 are paid and 6 refused
 // out-of-stock with their orders closed out_of_stock; the wallet paid 4 000 and nothing
 // more; and each paid checkout's answer, the order its pay step kept, is the order as
 // stored (its JSON, byte for byte); on SQLite, and on PostgreSQL and MariaDB when their
 // URLs are set.
-func TestCheckoutSetAnswers(t *testing.T) {
+func TestCheckoutConcurrentAnswers(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]func(t *testing.T) engine.Config{
 		"sqlite":   sqliteConfig,
@@ -536,15 +536,14 @@ func TestCheckoutSetAnswers(t *testing.T) {
 	}
 }
 
-// TestCheckoutSetGivesBackForTheNext: while a checkout holds the set lane (its stock row
-// locked elsewhere), A, whose buyer has no wallet, and then B queue for the one unit of
-// sku, and two more checkouts of one buyer queue beside them. A takes the unit, fails to
-// pay and must be compensated: the set runs again without A, and A after it, so B is paid,
-// as one at a time in the order B, A (A is then refused out-of-stock; insufficient-funds
-// when it did not share B's set); and the buyer's wallet version grows by one per debit,
-// also for the two debits of one set (found by review; on the first version of sets B was
-// refused out-of-stock and the version grew by one per set).
-func TestCheckoutSetGivesBackForTheNext(t *testing.T) {
+// TestCheckoutCompensationGivesBackForTheNext: while a checkout holds sku-block's stock
+// row, A, whose buyer has no wallet, and then B queue for the one unit of sku, and two
+// more checkouts of one buyer queue beside them. Whoever of A and B comes second is not
+// refused for what A held: A's compensation gives the unit back, so B is paid and A is
+// refused (insufficient-funds, or out-of-stock when B took the unit first); and the
+// buyer's wallet version grows by one per debit (on SQLite also for debits joined into
+// one transaction).
+func TestCheckoutCompensationGivesBackForTheNext(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]func(t *testing.T) engine.Config{
 		"sqlite":   sqliteConfig,
@@ -622,7 +621,7 @@ func TestCheckoutSetGivesBackForTheNext(t *testing.T) {
 				t.Errorf("A-poor: %v, want insufficient-funds or out-of-stock", res["A-poor"])
 			}
 			if v := ver(); v != v0+4 {
-				t.Errorf("wallet version %d -> %d, want +4 (one per debit, also when two are in one set)", v0, v)
+				t.Errorf("wallet version %d -> %d, want +4 (one per debit)", v0, v)
 			}
 		})
 	}

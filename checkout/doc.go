@@ -19,10 +19,7 @@
 // last, so the platform account's row, which every checkout updates, is held only until
 // the commit.
 //
-// Each step is a saga.LocalTxSet: checkouts joined into one transaction
-// (saga.Config.JoinRuns) run each step once for all of them (sets.go), a few statements
-// per table, with the outcomes each would have alone; the set's debits lock the buyers'
-// and platform accounts in account id order first, the ledger's lock order. The wallet transfers carry the operation's idempotency key
+// The wallet transfers carry the operation's idempotency key
 // (<saga id>/pay/action, <saga id>/pay/compensation), unique in the ledger. The order's state changes only
 // through order.Machine: the pay transition (reservations committed, coupon used,
 // order.paid published) and the cancel transition with the failure's close reason

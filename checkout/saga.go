@@ -61,10 +61,8 @@ func Definition(d Deps) (saga.Definition, error) {
 	}
 	s := &steps{Deps: d}
 	retry := saga.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaxInterval: 2 * time.Second, Deadline: StepDeadline}
-	step := func(name string, action func(ctx context.Context, tx store.Tx, c *saga.Call) error, set saga.SetFunc,
-		comp func(ctx context.Context, tx store.Tx, c *saga.Call) error,
-	) saga.Step {
-		st := saga.Step{Name: name, Action: saga.LocalTxSet(action, set), Timeout: StepTimeout, Retry: retry,
+	step := func(name string, action, comp func(ctx context.Context, tx store.Tx, c *saga.Call) error) saga.Step {
+		st := saga.Step{Name: name, Action: saga.LocalTx(action), Timeout: StepTimeout, Retry: retry,
 			MaxCompensationAttempts: MaxCompensationAttempts}
 		if comp != nil {
 			st.Compensation = saga.LocalTx(comp)
@@ -72,10 +70,10 @@ func Definition(d Deps) (saga.Definition, error) {
 		return st
 	}
 	return saga.Definition{Name: Name, Steps: []saga.Step{
-		step(StepOrder, s.createOrder, s.createOrderSet, s.closeOrder),
-		step(StepStock, s.reserve, s.reserveSet, s.release),
-		step(StepCoupon, s.freeze, s.freezeSet, s.releaseCoupon),
-		step(StepPay, s.pay, s.paySet, s.creditBack),
+		step(StepOrder, s.createOrder, s.closeOrder),
+		step(StepStock, s.reserve, s.release),
+		step(StepCoupon, s.freeze, s.releaseCoupon),
+		step(StepPay, s.pay, s.creditBack),
 	}}, nil
 }
 

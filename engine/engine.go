@@ -208,7 +208,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 	// The saga orchestrator: its due instances are one more timed kind of the closer.
 	if e.sagas, err = saga.New(saga.Config{
 		Store: st, Definitions: cfg.Sagas, Logger: log, Metrics: e.metrics, Signals: sig,
-		JoinRuns: joinRuns, JoinOnlySets: st.Dialect() != "sqlite", Wrap: cfg.Wrap.Participant,
+		JoinRuns: joinRunsOn(st.Dialect()), Wrap: cfg.Wrap.Participant,
 	}); err != nil {
 		return nil, fmt.Errorf("engine: sagas: %w", err)
 	}
@@ -732,14 +732,16 @@ func withFanOut(h *outbox.Handler, fanOut func(ctx context.Context, tx store.Tx,
 	return &out
 }
 
-// joinRuns is saga.Config.JoinRuns: concurrent starts of local sagas share a
-// transaction, 32 at most, one such transaction at a time (saga.Config.JoinLanes). The
-// wallet checkout's steps then run as sets (package checkout): a few statements per table
-// for the whole batch, one commit. On SQLite every local saga is joined (its one writer
-// runs transactions one after another anyway); on PostgreSQL and MySQL only those that
-// run as sets (saga.Config.JoinOnlySets): one lane of sets beat two or three on the 2-core
-// machine of docs/benchmarks-history.md "Wallet checkout as sets".
-const joinRuns = 32
+// joinRunsOn is saga.Config.JoinRuns on dialect: on SQLite, whose one writer runs
+// transactions one after another anyway, concurrent starts of local sagas share a
+// transaction, 32 at most; elsewhere each has its own, run side by side (joined, they
+// would take rows in arrival order and deadlock with other instances' transactions).
+func joinRunsOn(dialect string) int {
+	if dialect == "sqlite" {
+		return 32
+	}
+	return 0
+}
 
 // eventsDelayOn is webhook.Config.EventsDelay on dialect: 0 on SQLite, whose one writer
 // commits events in the order of their positions, eventsDelay elsewhere.

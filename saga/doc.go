@@ -41,13 +41,9 @@
 // without its saga.
 //
 // Participants (participant.go): LocalTx runs a Go function in the transaction that
-// records its outcome (its writes commit exactly when the step is recorded); LocalTxSet is
-// a LocalTx that can also run for many sagas at once: concurrent Runs of its definition
-// joined into one transaction (Config.JoinRuns, join.go) call each step's SetFunc once
-// for the sagas still running, and write their instances and logs in multi-row
-// statements; a saga that must be compensated makes the set run again without it, and it
-// runs after the set (with Config.JoinOnlySets in a transaction of its own, else in a
-// savepoint of a shared one), compensated as it would be alone. Local runs a
+// records its outcome (its writes commit exactly when the step is recorded); on a store
+// with one writer, concurrent Runs are joined into one transaction (Config.JoinRuns,
+// join.go), each in a savepoint of its own. Local runs a
 // Go function outside any transaction of the orchestrator (it uses its own database handle
 // and package barrier); HTTP calls a remote participant behind a circuit breaker. Every
 // call carries the idempotency key of its operation, "<saga id>/<step name>/<phase>", the

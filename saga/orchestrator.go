@@ -37,23 +37,16 @@ type Config struct {
 	// saga): the one timer re-arms. nil drops it: the sweep finds the saga.
 	Signals orderly.Signals
 	// JoinRuns, when above 1, joins concurrent Run calls of sagas whose first step is a
-	// LocalTx, up to JoinRuns, into one transaction (group commit), one commit for all: the
-	// sagas of a definition whose actions run as sets (LocalTxSet) run each step once for
-	// all of them; the others (and a set that failed) each run their first run of local
-	// steps in a savepoint of its own. 0: every Run has its own transaction.
+	// LocalTx, up to JoinRuns, into one transaction (group commit), one commit for all, each
+	// saga's first run of local steps in a savepoint of its own: for a store with one writer
+	// (SQLite), which runs transactions one after another anyway. 0: every Run has its own
+	// transaction.
 	JoinRuns int
 	// JoinLanes is how many joined transactions (JoinRuns) run at once; 1. Concurrent
-	// batches may take rows in different orders (a batch run member by member takes them in
-	// arrival order; coupons are taken in arrival order even in a set): the database's
-	// deadlock detection and the store's retry resolve it, at the cost of a run again.
+	// batches may take rows in different orders (a batch takes them in arrival order): the
+	// database's deadlock detection and the store's retry resolve it, at the cost of a run
+	// again.
 	JoinLanes int
-	// JoinOnlySets joins (JoinRuns) only the Runs of definitions whose first action runs
-	// as a set (LocalTxSet); the others run in transactions of their own, side by side. For
-	// a store with row locks, where member-by-member batches in one lane would run one
-	// after another what the database runs at once. A set's member that cannot stay in its
-	// set (its saga must be compensated, or the set's transaction failed) runs in a
-	// transaction of its own too, after the set.
-	JoinOnlySets bool
 	// Wrap, when set, decorates every action and compensation of Definitions (Around):
 	// tracing, or a test kit's fault injection. nil: none.
 	Wrap    func(Participant) Participant
@@ -241,11 +234,8 @@ func (o *Orchestrator) Run(ctx context.Context, p *StartParams) (*Instance, erro
 			claimed bool
 			kept    any
 		)
-		if o.joiner != nil && (!o.cfg.JoinOnlySets || setOf(first) != nil) {
+		if o.joiner != nil {
 			next, claimed, kept, err = o.joiner.start(ctx, s, def)
-			if errors.Is(err, errRunAlone) {
-				next, claimed, kept, err = o.startInTx(ctx, s, def)
-			}
 		} else {
 			next, claimed, kept, err = o.startInTx(ctx, s, def)
 		}

@@ -73,49 +73,6 @@ type localTx func(ctx context.Context, tx store.Tx, c *Call) error
 func (f localTx) call(ctx context.Context, tx store.Tx, c *Call) error { return f(ctx, tx, c) }
 func (localTx) inTx() bool                                             { return true }
 
-// SetFunc runs one step's action for many sagas at once, in the orchestrator's
-// transaction tx, as written sets (a few statements per table for all of them), without a
-// savepoint per call. It answers one error per call, in calls' order: nil when the call's
-// action is applied in tx; otherwise the call's outcome (Business for a definitive
-// failure, anything else transient), and then nothing of that call may have been written.
-// Its own error (the database's, or a call it cannot answer that way) means that tx is
-// rolled back: the orchestrator then runs the sagas one by one.
-type SetFunc func(ctx context.Context, tx store.Tx, calls []*Call) ([]error, error)
-
-// LocalTxSet is LocalTx(fn) that can also run for many sagas at once with set. When
-// concurrent Runs of one definition are joined into one transaction (Config.JoinRuns),
-// a run of steps whose actions are all LocalTxSet participants runs as sets: each step's
-// set is called once for every saga still running, the instances and the step log are
-// written in multi-row statements. A saga that fails a step transiently is recorded with
-// that outcome and waits for its retry, as it would alone; one that must be compensated
-// (a business failure after its first step) makes the batch run member by member, each in
-// a savepoint, so that its compensations run in the transaction as they would alone, before
-// the sagas behind it. Each call's Keep and Carried work as in a LocalTx run. Anywhere
-// else (a retry, a resume, a compensation) fn runs, as for LocalTx.
-func LocalTxSet(fn func(ctx context.Context, tx store.Tx, c *Call) error, set SetFunc) Participant {
-	return &localTxSet{one: fn, set: set}
-}
-
-type localTxSet struct {
-	one func(ctx context.Context, tx store.Tx, c *Call) error
-	set SetFunc
-}
-
-func (p *localTxSet) call(ctx context.Context, tx store.Tx, c *Call) error { return p.one(ctx, tx, c) }
-func (*localTxSet) inTx() bool                                             { return true }
-func (p *localTxSet) setFunc() SetFunc                                     { return p.set }
-
-// setter is a participant that can run as a set (LocalTxSet).
-type setter interface{ setFunc() SetFunc }
-
-// setOf returns p's SetFunc, or nil when p runs one call at a time.
-func setOf(p Participant) SetFunc {
-	if s, ok := p.(setter); ok {
-		return s.setFunc()
-	}
-	return nil
-}
-
 // Around returns p with each attempt run by fn, which runs p's attempt by calling next (or
 // does not): a decorator for Config.Wrap (tracing, a test kit's fault injection). It runs
 // in p's place, in the recording transaction when p does; a LocalTxSet so wrapped runs one

@@ -15,9 +15,6 @@ import (
 type SagaTx interface {
 	// SagaInsert writes a new instance (Version becomes 1). ECONFLICT when the id exists.
 	SagaInsert(ctx context.Context, s *SagaInstance) error
-	// SagaInsertMany is SagaInsert of many instances in multi-row statements (each Version
-	// becomes 1). ECONFLICT when an id exists.
-	SagaInsertMany(ctx context.Context, ss []*SagaInstance) error
 	// SagaGet returns an instance; ENOTFOUND if there is none.
 	SagaGet(ctx context.Context, id string) (*SagaInstance, error)
 	// SagaLock returns an instance with its row locked until the transaction ends (where

@@ -129,16 +129,6 @@ type Tx interface {
 	// Errors: an internal error, nothing changed, when the total is not available (the
 	// caller locked the row and counted with StockLockAvailable first).
 	StockReserveMany(ctx context.Context, sku string, params []*StockReserveParams) error
-	// StockLockAvailableMany is StockLockAvailable of several SKUs in one statement: the
-	// rows are locked in SKU order (the lock order of every transaction that takes several
-	// stock rows). It returns the available units of each SKU that has a stock row.
-	StockLockAvailableMany(ctx context.Context, skus []string) (map[string]int64, error)
-	// StockReserveSet is StockReserve of many reservations of any SKUs, each (order, SKU)
-	// at most once: one guarded update of the per-SKU totals and the reservations in
-	// multi-row statements. Errors: an internal error when a SKU's total is not available
-	// (the caller locked the rows and counted with StockLockAvailableMany first); the
-	// caller rolls back.
-	StockReserveSet(ctx context.Context, params []*StockReserveParams) error
 	// ReservationsRelease moves the order's held reservations to released and their units
 	// back to available; it returns the reservations it changed (none on a repeat call).
 	ReservationsRelease(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
@@ -174,10 +164,6 @@ type Tx interface {
 	// and numbers it: p.Attempt becomes one more than the order's last. ECONFLICT when the id
 	// or the channel_txn_id is taken.
 	PaymentInsert(ctx context.Context, p *orderly.Payment) error
-	// PaymentsInsertMany writes payments numbered as given (p.Attempt: the first attempts
-	// of new orders), in multi-row statements. ECONFLICT when an id or a channel_txn_id is
-	// taken; the caller rolls back.
-	PaymentsInsertMany(ctx context.Context, ps []*orderly.Payment) error
 	// PaymentGet returns a payment; ENOTFOUND if there is none.
 	PaymentGet(ctx context.Context, id string) (*orderly.Payment, error)
 	// PaymentGetByChannelTxnID returns the payment that recorded a gateway transaction id;

@@ -31,22 +31,10 @@ type WalletTx interface {
 	// one writer). It reports whether the row changed (false: no such account, or not
 	// enough money).
 	WalletAccountMove(ctx context.Context, params *WalletAccountMoveParams) (bool, error)
-	// WalletAccountsLock locks the accounts of ids in account id order (the lock order
-	// above; dialects with row locks, SQLite has one writer) and returns those that exist,
-	// by id.
-	WalletAccountsLock(ctx context.Context, ids []string) ([]*orderly.WalletAccount, error)
-	// WalletAccountsMove is WalletAccountMove of several accounts (each id at most once) in
-	// one statement, each move guarded as WalletAccountMove's. The caller locked the rows
-	// with WalletAccountsLock. It returns the number of rows changed: fewer than the moves
-	// when an account is missing or a guard refused (the caller rolls back).
-	WalletAccountsMove(ctx context.Context, params []*WalletAccountMoveParams) (int64, error)
 
 	// WalletTransferInsert writes a transfer (not its entries). ECONFLICT when its id or
 	// its idempotency key is taken.
 	WalletTransferInsert(ctx context.Context, tr *orderly.WalletTransfer) error
-	// WalletTransfersInsertMany is WalletTransferInsert of many transfers in multi-row
-	// statements. ECONFLICT when an id or an idempotency key is taken.
-	WalletTransfersInsertMany(ctx context.Context, trs []*orderly.WalletTransfer) error
 	// WalletTransferGet returns a transfer without entries; ENOTFOUND if there is none.
 	WalletTransferGet(ctx context.Context, id string) (*orderly.WalletTransfer, error)
 	// WalletTransferByKey returns the transfer written under an idempotency key;
@@ -144,9 +132,6 @@ type WalletAccountMoveParams struct {
 	Available int64 // minor units added to available (negative: taken)
 	Held      int64 // minor units added to held
 	Now       time.Time
-	// Transfers is how many transfers this move sums (WalletAccountsMove: the version grows
-	// by it, as by that many moves one at a time); 0 counts as 1.
-	Transfers int64
 }
 
 // WalletEntryListParams is the input of Tx.WalletEntryList.

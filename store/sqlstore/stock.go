@@ -134,6 +134,11 @@ func (t *tx) ReservationsCommit(ctx context.Context, orderID string, now time.Ti
 	return t.moveReservations(ctx, []string{orderID}, now, orderly.ReservationCommitted, qStockCommit, qStockCommitMany)
 }
 
+// ReservationsCommitMany implements store.Tx.
+func (t *tx) ReservationsCommitMany(ctx context.Context, orderIDs []string, now time.Time) ([]*orderly.Reservation, error) {
+	return t.moveReservations(ctx, orderIDs, now, orderly.ReservationCommitted, qStockCommit, qStockCommitMany)
+}
+
 // stockMoveMany builds the UPDATE of stock that moves the units of a JSON list of [sku, n]
 // pairs out of held (set is the other column's assignment, in terms of j.n).
 func (d *dialect) stockMoveMany(set string) string {

@@ -72,7 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Trips", testTrips},
 		{"Wallets", testWallets},
 		{"Sagas", testSagas},
-		{"Sets", testSets},
+		{"Many", testMany},
 		{"Outbox", testOutbox},
 		{"Leases", testLeases},
 		{"Claims", testClaims},
