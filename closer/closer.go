@@ -250,7 +250,7 @@ func (c *Closer) closeDue(ctx context.Context, trigger string, fence job.Fence) 
 		}
 	}
 	for {
-		res, paying, err := c.closeBatch(ctx, trigger, nil, nil, fence, false)
+		res, paying, err := c.closeBatch(ctx, trigger, fence, batchOf{})
 		total.Claimed += res.Claimed
 		total.Closed += res.Closed
 		if err != nil {
@@ -308,17 +308,28 @@ type inspection struct {
 	now      time.Time
 }
 
-// closeBatch is one transaction of the close path: claim up to BatchSize due orders (only
-// those of ids when set; or take the orders in only, already claimed), close the unpaid and failed ones with the guarded update,
-// write their outbox messages and audit rows, and push back the wake_at of paying orders
-// that need inspection, which it returns. With force, the paying orders of only whose
-// inspection hold has passed are closed too (their last inspection could not tell); without
-// an Inspector, every paying order past its hold is.
+// batchOf says which orders a close batch takes. The zero value claims up to BatchSize
+// due orders.
+type batchOf struct {
+	// ids: claim only the due orders among these (the delay queue's claim).
+	ids []string
+	// claimed: take these orders, already claimed (an inspection's outcome), instead of
+	// claiming.
+	claimed []*store.DueOrder
+	// closeUnknown: close the paying orders of claimed whose inspection hold has passed too
+	// (their last inspection could not tell).
+	closeUnknown bool
+}
+
+// closeBatch is one transaction of the close path: take the due orders that of names,
+// close the unpaid and failed ones with the guarded update, write their outbox messages
+// and audit rows, and push back the wake_at of paying orders that need inspection, which
+// it returns. Without an Inspector, every paying order past its hold is closed.
 //
 // Tracing: the batch runs in a "close batch" span (attributes orderly.trigger,
 // orderly.claimed, orderly.closed); each order's transition continues the trace of the
 // request that created it, linked to that span (order.ContinueOrderTraces).
-func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.DueOrder, ids []string, fence job.Fence, force bool) (_ PassResult, _ []inspection, err error) {
+func (c *Closer) closeBatch(ctx context.Context, trigger string, fence job.Fence, of batchOf) (_ PassResult, _ []inspection, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.PassTimeout)
 	defer cancel()
 	ctx, span := c.tracer.Start(order.ContinueOrderTraces(ctx), "close batch",
@@ -338,9 +349,9 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 	)
 	err = job.InFencedTx(ctx, c.cfg.Store, fence, func(tx store.Tx, txNow time.Time) (err error) {
 		res, paying, closed, now = PassResult{}, nil, nil, txNow
-		due := only
+		due := of.claimed
 		if due == nil {
-			if due, err = tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: c.cfg.BatchSize, IDs: ids}); err != nil {
+			if due, err = tx.OrdersDue(ctx, &store.OrdersDueParams{Now: now, Limit: c.cfg.BatchSize, IDs: of.ids}); err != nil {
 				return err
 			}
 		}
@@ -361,7 +372,7 @@ func (c *Closer) closeBatch(ctx context.Context, trigger string, only []*store.D
 			forced := false
 			if d.PayStatus == orderly.PayPaying {
 				holdOver := !now.Before(d.CloseAt.Add(c.cfg.InspectionHold))
-				if !holdOver || (!force && c.cfg.Inspector != nil) {
+				if !holdOver || (!of.closeUnknown && c.cfg.Inspector != nil) {
 					// Past the hold too, the provider is asked once more: an answer, or
 					// its channel being unavailable, must not be overtaken by a blind close.
 					paying = append(paying, inspection{order: d, holdOver: holdOver, now: now})
@@ -581,14 +592,14 @@ func (c *Closer) inspect(ctx context.Context, trigger string, paying []inspectio
 	}
 	closed := 0
 	if len(failed) > 0 {
-		res, _, err := c.closeBatch(ctx, trigger, failed, nil, fence, false)
+		res, _, err := c.closeBatch(ctx, trigger, fence, batchOf{claimed: failed})
 		closed += res.Closed
 		if err != nil {
 			return closed, err
 		}
 	}
 	if len(forced) > 0 {
-		res, _, err := c.closeBatch(ctx, trigger, forced, nil, fence, true)
+		res, _, err := c.closeBatch(ctx, trigger, fence, batchOf{claimed: forced, closeUnknown: true})
 		closed += res.Closed
 		if err != nil {
 			return closed, err

@@ -22,7 +22,7 @@ func (c *Closer) closeQueued(ctx context.Context) error {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		_, paying, err := c.closeBatch(ctx, TriggerQueue, nil, ids, nil, false)
+		_, paying, err := c.closeBatch(ctx, TriggerQueue, nil, batchOf{ids: ids})
 		if err == nil && len(paying) > 0 {
 			_, err = c.inspect(ctx, TriggerQueue, paying, nil)
 		}

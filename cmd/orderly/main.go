@@ -286,7 +286,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "stripe-webhook-secret", Usage: "signing secret(s) of the Stripe webhook endpoint (whsec_…), comma-separated while rolling the secret", Sources: env("stripe-webhook-secret")},
 		&cli.StringFlag{Name: "stripe-api-url", Usage: "Stripe API address (default https://api.stripe.com; an imitation in tests)", Sources: env("stripe-api-url")},
 		&cli.StringFlag{Name: "default-channel", Usage: "channel of payment attempts that name none (e.g. stripe); required with a real channel; empty without one: the simulated channel sim", Sources: env("default-channel")},
-		&cli.BoolFlag{Name: "enable-sim-channel", Usage: "TESTING ONLY: also serve the simulated channel sim (moves no money) beside the real channels; without a real channel sim is served anyway", Sources: env("enable-sim-channel")},
+		&cli.BoolFlag{Name: "enable-sim-channel", Usage: "also serve the simulated channel sim beside the real channels (it moves no money: for staging and demos, never for real buyers); without a real channel sim is served anyway", Sources: env("enable-sim-channel")},
 		&cli.DurationFlag{Name: "channel-call-timeout", Usage: "bound of each call to a payment provider (0: 10s)", Sources: env("channel-call-timeout")},
 	}, cnChannelFlags()...)
 }
