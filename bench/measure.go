@@ -93,13 +93,6 @@ func (db *DB) WaitClosed(ctx context.Context, since int64, timeout time.Duration
 	}
 }
 
-// OpenCount returns the number of orders still in pending_payment.
-func (db *DB) OpenCount(ctx context.Context) (int64, error) {
-	var n int64
-	err := db.SQL.QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE state = 'pending_payment'`).Scan(&n)
-	return n, err
-}
-
 // Effects checks what a closed order's releases leave behind: it returns the reservations
 // of closed orders still held and the coupons still frozen by a closed order. Both are 0
 // once every release was applied.

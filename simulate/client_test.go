@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -414,4 +415,12 @@ func TestOrderEventAppliedBeforeDeath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// driver returns the run's driver of the named flow, nil if the run has none.
+func (r *runner) driver(name string) FlowDriver {
+	if i := slices.Index(r.names, name); i >= 0 {
+		return r.drivers[i]
+	}
+	return nil
 }

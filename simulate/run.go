@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -97,14 +96,6 @@ func newRunner(cfg Config) *runner {
 	seed := PhaseSeed
 	r.phase.Store(&seed)
 	return r
-}
-
-// driver returns the run's driver of the named flow, nil if the run has none.
-func (r *runner) driver(name string) FlowDriver {
-	if i := slices.Index(r.names, name); i >= 0 {
-		return r.drivers[i]
-	}
-	return nil
 }
 
 // rate returns the send pace of a flow that sends orders of the run's Config.Orders

@@ -10,3 +10,13 @@ var (
 	MigrateLockID   = migrateLockID
 	MigrateLockName = migrateLockName
 )
+
+// waiters returns how many transactions wait for key's gate.
+func (g *rowGates) waiters(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gt := g.gates[key]; gt != nil {
+		return gt.waiting
+	}
+	return 0
+}

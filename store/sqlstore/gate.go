@@ -130,16 +130,6 @@ func (g *rowGates) setWaiting(gt *rowGate, d int) {
 	g.mu.Unlock()
 }
 
-// waiters returns how many transactions wait for key's gate.
-func (g *rowGates) waiters(key string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if gt := g.gates[key]; gt != nil {
-		return gt.waiting
-	}
-	return 0
-}
-
 // gateBusyError fails a transaction's attempt that needs a gate another transaction of
 // the process holds: InTx waits for the gate with the transaction closed, then runs it
 // again.
