@@ -75,8 +75,7 @@ func (localTx) inTx() bool                                             { return 
 
 // Around returns p with each attempt run by fn, which runs p's attempt by calling next (or
 // does not): a decorator for Config.Wrap (tracing, a test kit's fault injection). It runs
-// in p's place, in the recording transaction when p does; a LocalTxSet so wrapped runs one
-// call at a time.
+// in p's place, in the recording transaction when p does.
 func Around(p Participant, fn func(ctx context.Context, c *Call, next func(context.Context) error) error) Participant {
 	return &around{p: p, fn: fn}
 }
