@@ -125,6 +125,22 @@ func trail(t *testing.T, s store.Store, orderID string) []*orderly.Transition {
 	return read(t, s, func(tx store.Tx) ([]*orderly.Transition, error) { return tx.TransitionList(t.Context(), orderID) })
 }
 
+// equalTrail checks order id's audit trail against want, whose ids it takes from the
+// rows read (every one must be positive: the database numbered it).
+func equalTrail(t *testing.T, s store.Store, id string, want []*orderly.Transition) {
+	t.Helper()
+	got := trail(t, s, id)
+	for i, tr := range got {
+		if tr.ID <= 0 {
+			t.Errorf("order %s: audit row id %d, want > 0", id, tr.ID)
+		}
+		if i < len(want) {
+			want[i].ID = tr.ID
+		}
+	}
+	equal(t, "audit trail of "+id, got, want)
+}
+
 // setStock sets a SKU's available units.
 func setStock(t *testing.T, s store.Store, sku string, available int64) {
 	t.Helper()

@@ -109,16 +109,7 @@ func testOrdersTransitionCauses(t *testing.T, open opener) {
 					PayStatusTo: orderly.PayPaid, Cause: wantCause[id], Actor: p.Actor, At: now, TraceID: p.TraceID}}
 			}
 			equal(t, "order "+id, getOrder(t, s, id), &want)
-			gotTrail := trail(t, s, id)
-			for i, tr := range gotTrail {
-				if tr.ID <= 0 {
-					t.Errorf("order %s: audit row id %d, want > 0", id, tr.ID)
-				}
-				if i < len(wantTrail) {
-					wantTrail[i].ID = tr.ID
-				}
-			}
-			equal(t, "audit trail of "+id, gotTrail, wantTrail)
+			equalTrail(t, s, id, wantTrail)
 		}
 	}
 	// a, b: their own causes; c (unpaid) and d: not named; e: named with ""; f: paid

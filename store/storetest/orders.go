@@ -375,16 +375,7 @@ func testOrdersTransition(t *testing.T, open opener) {
 						Cause: p.Cause, Actor: p.Actor, At: p.Now, TraceID: p.TraceID}}
 				}
 				equal(t, "order "+id, getOrder(t, s, id), &want)
-				gotTrail := trail(t, s, id)
-				for i, tr := range gotTrail {
-					if tr.ID <= 0 {
-						t.Errorf("order %s: audit row id %d, want > 0", id, tr.ID)
-					}
-					if i < len(wantTrail) {
-						wantTrail[i].ID = tr.ID
-					}
-				}
-				equal(t, "audit trail of "+id, gotTrail, wantTrail)
+				equalTrail(t, s, id, wantTrail)
 			}
 		})
 	}
