@@ -151,15 +151,6 @@ func contextError(ctx context.Context) error {
 	return err
 }
 
-// batchContext is the context of a batch's transaction (batchctx.Batch of the members').
-func batchContext(calls []*createCall) (context.Context, context.CancelFunc) {
-	ctxs := make([]context.Context, len(calls))
-	for i, c := range calls {
-		ctxs[i] = c.ctx
-	}
-	return batchctx.Batch(ctxs)
-}
-
 // errMemberRefused ends an attempt of a batch run without savepoints at its first member
 // refused for a domain reason: the batch runs again with savepoints.
 var errMemberRefused = errors.New("a member of the batch was refused")
@@ -183,7 +174,7 @@ func (s *Service) createBatch(calls []*createCall, careful bool) (refused bool) 
 	if len(live) == 0 {
 		return false
 	}
-	ctx, cancel := batchContext(live)
+	ctx, cancel := batchctx.Batch(live, func(c *createCall) context.Context { return c.ctx })
 	defer cancel()
 	reset := func() {
 		for _, c := range live {

@@ -106,7 +106,7 @@ func (j *runJoiner) run(batch []*joinedRun) {
 	}
 	batch = live
 	o := j.o
-	ctx, cancel := batchContext(batch)
+	ctx, cancel := batchctx.Batch(batch, func(m *joinedRun) context.Context { return m.ctx })
 	defer cancel()
 	err := j.inTx(ctx, func(tx store.Tx) error {
 		now, err := tx.Now(ctx)
@@ -138,15 +138,6 @@ func (j *runJoiner) run(batch []*joinedRun) {
 			}
 		}
 	}
-}
-
-// batchContext is the context of a batch's transaction (batchctx.Batch of the members').
-func batchContext(batch []*joinedRun) (context.Context, context.CancelFunc) {
-	ctxs := make([]context.Context, len(batch))
-	for i, m := range batch {
-		ctxs[i] = m.ctx
-	}
-	return batchctx.Batch(ctxs)
 }
 
 // inTx runs fn in a write transaction. A participant that panics does so in this

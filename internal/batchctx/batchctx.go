@@ -7,15 +7,15 @@ import (
 	"time"
 )
 
-// Batch returns the context of a batch's transaction: the first member's values, no
-// cancellation of any member's, and the earliest deadline of the members, so that no
-// member's answer comes after its deadline and a batch that runs out of time changed
-// nothing. members must not be empty.
-func Batch(members []context.Context) (context.Context, context.CancelFunc) {
-	ctx := context.WithoutCancel(members[0])
+// Batch returns the context of a batch's transaction, given its members and the context
+// of each (ctxOf): the first member's values, no cancellation of any member's, and the
+// earliest deadline of the members, so that no member's answer comes after its deadline
+// and a batch that runs out of time changed nothing. members must not be empty.
+func Batch[M any](members []M, ctxOf func(M) context.Context) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(ctxOf(members[0]))
 	var deadline time.Time
 	for _, m := range members {
-		if d, ok := m.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		if d, ok := ctxOf(m).Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 			deadline = d
 		}
 	}

@@ -18,7 +18,7 @@ func TestBatchAndMember(t *testing.T) {
 	defer cancelFirst()
 	second, cancelSecond := context.WithDeadline(context.WithValue(t.Context(), key{}, "second"), base)
 	defer cancelSecond()
-	batch, cancel := Batch([]context.Context{first, second})
+	batch, cancel := Batch([]context.Context{first, second}, ctxOf)
 	defer cancel()
 	if d, ok := batch.Deadline(); !ok || !d.Equal(base) {
 		t.Fatalf("batch deadline %v (%v), want the earliest member's %v", d, ok, base)
@@ -34,9 +34,12 @@ func TestBatchAndMember(t *testing.T) {
 	if d, _ := m.Deadline(); !d.Equal(base) || m.Value(key{}) != "second" {
 		t.Fatalf("member: deadline %v, value %v; want the batch's and its own", d, m.Value(key{}))
 	}
-	none, cancelNone := Batch([]context.Context{context.Background()})
+	none, cancelNone := Batch([]context.Context{context.Background()}, ctxOf)
 	defer cancelNone()
 	if _, ok := none.Deadline(); ok {
 		t.Fatal("a batch of members without deadlines has one")
 	}
 }
+
+// ctxOf is Batch's ctxOf for members that are contexts.
+func ctxOf(c context.Context) context.Context { return c }
