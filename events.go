@@ -14,18 +14,16 @@ import (
 // keyed by the order id and carries the order's event sequence (OrderEvent.Sequence), so
 // that the relay delivers an order's events in commit order.
 const (
-	TopicReservationRelease = "reservation.release" // key: order id; payload: OrderRef; local
-	TopicCouponRelease      = "coupon.release"      // key: order id; payload: CouponRef; local
-	TopicPaymentRefund      = "payment.refund"      // key: payment id; payload: PaymentRef; gateway refund, then local
-	TopicPaymentCancel      = "payment.cancel"      // key: payment id; payload: PaymentRef; the attempt of an order closed while it was in flight: gateway query and cancel, then settled
-	TopicOrderClosed        = "order.closed"        // key: order id; payload: OrderEvent; event
-	TopicOrderPaid          = "order.paid"          // key: order id; payload: OrderEvent; event
-	TopicPaymentRefunded    = "payment.refunded"    // key: order id; payload: PaymentRef with Sequence; event
-	TopicRefundExecute      = "refund.execute"      // key: order id; payload: RefundRef; gateway refund keyed by the refund id, then local
-	TopicRefundSucceeded    = "refund.succeeded"    // key: order id; payload: RefundRef; event
-	TopicRefundFailed       = "refund.failed"       // key: order id; payload: RefundRef; event
-	TopicRefundReversed     = "refund.reversed"     // key: order id; payload: RefundRef; event: a confirmed refund the provider failed later
-	TopicOrderRefunded      = "order.refunded"      // key: order id; payload: OrderEvent; event: everything captured was refunded
+	TopicPaymentRefund   = "payment.refund"   // key: payment id; payload: PaymentRef; gateway refund, then local
+	TopicPaymentCancel   = "payment.cancel"   // key: payment id; payload: PaymentRef; the attempt of an order closed while it was in flight: gateway query and cancel, then settled
+	TopicOrderClosed     = "order.closed"     // key: order id; payload: OrderEvent; event
+	TopicOrderPaid       = "order.paid"       // key: order id; payload: OrderEvent; event
+	TopicPaymentRefunded = "payment.refunded" // key: order id; payload: PaymentRef with Sequence; event
+	TopicRefundExecute   = "refund.execute"   // key: order id; payload: RefundRef; gateway refund keyed by the refund id, then local
+	TopicRefundSucceeded = "refund.succeeded" // key: order id; payload: RefundRef; event
+	TopicRefundFailed    = "refund.failed"    // key: order id; payload: RefundRef; event
+	TopicRefundReversed  = "refund.reversed"  // key: order id; payload: RefundRef; event: a confirmed refund the provider failed later
+	TopicOrderRefunded   = "order.refunded"   // key: order id; payload: OrderEvent; event: everything captured was refunded
 )
 
 // builtinEventTopics are the events about an order that the engine itself writes.
@@ -110,12 +108,8 @@ type Message struct {
 	Group string `json:"-"`
 }
 
-// OrderRef is the payload of messages about one order.
-type OrderRef struct {
-	OrderID string `json:"order_id"`
-}
-
-// CouponRef is the payload of coupon.release: release CouponID only if OrderID froze it.
+// CouponRef names a coupon and the order that froze it (store.Tx.CouponsRelease releases
+// CouponID only if OrderID froze it).
 type CouponRef struct {
 	CouponID string `json:"coupon_id"`
 	OrderID  string `json:"order_id"`

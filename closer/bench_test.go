@@ -12,7 +12,6 @@ import (
 	"github.com/orderlyhq/orderly"
 	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/testdb"
-	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -59,7 +58,7 @@ func BenchmarkBurstClose(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		relay, err := outbox.NewRelay(outbox.Config{Store: s, Handlers: order.ReleaseHandlers(), BatchSize: 1000,
+		relay, err := outbox.NewRelay(outbox.Config{Store: s, BatchSize: 1000,
 			Default: &outbox.Handler{Call: func(context.Context, *orderly.Message) error { return nil }}})
 		if err != nil {
 			b.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"github.com/orderlyhq/orderly/closer"
 	"github.com/orderlyhq/orderly/internal/sqlitetest"
 	"github.com/orderlyhq/orderly/internal/testdb"
-	"github.com/orderlyhq/orderly/order"
 	"github.com/orderlyhq/orderly/outbox"
 	"github.com/orderlyhq/orderly/store"
 	"github.com/orderlyhq/orderly/store/sqlstore"
@@ -92,7 +91,7 @@ func TestConcurrentSweeps(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					relay, err := outbox.NewRelay(outbox.Config{Store: s, Handlers: order.ReleaseHandlers(), BatchSize: 150,
+					relay, err := outbox.NewRelay(outbox.Config{Store: s, BatchSize: 150,
 						Default: &outbox.Handler{Call: func(context.Context, *orderly.Message) error { return nil }}})
 					if err != nil {
 						t.Fatal(err)
@@ -108,7 +107,7 @@ func TestConcurrentSweeps(t *testing.T) {
 				}
 				wg.Wait()
 				// Drain what a relay may have left to another one that finished early.
-				relay, _ := outbox.NewRelay(outbox.Config{Store: s, Handlers: order.ReleaseHandlers(),
+				relay, _ := outbox.NewRelay(outbox.Config{Store: s,
 					Default: &outbox.Handler{Call: func(context.Context, *orderly.Message) error { return nil }}})
 				if _, err := relay.Drain(ctx); err != nil {
 					t.Fatal(err)

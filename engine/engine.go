@@ -216,7 +216,7 @@ func Open(ctx context.Context, cfg Config, features ...feature.Feature) (_ *Engi
 
 	core := &feature.Core{Store: st, Machine: e.machine, Orders: e.orders, Payments: e.payments, Wallets: e.wallets,
 		Sagas: e.sagas, Gateway: holdGateway, Signals: sig, Logger: log, Metrics: e.metrics}
-	handlers := order.ReleaseHandlers()
+	handlers := map[string]outbox.Handler{}
 	var checks []reconcile.Check
 	e.services = map[string]any{}
 	var wrapOrders []func(orderly.OrderService) orderly.OrderService

@@ -130,8 +130,8 @@ func TestOutage(t *testing.T) {
 	const timeout = time.Second
 	b := setup(t, srv.url(), natspub.Config{PublishTimeout: timeout})
 	call := b.p.Handler().Call
-	m1 := message(1, orderly.TopicOrderClosed, "ord-1", orderly.OrderRef{OrderID: "ord-1"})
-	m2 := message(2, orderly.TopicOrderPaid, "ord-2", orderly.OrderRef{OrderID: "ord-2"})
+	m1 := message(1, orderly.TopicOrderClosed, "ord-1", orderly.OrderEvent{OrderID: "ord-1"})
+	m2 := message(2, orderly.TopicOrderPaid, "ord-2", orderly.OrderEvent{OrderID: "ord-2"})
 	if err := call(t.Context(), m1); err != nil {
 		t.Fatal(err)
 	}

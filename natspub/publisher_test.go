@@ -232,7 +232,7 @@ func TestPublishReadBack(t *testing.T) {
 func TestPublishTwiceStoredOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, natsURL(t), natspub.Config{})
-	m := message(42, orderly.TopicOrderClosed, "ord-42", orderly.OrderRef{OrderID: "ord-42"})
+	m := message(42, orderly.TopicOrderClosed, "ord-42", orderly.OrderEvent{OrderID: "ord-42"})
 	first, err := b.p.Publish(t.Context(), m)
 	if err != nil {
 		t.Fatal(err)

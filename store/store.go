@@ -132,8 +132,8 @@ type Tx interface {
 	// ReservationsRelease moves the order's held reservations to released and their units
 	// back to available; it returns the reservations it changed (none on a repeat call).
 	ReservationsRelease(ctx context.Context, orderID string, now time.Time) ([]*orderly.Reservation, error)
-	// ReservationsReleaseMany is ReservationsRelease for many orders in one go (the relay
-	// applies a batch of release messages with it).
+	// ReservationsReleaseMany is ReservationsRelease for many orders in one go (the close
+	// transition of a batch of orders).
 	ReservationsReleaseMany(ctx context.Context, orderIDs []string, now time.Time) ([]*orderly.Reservation, error)
 	// ReservationsCommit moves the order's held reservations to committed and their units
 	// from held to sold; it returns the reservations it changed.

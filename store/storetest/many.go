@@ -144,7 +144,7 @@ func testOutboxInsertSizes(t *testing.T, open opener) {
 	for _, n := range []int{1, 2, 5, 15, 16, 17, 31, 130, 145} {
 		batch := make([]*store.OutboxInsertParams, n)
 		for i := range batch {
-			p := &store.OutboxInsertParams{Topic: orderly.TopicReservationRelease, Key: fmt.Sprintf("b%d-%d", n, i%3),
+			p := &store.OutboxInsertParams{Topic: orderly.TopicPaymentCancel, Key: fmt.Sprintf("b%d-%d", n, i%3),
 				Payload: fmt.Appendf(nil, `{"batch":%d,"i":%d}`, n, i), Now: t0.Add(time.Duration(n*1000+i) * time.Millisecond)}
 			if i%2 == 1 {
 				p.Topic, p.Sequence = orderly.TopicOrderPaid, int64(i+1)

@@ -22,7 +22,7 @@ func testOutbox(t *testing.T, open opener) {
 		ctx, s := setup(t, open)
 		equal(t, "last id of an empty outbox", read(t, s, func(tx store.Tx) (int64, error) { return tx.OutboxLastID(ctx) }), int64(0))
 		closed1 := insertMessage(t, s, orderly.TopicOrderClosed, "o1", t0)
-		insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0) // not an event
+		insertMessage(t, s, orderly.TopicPaymentCancel, "o1", t0) // not an event
 		paid2 := insertMessage(t, s, orderly.TopicOrderPaid, "o2", t0.Add(time.Second))
 		refunded2 := insertMessage(t, s, orderly.TopicOrderRefunded, "o2", t0.Add(2*time.Second))
 		events := func(p store.OutboxEventsParams) []int64 {
@@ -55,8 +55,8 @@ func testOutbox(t *testing.T, open opener) {
 		ctx, s := setup(t, open)
 		now := time.Date(2030, 1, 2, 3, 4, 5, 678_999_999, time.FixedZone("UTC+1", 3600))
 		batch := []*store.OutboxInsertParams{
-			{Topic: orderly.TopicReservationRelease, Key: "o1", Payload: []byte(`{"order_id":"o1"}`), Now: now},
-			{Topic: orderly.TopicCouponRelease, Key: "o1", Payload: []byte(`{"coupon_id":"c1","order_id":"o1"}`), Now: now},
+			{Topic: orderly.TopicPaymentCancel, Key: "o1", Payload: []byte(`{"order_id":"o1"}`), Now: now},
+			{Topic: orderly.TopicRefundExecute, Key: "o1", Payload: []byte(`{"refund_id":"r1","order_id":"o1"}`), Now: now},
 			{Topic: orderly.TopicOrderClosed, Key: "o1",
 				Payload:  []byte(`{"order_id":"o1","state":"closed","reason":"payment_timeout","at":"2030-01-02T02:04:05.678Z","n":[1,2.5,null,"ü"]}`),
 				Sequence: 1, Now: now},
@@ -354,7 +354,7 @@ func testOutbox(t *testing.T, open opener) {
 		// The sequence is stored with the message.
 		inTx(t, s, func(tx store.Tx) error {
 			return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{
-				{Topic: orderly.TopicReservationRelease, Key: "o1", Payload: []byte(`{}`), Now: t0},
+				{Topic: orderly.TopicPaymentCancel, Key: "o1", Payload: []byte(`{}`), Now: t0},
 				{Topic: orderly.TopicOrderClosed, Key: "o1", Payload: []byte(`{"sequence":4}`), Sequence: 4, Now: t0},
 			})
 		})
@@ -367,7 +367,7 @@ func testOutbox(t *testing.T, open opener) {
 			orderly.TopicRefundSucceeded, orderly.TopicRefundFailed, orderly.TopicOrderRefunded, "order.group_failed"} {
 			err := s.InTx(ctx, func(tx store.Tx) error {
 				return tx.OutboxInsert(ctx, []*store.OutboxInsertParams{
-					{Topic: orderly.TopicReservationRelease, Key: "o9", Payload: []byte(`{}`), Now: t0},
+					{Topic: orderly.TopicPaymentCancel, Key: "o9", Payload: []byte(`{}`), Now: t0},
 					{Topic: topic, Key: "o9", Payload: []byte(`{}`), Now: t0},
 				})
 			})
@@ -414,7 +414,7 @@ func testOutbox(t *testing.T, open opener) {
 		_, s := setup(t, open)
 		var run []int64
 		for range 3 {
-			run = append(run, insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0))
+			run = append(run, insertMessage(t, s, orderly.TopicPaymentCancel, "o1", t0))
 		}
 		other := insertMessage(t, s, orderly.TopicOrderClosed, "o2", t0)
 		equal(t, "claim, limit 2", ids64(claim(t, s, t0, t0.Add(time.Minute), 2)), run[:2])
@@ -450,7 +450,7 @@ func testOutbox(t *testing.T, open opener) {
 	// key order still holds across lanes.
 	t.Run("ClaimLanes", func(t *testing.T) {
 		_, s := setup(t, open)
-		release := insertMessage(t, s, orderly.TopicReservationRelease, "o1", t0)
+		release := insertMessage(t, s, orderly.TopicPaymentCancel, "o1", t0)
 		hookA := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:a:o1", t0)
 		refund := insertMessage(t, s, orderly.TopicRefundExecute, "o2", t0)
 		hookB := insertMessage(t, s, orderly.TopicWebhookDeliver, "webhook:b:o1", t0)
