@@ -11,12 +11,13 @@ var (
 	MigrateLockName = migrateLockName
 )
 
-// waiters returns how many transactions wait for key's gate.
+// waiters returns how many transactions wait for key's gate: its callers but the holder
+// (one taking or giving it back counts for a moment too).
 func (g *rowGates) waiters(key string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if gt := g.gates[key]; gt != nil {
-		return gt.waiting
+		return gt.refs - len(gt.ch)
 	}
 	return 0
 }

@@ -39,8 +39,6 @@ type rowGates struct {
 type rowGate struct {
 	ch   chan struct{} // holds a token while a transaction is admitted
 	refs int           // holders and waiters; the gate is dropped at zero
-	// waiting counts the transactions waiting for the gate (tests).
-	waiting int
 }
 
 // errGateTimeout is the wait for a row's gate running past the lock timeout; it is
@@ -69,8 +67,6 @@ func (g *rowGates) acquire(ctx context.Context, key string, timeout time.Duratio
 		return g.releaser(key, gt), nil
 	default:
 	}
-	g.setWaiting(gt, 1)
-	defer g.setWaiting(gt, -1)
 	var expired <-chan time.Time
 	if timeout > 0 {
 		tm := time.NewTimer(timeout)
@@ -122,12 +118,6 @@ func (g *rowGates) releaser(key string, gt *rowGate) func() {
 			g.unref(key, gt)
 		})
 	}
-}
-
-func (g *rowGates) setWaiting(gt *rowGate, d int) {
-	g.mu.Lock()
-	gt.waiting += d
-	g.mu.Unlock()
 }
 
 // gateBusyError fails a transaction's attempt that needs a gate another transaction of
