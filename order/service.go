@@ -452,17 +452,7 @@ func (s *Service) newOrder(ctx context.Context, tx store.Tx, p *orderly.CreateOr
 // caller rolls back (or back to its savepoint).
 func Reserve(ctx context.Context, tx store.Tx, o *orderly.Order, now time.Time) error {
 	id := o.ID
-	items := slices.SortedFunc(slices.Values(o.Items), func(a, b orderly.Item) int { return strings.Compare(a.SKU, b.SKU) })
-	if len(items) > 1 {
-		skus := make([]string, len(items))
-		for i, it := range items {
-			skus[i] = it.SKU
-		}
-		if err := tx.StockLock(ctx, skus); err != nil {
-			return err
-		}
-	}
-	for _, it := range items {
+	for _, it := range slices.SortedFunc(slices.Values(o.Items), func(a, b orderly.Item) int { return strings.Compare(a.SKU, b.SKU) }) {
 		ok, err := tx.StockReserve(ctx, &store.StockReserveParams{OrderID: id, SKU: it.SKU, Quantity: it.Quantity, Now: now})
 		if err != nil {
 			return err

@@ -119,12 +119,6 @@ type Tx interface {
 	// StockReserve moves Quantity units of SKU from available to held and records a held
 	// reservation for the order; ok=false (nothing changed) when there are not enough.
 	StockReserve(ctx context.Context, params *StockReserveParams) (ok bool, err error)
-	// StockLock locks the stock rows of skus (any order, repeats allowed; SKUs without a
-	// row are left out) for the rest of the transaction: a create of several SKUs calls it
-	// before it reserves them. Where the database allows it (PostgreSQL) the transaction
-	// holds none of the rows while it waits for one, so that a hot SKU's row is not kept
-	// locked by a transaction waiting for another's. Errors: the database's.
-	StockLock(ctx context.Context, skus []string) error
 	// StockLockAvailable locks a SKU's stock row for the rest of the transaction (where
 	// the dialect has row locks) and returns its available units; ok=false when the SKU
 	// has no stock row. A batch of creates of one SKU reads what it can hand out with it,

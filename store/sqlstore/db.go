@@ -584,15 +584,14 @@ func (db *DB) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
 	gates := heldGates{} // held across attempts (gate.go)
 	defer gates.release()
 	var err error
-	for attempt, waits := 1, 0; attempt <= maxAttempts; {
+	for attempt := 1; attempt <= maxAttempts; {
 		err = db.run(ctx, db.writer, db.wstmts, &sql.TxOptions{Isolation: db.d.isolation}, gates, fn)
 		if busy := (*gateBusyError)(nil); errors.As(err, &busy) {
 			// Wait for the gate with the transaction closed, then run it again holding it.
-			// Past freeWaits, each wait adds a gate and keeps the others, so this ends.
-			if err := gates.wait(ctx, &db.gates, busy.key, db.lockTimeout, waits); err != nil {
+			// Each wait adds a gate, so this ends.
+			if err := gates.wait(ctx, &db.gates, busy.key, db.lockTimeout); err != nil {
 				return db.unavailable(connectionUnavailable(err))
 			}
-			waits++
 			continue
 		}
 		if err == nil || !db.d.retry(err) {

@@ -141,42 +141,15 @@ func (h heldGates) release() {
 	}
 }
 
-// freeWaits is how many of a call's waits for a gate hold no other gate (heldGates.wait).
-const freeWaits = 4
-
-// wait takes key's gate for the next attempt of a call of InTx; round counts the call's
-// waits from 0. The first freeWaits waits hold no gate while they wait: they release
-// every gate, wait for key's alone and take the others back only if they are free (the
-// next attempt waits for one taken meanwhile the same way). A transaction that held the
-// gate of the first SKU in key order while it waited for another's kept every other
-// transaction of that SKU waiting too: the first SKU's creates ran into the request
-// deadline while the others' went through. Later waits take every gate in key order,
-// waiting for each, so that a call cannot be passed over for ever; no gate is waited for
-// while one of a higher key is held, so two transactions of the process cannot wait on
-// each other.
-func (h heldGates) wait(ctx context.Context, g *rowGates, key string, timeout time.Duration, round int) error {
+// wait releases the gates and takes them again with key, in key order, waiting for each:
+// a gate is never waited for while one of a higher key is held.
+func (h heldGates) wait(ctx context.Context, g *rowGates, key string, timeout time.Duration) error {
 	keys := slices.Sorted(maps.Keys(h))
 	if !slices.Contains(keys, key) {
 		keys = append(keys, key)
 		slices.Sort(keys)
 	}
 	h.release()
-	if round < freeWaits {
-		release, err := g.acquire(ctx, key, timeout)
-		if err != nil {
-			return err
-		}
-		h[key] = release
-		for _, k := range keys {
-			if k == key {
-				continue
-			}
-			if release, ok := g.tryAcquire(k); ok {
-				h[k] = release
-			}
-		}
-		return nil
-	}
 	for _, k := range keys {
 		release, err := g.acquire(ctx, k, timeout)
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -41,11 +40,6 @@ var (
 	qStockLockMany = newQuery(func(d *dialect) string {
 		return d.selectByIDs("stock.sku", "stock", "sku", d.ids, "1 = 1", ` ORDER BY stock.sku`+d.lockRows)
 	})
-	// qStockTryLockMany locks those of the rows that no other transaction holds (lockStock).
-	qStockTryLockMany = newQuery(func(d *dialect) string {
-		return d.selectByIDs("stock.sku", "stock", "sku", d.ids, "1 = 1", ` ORDER BY stock.sku`+d.skipLocked)
-	})
-	qStockLockOne = newQuery(func(d *dialect) string { return `SELECT sku FROM stock WHERE sku = ?` + d.lockRows })
 	// qStockReleaseMany and qStockCommitMany apply a JSON list of [sku, units] pairs (one
 	// per SKU) to stock in one statement: units held go back to available, or to sold.
 	qStockReleaseMany = newQuery(func(d *dialect) string { return d.stockMoveMany("available = available + j.n") })
@@ -212,98 +206,11 @@ func (t *tx) moveReservations(ctx context.Context, orderIDs []string, now time.T
 	return moved, nil
 }
 
-// StockLock implements store.Tx.
-func (t *tx) StockLock(ctx context.Context, skus []string) error {
-	skus = slices.Compact(slices.Sorted(slices.Values(skus)))
-	for _, sku := range skus { // in key order, before any row is locked
-		if err := t.gate("stock " + sku); err != nil {
-			return err
-		}
-	}
-	_, err := t.lockStock(ctx, skus, true)
-	return err
-}
-
-// errStockTaken ends an attempt of lockStock that found a row locked by another
-// transaction.
-var errStockTaken = errors.New("a stock row is locked by another transaction")
-
-// lockStock locks the stock rows of skus (sorted, distinct) for the rest of the
-// transaction and returns the SKUs of those that exist, in order (skus on SQLite, whose
-// writer locks the whole database). On PostgreSQL a transaction that needs several rows
-// holds none of them while it waits for one: in a savepoint it locks the free rows (SKIP
-// LOCKED); when one is taken it rolls back to the savepoint, which releases them, waits
-// for that row alone and tries again holding it. After freeWaits tries it locks them in
-// SKU order, waiting for each, so that it ends. When gated (the transaction took the
-// rows' gates, StockLock), it gives back the others' gates while it waits for one row, and
-// takes them again once it holds it.
-//
-// Why: a close batch, a payment or a create that held the first SKUs while it waited for
-// another's row kept every transaction of those SKUs waiting too, and the SKU first in
-// key order was held longest: under the faulted acceptance run its creates ran into the
-// request deadline while the other SKUs' went through. InnoDB keeps the row locks a
-// rollback to a savepoint undoes, so on MySQL the rows are locked in SKU order at once.
-func (t *tx) lockStock(ctx context.Context, skus []string, gated bool) ([]string, error) {
-	switch {
-	case t.db.d.lockRows == "":
-		return skus, nil
-	case len(skus) > 1 && t.db.d == postgresDialect:
-		wait := ""
-		for range freeWaits {
-			if gated && wait != "" {
-				for _, sku := range skus {
-					if release := t.gates["stock "+sku]; release != nil && sku != wait {
-						release()
-						delete(t.gates, "stock "+sku)
-					}
-				}
-			}
-			var locked []string
-			err := t.Savepoint(ctx, func() error {
-				if wait != "" {
-					if _, err := t.strings(ctx, qStockLockOne, wait); err != nil {
-						return err
-					}
-				}
-				var err error
-				if locked, err = t.strings(ctx, qStockTryLockMany, jsonList(skus)); err != nil || len(locked) == len(skus) {
-					return err
-				}
-				return errStockTaken
-			})
-			if err == nil && gated {
-				for _, sku := range skus {
-					if err := t.gate("stock " + sku); err != nil {
-						return nil, err
-					}
-				}
-			}
-			if err == nil {
-				return locked, nil
-			} else if !errors.Is(err, errStockTaken) {
-				return nil, err
-			}
-			taken := skus[len(locked)] // the first one skipped: locked is a sorted subset of skus
-			for i, sku := range locked {
-				if sku != skus[i] {
-					taken = skus[i]
-					break
-				}
-			}
-			if taken == wait {
-				break // no such row (a row this transaction holds is never skipped)
-			}
-			wait = taken
-		}
-	}
-	return t.strings(ctx, qStockLockMany, jsonList(skus))
-}
-
 // stockMoveMany applies the per-SKU totals of skus (sorted) to stock with stockMany, after
-// locking their rows (lockStock).
+// locking their rows in SKU order where the dialect has row locks.
 func (t *tx) stockMoveMany(ctx context.Context, skus []string, perSKU map[string]int64, to string, stockMany *query) error {
 	if t.db.d.lockRows != "" {
-		locked, err := t.lockStock(ctx, skus, false)
+		locked, err := t.strings(ctx, qStockLockMany, jsonList(skus))
 		if err != nil {
 			return fmt.Errorf("%s reservations: lock stock: %w", to, err)
 		} else if len(locked) != len(skus) {
